@@ -1,0 +1,37 @@
+# Two commands for a fresh machine: `make demo` (the offline demo workflow, end to end) and
+# `make test` (the test suite). Both create .venv from the pinned lock file first.
+VENV ?= .venv
+CORES ?= 2
+PYTEST_ARGS ?=
+STAMP := $(VENV)/.installed-stamp
+
+.PHONY: demo test lint setup clean-results
+
+setup: $(STAMP)
+
+# Debian packages (espeak-ng) are installed when running as root; otherwise their absence is an error
+# with the command to run. torch is held to the CPU wheel by constraints.txt.
+$(STAMP): requirements.lock constraints.txt pyproject.toml
+	@if ! command -v espeak-ng >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng; \
+	  else echo "espeak-ng is missing: run 'sudo apt-get install espeak-ng'" >&2; exit 1; fi; fi
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r requirements.lock
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES)
+	@echo "Report: results/report/index.html"
+
+test: setup
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/snakemake --lint --cores 1
+
+clean-results:
+	rm -rf results logs benchmarks .snakemake

@@ -1,0 +1,59 @@
+# lalm-judge: LALM-as-a-judge safety benchmark of spoken dialogue.
+# Table of contents only; each stage lives in rules/<stage>.smk.
+from snakemake.utils import min_version, validate
+
+min_version("9.0")
+
+
+configfile: "config.yaml"
+
+
+validate(config, "schemas/config.schema.yaml")
+
+
+include: "rules/common.smk"
+include: "rules/corpus.smk"
+include: "rules/variants.smk"
+include: "rules/tts.smk"
+include: "rules/asr.smk"
+include: "rules/manifest.smk"
+include: "rules/judge.smk"
+include: "rules/metrics.smk"
+include: "rules/report.smk"
+
+
+rule all:
+    input:
+        get_final_outputs(),
+    default_target: True
+
+
+# Named partial targets: `snakemake corpus`, `snakemake variants`, ...
+rule corpus:
+    input:
+        get_corpus_outputs(),
+
+
+rule variants:
+    input:
+        get_variant_tables(),
+
+
+rule audio:
+    input:
+        get_tts_tables(),
+
+
+rule transcripts:
+    input:
+        get_asr_tables(),
+
+
+rule manifests:
+    input:
+        get_manifests(),
+
+
+rule scores:
+    input:
+        get_score_shards(),

@@ -1,0 +1,86 @@
+"""Atomic file writes, config hashing and provenance columns attached to every output table."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+PROVENANCE_PACKAGES = (
+    "lalm-judge",
+    "torch",
+    "transformers",
+    "faster-whisper",
+    "ctranslate2",
+    "piper-tts",
+    "polars",
+    "openai",
+    "vllm",
+    "coqui-tts",
+)
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike):
+    """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def write_parquet(path: str | os.PathLike, frame: pl.DataFrame) -> None:
+    """Write a parquet file atomically; no statistics timestamps, so equal frames give equal bytes."""
+    with atomic_path(path) as tmp:
+        frame.write_parquet(tmp, compression="zstd", statistics=False)
+
+
+def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+
+
+def stable_hash(obj: Any, length: int = 16) -> str:
+    """Hash of a JSON-serialisable object that does not depend on dict order or the Python session."""
+    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+
+
+def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
+    """'name==version' for each installed package of interest, as one sorted string."""
+    found = []
+    for name in packages:
+        try:
+            found.append(f"{name}=={importlib.metadata.version(name)}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ";".join(sorted(found))
+
+
+def with_provenance(frame: pl.DataFrame, *, config_hash: str, seed: int, **extra: Any) -> pl.DataFrame:
+    """Append the provenance columns every output table carries."""
+    columns = {"config_hash": config_hash, "seed": seed, "package_versions": package_versions(), **extra}
+    return frame.with_columns(pl.lit(value).alias(name) for name, value in columns.items())

@@ -1,0 +1,96 @@
+"""The workflow plan as pure functions of the config: dialogues, turns, shards and judge cells.
+
+The Snakefile calls these at parse time; they read only the corpus index (never job outputs), so
+cluster nodes that re-parse the workflow see the same plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any
+
+from lalm_judge.corpus import SourceDialogue, list_source_dialogues
+
+AUDIO_ONLY_SOURCE = "none"
+
+
+def shard_of(dialogue_id: str, n_shards: int) -> int:
+    """Stable shard of a dialogue: adding a dialogue changes exactly one shard."""
+    return int(hashlib.sha256(dialogue_id.encode()).hexdigest()[:12], 16) % n_shards
+
+
+def source_token(source: str) -> str:
+    """Path-safe form of a transcript source ('asr:whisper_base' -> 'asr.whisper_base')."""
+    return source.replace(":", ".")
+
+
+def source_from_token(token: str) -> str:
+    return token.replace(".", ":")
+
+
+@dataclass(frozen=True)
+class JudgeCell:
+    judge: str
+    modality: str
+    transcript_source: str
+    prompt: str
+    condition: str
+
+    @property
+    def source_token(self) -> str:
+        return source_token(self.transcript_source)
+
+
+class Plan:
+    """Everything the rules need to know about a config, computed once per parse."""
+
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"])
+        self.n_shards = config["evaluation"].get("shards", 4)
+
+    @property
+    def dialogue_ids(self) -> list[str]:
+        return [d.dialogue_id for d in self.dialogues]
+
+    def usable_dialogues(self) -> list[SourceDialogue]:
+        return [d for d in self.dialogues if d.n_turns >= self.config["corpus"].get("min_turns", 2)]
+
+    def turns(self, dialogue_id: str) -> list[int]:
+        """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
+        dialogue = next(d for d in self.dialogues if d.dialogue_id == dialogue_id)
+        if dialogue.n_turns < self.config["corpus"].get("min_turns", 2):
+            return []
+        chosen = self.config["variants"].get("turns", "all")
+        indices = range(dialogue.n_turns)
+        return list(indices) if chosen == "all" else [t for t in chosen if t < dialogue.n_turns]
+
+    def dialogue_turn_pairs(self) -> list[tuple[str, int]]:
+        return [(d, t) for d in self.dialogue_ids for t in self.turns(d)]
+
+    def shard_dialogues(self, shard: int) -> list[str]:
+        return [d for d in self.dialogue_ids if shard_of(d, self.n_shards) == shard]
+
+    def shards(self) -> list[int]:
+        """Shards that hold at least one dialogue (an empty shard would be an empty job)."""
+        return sorted({shard_of(d, self.n_shards) for d in self.dialogue_ids})
+
+    def asr_models(self) -> list[str]:
+        return list(self.config["asr"]["models"])
+
+    def judge_cells(self) -> list[JudgeCell]:
+        evaluation = self.config["evaluation"]
+        cells = []
+        for judge in evaluation["judges"]:
+            spec = self.config["judges"][judge]
+            modalities = [m for m in evaluation.get("modalities", ["text", "audio", "audio_text"])
+                          if m in spec.get("modalities", ["text"])]
+            prompts = spec.get("prompts") or evaluation.get("prompts", ["basic"])
+            for modality in modalities:
+                sources = [AUDIO_ONLY_SOURCE] if modality == "audio" else evaluation.get("transcript_sources", ["gt"])
+                for source in sources:
+                    for prompt in prompts:
+                        for condition in evaluation.get("conditions", ["clean"]):
+                            cells.append(JudgeCell(judge, modality, source, prompt, condition))
+        return cells

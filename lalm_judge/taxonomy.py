@@ -1,0 +1,92 @@
+"""Identifiers and label sets shared by every stage: categories, severities, emotions, variant ids."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+CATEGORIES = (
+    "overall",
+    "dangerous",
+    "harassment",
+    "hate",
+    "sexual",
+    "violence",
+    "self_harm",
+    "deception",
+)
+SEVERITIES = (1, 2, 3, 4, 5)
+SAFE_SEVERITY = 0
+
+# The DeepDialogue emotion label set (20 labels); rewrites must pick their new emotion from it.
+EMOTIONS = (
+    "neutral",
+    "happy",
+    "sad",
+    "angry",
+    "fearful",
+    "surprised",
+    "disgusted",
+    "excited",
+    "curious",
+    "amused",
+    "enthusiastic",
+    "relaxed",
+    "grateful",
+    "hopeful",
+    "proud",
+    "anxious",
+    "frustrated",
+    "confused",
+    "disappointed",
+    "embarrassed",
+)
+
+_SLUG = re.compile(r"^[a-z0-9_]+$")
+_VARIANT = re.compile(r"^(?P<d>[a-z0-9_]+)\.t(?P<t>\d+)\.(?P<c>[a-z_]+)\.s(?P<s>[1-5])$")
+
+
+class InvalidIdentifier(ValueError):
+    """An identifier that would be unsafe as a path component or does not follow the id grammar."""
+
+
+def validate_dialogue_id(dialogue_id: str) -> str:
+    """Return the id if it is a slug `[a-z0-9_]+`; reject `/`, `..`, spaces and anything else."""
+    if not isinstance(dialogue_id, str) or not _SLUG.match(dialogue_id):
+        raise InvalidIdentifier(
+            f"invalid dialogue id {dialogue_id!r}: ids must match [a-z0-9_]+ "
+            "(no '/', '..', spaces, dots or upper case); rename the dialogue"
+        )
+    return dialogue_id
+
+
+def slugify(name: str) -> str:
+    """Turn a free-form name (e.g. a DeepDialogue folder 'art_22_4') into a valid dialogue id."""
+    slug = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")
+    return validate_dialogue_id(slug)
+
+
+@dataclass(frozen=True)
+class VariantKey:
+    """Which turn of which dialogue is replaced, by what category and severity."""
+
+    dialogue_id: str
+    turn_index: int
+    category: str
+    severity: int
+
+    @property
+    def variant_id(self) -> str:
+        return f"{self.dialogue_id}.t{self.turn_index}.{self.category}.s{self.severity}"
+
+    @classmethod
+    def parse(cls, variant_id: str) -> VariantKey:
+        match = _VARIANT.match(variant_id)
+        if not match or match["c"] not in CATEGORIES:
+            raise InvalidIdentifier(f"invalid variant id {variant_id!r}; expected '<dialogue>.t<turn>.<category>.s<1-5>'")
+        return cls(match["d"], int(match["t"]), match["c"], int(match["s"]))
+
+
+def original_id(dialogue_id: str) -> str:
+    """Sample id of the safe original dialogue (severity 0)."""
+    return f"{dialogue_id}.original"

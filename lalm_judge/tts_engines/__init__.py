@@ -1,0 +1,1 @@
+"""TTS engine implementations; import them through `lalm_judge.tts.ENGINES`."""

@@ -1,0 +1,21 @@
+rule transcribe_dialogue:
+    input:
+        dialogue="results/corpus/{dialogue}/dialogue.json",
+        variants=get_variant_tables,
+        tts=get_tts_tables,
+    output:
+        table="results/asr/{asr}/{dialogue}.parquet",
+    log:
+        "logs/asr/{asr}/{dialogue}.log",
+    params:
+        model_options=get_asr_model_options,
+        config_hash=CONFIG_HASH,
+        seed=SEED,
+    threads: 2
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    conda:
+        "../envs/asr.yaml"
+    script:
+        "../workflow_scripts/transcribe_dialogue.py"

@@ -1,0 +1,122 @@
+# Helpers shared by the rules: the plan (dialogues, turns, shards, judge cells) as a pure function
+# of the config, and the get_<thing>(wildcards) input functions.
+import os
+
+from lalm_judge.config import check_config
+from lalm_judge.io import stable_hash
+from lalm_judge.plan import Plan, source_from_token
+
+check_config(config)
+PLAN = Plan(config)
+CONFIG_HASH = stable_hash(config)
+SEED = config["seed"]
+
+
+wildcard_constraints:
+    dialogue=r"[a-z0-9_]+",
+    turn=r"\d+",
+    asr=r"[a-z0-9_]+",
+    judge=r"[a-z0-9_]+",
+    modality=r"text|audio|audio_text",
+    source=r"gt|none|asr\.[a-z0-9_]+",
+    prompt=r"[a-z]+",
+    condition=r"[a-z0-9_\-]+",
+    shard=r"\d+",
+    sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
+
+
+def get_corpus_outputs():
+    return expand("results/corpus/{dialogue}/dialogue.json", dialogue=PLAN.dialogue_ids)
+
+
+def get_variant_tables(wildcards=None):
+    """All variant tables, or those of one dialogue when called with a `dialogue` wildcard."""
+    pairs = PLAN.dialogue_turn_pairs()
+    if wildcards is not None and "dialogue" in wildcards.keys():
+        pairs = [(d, t) for d, t in pairs if d == wildcards.dialogue]
+    return [f"results/variants/{d}/t{t}.parquet" for d, t in pairs]
+
+
+def get_tts_tables(wildcards=None):
+    return [p.replace("results/variants/", "results/tts/") for p in get_variant_tables(wildcards)]
+
+
+def get_asr_tables(wildcards=None):
+    dialogues = [wildcards.dialogue] if wildcards is not None else PLAN.dialogue_ids
+    return expand("results/asr/{asr}/{dialogue}.parquet", asr=PLAN.asr_models(), dialogue=dialogues)
+
+
+def get_asr_tables_by_model(wildcards):
+    return {m: f"results/asr/{m}/{wildcards.dialogue}.parquet" for m in PLAN.asr_models()}
+
+
+def get_manifests():
+    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.dialogue_ids)
+
+
+def get_shard_manifests(wildcards):
+    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(int(wildcards.shard)))
+
+
+def get_shard_indexes():
+    return expand("results/manifests/shards/shard{shard}.json", shard=PLAN.shards())
+
+
+def get_score_shards():
+    return [
+        f"results/scores/{c.judge}/{c.modality}-{c.source_token}/{c.prompt}/{c.condition}/shard{k}.parquet"
+        for c in PLAN.judge_cells()
+        for k in PLAN.shards()
+    ]
+
+
+def get_prompt_file(wildcards):
+    """The prompt template, relative to the working directory (which may differ from the checkout)."""
+    return os.path.relpath(os.path.join(workflow.basedir, "prompts", f"{wildcards.prompt}.yaml"))
+
+
+def get_judge_spec(wildcards):
+    return config["judges"][wildcards.judge]
+
+
+def get_judge_resource(name, default):
+    """Resource of a judge job from the judge registry (`judges.<name>.resources`)."""
+
+    def resource(wildcards):
+        return config["judges"][wildcards.judge].get("resources", {}).get(name, default)
+
+    return resource
+
+
+def get_transcript_source(wildcards):
+    return source_from_token(wildcards.source)
+
+
+def get_asr_model_options(wildcards):
+    return config["asr"]["models"][wildcards.asr]
+
+
+def get_tts_conda_env(wildcards):
+    engines = {v["engine"] for v in config["tts"]["voices"].values()}
+    return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"
+
+
+def get_judge_conda_env(wildcards):
+    backend = config["judges"][wildcards.judge]["backend"]
+    return "../envs/judge-vllm.yaml" if backend == "vllm" else "../envs/judge-hf.yaml"
+
+
+def get_final_outputs():
+    return [
+        *get_manifests(),
+        *get_score_shards(),
+        "results/summary/audio_accounting.json",
+        "results/metrics/cells.parquet",
+        "results/report/index.html",
+    ]
+
+
+# Jobs in per-rule conda envs import the library from the checkout, not from an installed copy.
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in (workflow.basedir, os.environ.get("PYTHONPATH", "")) if p
+)

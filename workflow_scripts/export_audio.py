@@ -1,0 +1,7 @@
+from lalm_judge.logs import log_to
+from lalm_judge.manifest import export_sample_audio
+
+with log_to(snakemake.log[0]):
+    export_sample_audio(
+        snakemake.input.manifest, snakemake.wildcards.sample, snakemake.output.wav, snakemake.params.sample_rate
+    )

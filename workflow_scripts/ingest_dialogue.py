@@ -1,0 +1,13 @@
+from lalm_judge.corpus import ingest
+from lalm_judge.logs import log_to
+
+with log_to(snakemake.log[0]):
+    ingest(
+        snakemake.params.corpus,
+        snakemake.wildcards.dialogue,
+        out_json=snakemake.output.dialogue,
+        clips_dir=snakemake.output.clips,
+        sample_rate=snakemake.params.sample_rate,
+        voices=snakemake.params.voices,
+        min_turns=snakemake.params.corpus["min_turns"],
+    )

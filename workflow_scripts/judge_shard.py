@@ -1,0 +1,18 @@
+from lalm_judge.judges.base import JudgeSpec
+from lalm_judge.judging import score_cell
+from lalm_judge.logs import log_to
+from lalm_judge.manifest import read_shard_index
+
+with log_to(snakemake.log[0]):
+    score_cell(
+        read_shard_index(snakemake.input.shard_index),
+        JudgeSpec.from_config(snakemake.wildcards.judge, snakemake.params.spec),
+        modality=snakemake.wildcards.modality,
+        transcript_source=snakemake.params.transcript_source,
+        prompt_path=snakemake.input.prompt,
+        condition=snakemake.wildcards.condition,
+        out_path=snakemake.output.scores,
+        shard=int(snakemake.wildcards.shard),
+        audio_sample_rate=snakemake.params.audio_sample_rate,
+        seed=snakemake.params.seed,
+    )
