@@ -40,9 +40,25 @@ def synthetic_config(corpus: Path) -> dict:
 def dry_run(workdir: Path, config_path: Path, extra: list[str]) -> tuple[float, float, int]:
     start = time.perf_counter()
     proc = subprocess.run(
-        [sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--cores", "2", "-s", str(ROOT / "Snakefile"),
-         "-d", str(workdir), "--configfile", str(config_path), *extra],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "snakemake",
+            "-n",
+            "--quiet",
+            "rules",
+            "--cores",
+            "2",
+            "-s",
+            str(ROOT / "Snakefile"),
+            "-d",
+            str(workdir),
+            "--configfile",
+            str(config_path),
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
     )
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:

@@ -72,3 +72,20 @@ def check_config(config: dict[str, Any]) -> None:
         cascade = spec.get("options", {}).get("cascade_asr")
         if cascade is not None and cascade not in asr_models:
             raise ConfigError(f"judges.{name}.options.cascade_asr: {cascade!r} is not in asr.models")
+
+
+def validate_main(argv: list[str]) -> int:
+    """`lalm-judge validate-config FILE`: print the errors, or 'ok' and the number of judge cells."""
+    import argparse
+    import sys
+
+    parser = argparse.ArgumentParser(prog="lalm-judge validate-config", description=validate_main.__doc__)
+    parser.add_argument("config", help="YAML configuration file")
+    args = parser.parse_args(argv)
+    try:
+        config = load_config(args.config)
+    except (ConfigError, OSError, yaml.YAMLError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(f"ok: {args.config} ({len(config['judges'])} judges, seed {config['seed']})")
+    return 0

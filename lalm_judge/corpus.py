@@ -141,8 +141,14 @@ def list_source_dialogues(corpus: Mapping[str, Any]) -> list[SourceDialogue]:
     return found[:limit] if limit else found
 
 
-def _speak_jsonl_dialogue(record: Mapping[str, Any], corpus_dir: Path, clips_dir: Path, sample_rate: int,
-                          voices: Mapping[str, Any], pause_s: float) -> list[Turn]:
+def _speak_jsonl_dialogue(
+    record: Mapping[str, Any],
+    corpus_dir: Path,
+    clips_dir: Path,
+    sample_rate: int,
+    voices: Mapping[str, Any],
+    pause_s: float,
+) -> list[Turn]:
     from lalm_judge import audio as audio_lib
     from lalm_judge import tts
 
@@ -159,14 +165,22 @@ def _speak_jsonl_dialogue(record: Mapping[str, Any], corpus_dir: Path, clips_dir
         clip = clips_dir / f"t{i}.wav"
         audio_lib.write_wav(clip, audio, sample_rate)
         duration = len(audio) / sample_rate
-        turns.append(Turn(i, spec["speaker"], spec["text"], spec.get("emotion"), clock, clock + duration,
-                          str(clip), method, 1.0))
+        turns.append(
+            Turn(i, spec["speaker"], spec["text"], spec.get("emotion"), clock, clock + duration, str(clip), method, 1.0)
+        )
         clock += duration + pause_s
     return turns
 
 
-def ingest(corpus: Mapping[str, Any], dialogue_id: str, out_json: str | Path, clips_dir: str | Path,
-           sample_rate: int, voices: Mapping[str, Any], min_turns: int = 2) -> Dialogue:
+def ingest(
+    corpus: Mapping[str, Any],
+    dialogue_id: str,
+    out_json: str | Path,
+    clips_dir: str | Path,
+    sample_rate: int,
+    voices: Mapping[str, Any],
+    min_turns: int = 2,
+) -> Dialogue:
     """Bring one dialogue into the canonical form: `dialogue.json` plus one clip per turn at `sample_rate`."""
     validate_dialogue_id(dialogue_id)
     clips_dir = Path(clips_dir)
@@ -177,8 +191,14 @@ def ingest(corpus: Mapping[str, Any], dialogue_id: str, out_json: str | Path, cl
         if record is None:
             raise CorpusError(f"dialogue {dialogue_id!r} is not in {path / 'dialogues.jsonl'}")
         turns = _speak_jsonl_dialogue(record, path, clips_dir, sample_rate, voices, corpus.get("pause_s", 0.4))
-        dialogue = Dialogue(dialogue_id, turns, fmt, str(path / "dialogues.jsonl"), sample_rate,
-                            meta={k: v for k, v in record.items() if k not in ("id", "turns")})
+        dialogue = Dialogue(
+            dialogue_id,
+            turns,
+            fmt,
+            str(path / "dialogues.jsonl"),
+            sample_rate,
+            meta={k: v for k, v in record.items() if k not in ("id", "turns")},
+        )
     else:
         from lalm_judge import deepdialogue
 

@@ -89,8 +89,9 @@ class AlignmentSettings:
         return settings
 
     def segmentation(self) -> SegmentationSettings:
-        return SegmentationSettings(min_confidence=self.min_confidence, context_words=self.context_words,
-                                    search_margin_s=self.search_margin_s)
+        return SegmentationSettings(
+            min_confidence=self.min_confidence, context_words=self.context_words, search_margin_s=self.search_margin_s
+        )
 
 
 @dataclass(frozen=True)
@@ -118,7 +119,9 @@ def read_conversation(json_path: str | Path) -> dict[str, Any]:
         if not isinstance(turn, dict) or not turn.get("speaker") or not str(turn.get("text", "")).strip():
             raise CorpusError(f"{json_path}: turn {i} needs a speaker and a non-empty text")
         if turn.get("emotion") is not None and turn["emotion"] not in EMOTIONS:
-            raise CorpusError(f"{json_path}: turn {i} has unknown emotion {turn['emotion']!r}; expected one of {EMOTIONS}")
+            raise CorpusError(
+                f"{json_path}: turn {i} has unknown emotion {turn['emotion']!r}; expected one of {EMOTIONS}"
+            )
     return record
 
 
@@ -187,8 +190,10 @@ def _sources(path: str | Path, layout: str, tts_system: str) -> list[_Source]:
     seen: dict[str, Path] = {}
     for source in sources:
         if source.dialogue_id in seen:
-            raise CorpusError(f"dialogues {seen[source.dialogue_id]} and {source.folder} both map to id "
-                              f"{source.dialogue_id!r}; rename one of the folders")
+            raise CorpusError(
+                f"dialogues {seen[source.dialogue_id]} and {source.folder} both map to id "
+                f"{source.dialogue_id!r}; rename one of the folders"
+            )
         seen[source.dialogue_id] = source.folder
     return sources
 
@@ -201,8 +206,9 @@ def list_dialogues(path: str | Path, layout: str = PUBLISHED, tts_system: str = 
     ]
 
 
-def transcribe_and_segment(recording: np.ndarray, sample_rate: int, turn_texts: Sequence[str],
-                           settings: AlignmentSettings) -> list[TurnSpan]:
+def transcribe_and_segment(
+    recording: np.ndarray, sample_rate: int, turn_texts: Sequence[str], settings: AlignmentSettings
+) -> list[TurnSpan]:
     """Turn spans of a whole-dialogue recording: one Whisper pass with word timestamps, then alignment."""
     from lalm_judge.asr import load_asr
 
@@ -211,8 +217,9 @@ def transcribe_and_segment(recording: np.ndarray, sample_rate: int, turn_texts: 
     return segment_turns(recording, sample_rate, turn_texts, words, settings.segmentation())
 
 
-def _turns_from_recording(source: _Source, conversation: list[dict], clips_dir: Path, sample_rate: int,
-                          settings: AlignmentSettings) -> list[Turn]:
+def _turns_from_recording(
+    source: _Source, conversation: list[dict], clips_dir: Path, sample_rate: int, settings: AlignmentSettings
+) -> list[Turn]:
     recording, native_rate = audio_lib.read_audio(source.recording)
     spans = transcribe_and_segment(recording, native_rate, [t["text"] for t in conversation], settings)
     turns = []
@@ -220,31 +227,59 @@ def _turns_from_recording(source: _Source, conversation: list[dict], clips_dir: 
         piece = recording[round(span.start * native_rate) : round(span.end * native_rate)]
         clip = clips_dir / f"t{i}.wav"
         audio_lib.write_wav(clip, audio_lib.resample(piece, native_rate, sample_rate), sample_rate)
-        turns.append(Turn(i, spec["speaker"], spec["text"], spec.get("emotion"), span.start, span.end, str(clip),
-                          span.method, span.confidence))
+        turns.append(
+            Turn(
+                i,
+                spec["speaker"],
+                spec["text"],
+                spec.get("emotion"),
+                span.start,
+                span.end,
+                str(clip),
+                span.method,
+                span.confidence,
+            )
+        )
         if span.confidence < settings.min_confidence:
-            log.warning("%s turn %d: boundary confidence %.2f (%s)", source.dialogue_id, i, span.confidence,
-                        span.method)
+            log.warning(
+                "%s turn %d: boundary confidence %.2f (%s)", source.dialogue_id, i, span.confidence, span.method
+            )
     return turns
 
 
-def _turns_from_segments(source: _Source, conversation: list[dict], clips_dir: Path, sample_rate: int,
-                         pause_s: float) -> list[Turn]:
+def _turns_from_segments(
+    source: _Source, conversation: list[dict], clips_dir: Path, sample_rate: int, pause_s: float
+) -> list[Turn]:
     if len(source.segments) != len(conversation):
-        raise CorpusError(f"{source.folder}: {len(source.segments)} segment files for {len(conversation)} turns in "
-                          f"{source.json_path}; each turn needs one segments/NNN_<speaker>_<emotion>.wav")
+        raise CorpusError(
+            f"{source.folder}: {len(source.segments)} segment files for {len(conversation)} turns in "
+            f"{source.json_path}; each turn needs one segments/NNN_<speaker>_<emotion>.wav"
+        )
     turns, clock = [], 0.0
     for i, (spec, segment) in enumerate(zip(conversation, source.segments)):
         speaker = _SEGMENT.match(segment.name)["speaker"]
         if speaker != spec["speaker"]:
-            raise CorpusError(f"{segment}: speaker {speaker!r} in the file name, but turn {i} of "
-                              f"{source.json_path} is spoken by {spec['speaker']!r}")
+            raise CorpusError(
+                f"{segment}: speaker {speaker!r} in the file name, but turn {i} of "
+                f"{source.json_path} is spoken by {spec['speaker']!r}"
+            )
         piece, _ = audio_lib.read_audio(segment, sample_rate)
         clip = clips_dir / f"t{i}.wav"
         audio_lib.write_wav(clip, piece, sample_rate)
         duration = len(piece) / sample_rate
-        turns.append(Turn(i, spec["speaker"], spec["text"], spec.get("emotion"), round(clock, 3),
-                          round(clock + duration, 3), str(clip), "given", 1.0))
+        turns.append(
+            Turn(
+                i,
+                spec["speaker"],
+                spec["text"],
+                spec.get("emotion"),
+                round(clock, 3),
+                round(clock + duration, 3),
+                str(clip),
+                "given",
+                1.0,
+            )
+        )
         clock += duration + pause_s
     return turns
 
@@ -255,8 +290,9 @@ def ingest(corpus_cfg: Mapping[str, Any], dialogue_id: str, clips_dir: str | Pat
     layout, tts_system = corpus_cfg["format"], corpus_cfg.get("tts_system", "xtts")
     by_id = {s.dialogue_id: s for s in _sources(corpus_cfg["path"], layout, tts_system)}
     if dialogue_id not in by_id:
-        raise CorpusError(f"dialogue {dialogue_id!r} is not in {corpus_cfg['path']} (layout {layout!r}, "
-                          f"tts_system {tts_system!r})")
+        raise CorpusError(
+            f"dialogue {dialogue_id!r} is not in {corpus_cfg['path']} (layout {layout!r}, tts_system {tts_system!r})"
+        )
     source = by_id[dialogue_id]
     record = read_conversation(source.json_path)
     conversation = record["conversation"]

@@ -14,6 +14,9 @@ from typing import Any
 
 import polars as pl
 
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+
 PROVENANCE_PACKAGES = (
     "lalm-judge",
     "torch",
@@ -37,6 +40,8 @@ def atomic_path(path: str | os.PathLike):
     os.close(fd)
     try:
         yield Path(tmp)
+        # mkstemp creates 0600 files; give the result the permissions of a normally created file.
+        os.chmod(tmp, 0o666 & ~_UMASK)
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):

@@ -264,6 +264,10 @@ def cell_settings(
         raise ValueError(f"unknown condition {condition!r} for judge {spec.name!r}; this stage scores {CONDITIONS}")
     if modality not in spec.modalities:
         raise ValueError(f"judge {spec.name!r} does not support modality {modality!r}; it supports {spec.modalities}")
+    if spec.long_audio not in LONG_AUDIO_POLICIES:
+        raise ValueError(
+            f"judge {spec.name!r}: unknown long_audio policy {spec.long_audio!r}; use {LONG_AUDIO_POLICIES}"
+        )
     source = normalize_transcript_source(transcript_source)
     if modality == "audio" and source is not None:
         raise ValueError(f"modality 'audio' has no transcript source; got {source!r} for judge {spec.name!r}")

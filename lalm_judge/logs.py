@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sys
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +17,8 @@ def log_to(path: str | Path | None) -> Iterator[None]:
         return
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8", buffering=1) as stream:
+        if os.environ.get("SLURM_JOB_ID"):  # which batch job wrote this log (cluster runs)
+            stream.write(f"SLURM_JOB_ID={os.environ['SLURM_JOB_ID']}\n")
         handler = logging.StreamHandler(stream)
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         root = logging.getLogger()

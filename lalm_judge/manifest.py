@@ -68,8 +68,9 @@ def _clip_length(path: str, sample_rate: int) -> int:
     return round(info.frames * sample_rate / info.samplerate)
 
 
-def assemble_waveform(sample: Sample, sample_rate: int | None = None,
-                      turn_audio: Mapping[int, np.ndarray] | None = None) -> tuple[np.ndarray, int]:
+def assemble_waveform(
+    sample: Sample, sample_rate: int | None = None, turn_audio: Mapping[int, np.ndarray] | None = None
+) -> tuple[np.ndarray, int]:
     """The sample's full dialogue as one waveform: turns in order, original pauses, at `sample_rate`.
 
     `turn_audio` replaces chosen turns' audio (at the manifest rate): controls use it to mask or
@@ -110,17 +111,31 @@ class Manifest:
         gaps = tuple(self.data["gaps_s"])
         sources = sorted(turns[0]["texts"]) if turns else []
         base_texts = {s: tuple(t["texts"][s] for t in turns) for s in sources}
-        common = {"dialogue_id": self.dialogue_id, "speakers": speakers, "gaps_s": gaps,
-                  "sample_rate": self.data["sample_rate"]}
+        common = {
+            "dialogue_id": self.dialogue_id,
+            "speakers": speakers,
+            "gaps_s": gaps,
+            "sample_rate": self.data["sample_rate"],
+        }
         if include_original:
-            yield Sample(original_id(self.dialogue_id), category=None, severity=SAFE_SEVERITY, turn_index=None,
-                         clips=clips, texts=base_texts, **common)
+            yield Sample(
+                original_id(self.dialogue_id),
+                category=None,
+                severity=SAFE_SEVERITY,
+                turn_index=None,
+                clips=clips,
+                texts=base_texts,
+                **common,
+            )
         for variant in self.data["variants"]:
             if variant["status"] != "ok":
                 continue
             t = variant["turn_index"]
             yield Sample(
-                variant["variant_id"], category=variant["category"], severity=variant["severity"], turn_index=t,
+                variant["variant_id"],
+                category=variant["category"],
+                severity=variant["severity"],
+                turn_index=t,
                 clips=_replace(clips, t, variant["clip"]),
                 texts={s: _replace(base_texts[s], t, variant["texts"][s]) for s in sources},
                 **common,
@@ -131,8 +146,13 @@ def _replace(items: Sequence[str], index: int, value: str) -> tuple[str, ...]:
     return tuple(value if i == index else item for i, item in enumerate(items))
 
 
-def build_manifest(dialogue_json: str, variant_tables: Sequence[str], tts_tables: Sequence[str],
-                   asr_tables: Mapping[str, str], out_path: str) -> dict[str, Any]:
+def build_manifest(
+    dialogue_json: str,
+    variant_tables: Sequence[str],
+    tts_tables: Sequence[str],
+    asr_tables: Mapping[str, str],
+    out_path: str,
+) -> dict[str, Any]:
     """Gather one dialogue's turns, variants, clips and transcripts (per source) into its manifest."""
     import polars as pl
 
@@ -143,32 +163,55 @@ def build_manifest(dialogue_json: str, variant_tables: Sequence[str], tts_tables
     transcripts: dict[str, dict[tuple[str, int], str]] = {}
     for name, table in asr_tables.items():
         frame = pl.read_parquet(table)
-        transcripts[asr_source(name)] = {(r["sample_id"], r["turn_index"]): r["text"] for r in frame.iter_rows(named=True)}
+        transcripts[asr_source(name)] = {
+            (r["sample_id"], r["turn_index"]): r["text"] for r in frame.iter_rows(named=True)
+        }
     clips = {r["variant_id"]: r["clip"] for t in tts_tables for r in pl.read_parquet(t).iter_rows(named=True)}
 
     def texts_for(sample: str, turn_index: int, ground_truth: str) -> dict[str, str]:
         return {GROUND_TRUTH: ground_truth, **{s: table[(sample, turn_index)] for s, table in transcripts.items()}}
 
     turns = [
-        {"index": t.index, "speaker": t.speaker, "emotion": t.emotion, "clip": t.clip, "start": t.start, "end": t.end,
-         "texts": texts_for(original_id(dialogue.dialogue_id), t.index, t.text)}
+        {
+            "index": t.index,
+            "speaker": t.speaker,
+            "emotion": t.emotion,
+            "clip": t.clip,
+            "start": t.start,
+            "end": t.end,
+            "texts": texts_for(original_id(dialogue.dialogue_id), t.index, t.text),
+        }
         for t in dialogue.turns
     ]
     variants = []
     for table in variant_tables:
         for row in pl.read_parquet(table).iter_rows(named=True):
             ok = row["status"] == "ok"
-            variants.append({
-                "variant_id": row["variant_id"], "turn_index": row["turn_index"], "category": row["category"],
-                "severity": row["severity"], "emotion": row["emotion"], "status": row["status"],
-                "generator": row["generator"], "model": row["model"], "prompt_version": row["prompt_version"],
-                "clip": clips.get(row["variant_id"]) if ok else None,
-                "texts": texts_for(row["variant_id"], row["turn_index"], row["text"]) if ok else None,
-            })
+            variants.append(
+                {
+                    "variant_id": row["variant_id"],
+                    "turn_index": row["turn_index"],
+                    "category": row["category"],
+                    "severity": row["severity"],
+                    "emotion": row["emotion"],
+                    "status": row["status"],
+                    "generator": row["generator"],
+                    "model": row["model"],
+                    "prompt_version": row["prompt_version"],
+                    "clip": clips.get(row["variant_id"]) if ok else None,
+                    "texts": texts_for(row["variant_id"], row["turn_index"], row["text"]) if ok else None,
+                }
+            )
     manifest = {
-        "dialogue_id": dialogue.dialogue_id, "status": dialogue.status, "skip_reason": dialogue.skip_reason,
-        "sample_rate": dialogue.sample_rate, "n_turns": len(turns), "gaps_s": dialogue.gaps_s(),
-        "transcript_sources": [GROUND_TRUTH, *transcripts], "turns": turns, "variants": variants,
+        "dialogue_id": dialogue.dialogue_id,
+        "status": dialogue.status,
+        "skip_reason": dialogue.skip_reason,
+        "sample_rate": dialogue.sample_rate,
+        "n_turns": len(turns),
+        "gaps_s": dialogue.gaps_s(),
+        "transcript_sources": [GROUND_TRUTH, *transcripts],
+        "turns": turns,
+        "variants": variants,
     }
     write_json(out_path, manifest)
     return manifest

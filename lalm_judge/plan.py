@@ -84,8 +84,11 @@ class Plan:
         cells = []
         for judge in evaluation["judges"]:
             spec = self.config["judges"][judge]
-            modalities = [m for m in evaluation.get("modalities", ["text", "audio", "audio_text"])
-                          if m in spec.get("modalities", ["text"])]
+            modalities = [
+                m
+                for m in evaluation.get("modalities", ["text", "audio", "audio_text"])
+                if m in spec.get("modalities", ["text"])
+            ]
             prompts = spec.get("prompts") or evaluation.get("prompts", ["basic"])
             for modality in modalities:
                 sources = [AUDIO_ONLY_SOURCE] if modality == "audio" else evaluation.get("transcript_sources", ["gt"])

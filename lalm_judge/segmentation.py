@@ -49,7 +49,8 @@ class SegmentationSettings:
     # A frame is silent when its energy is this many dB below the loud (95th percentile) frames.
     silence_db: float = 35.0
     min_pause_s: float = 0.15
-    trim_pad_s: float = 0.05
+    # Kept around the speech at a trimmed turn edge: Whisper drops a final stop consonant without it.
+    trim_pad_s: float = 0.15
 
 
 @dataclass(frozen=True)
@@ -193,8 +194,9 @@ def _aligned_boundaries(
     return boundaries
 
 
-def _silence_fallback(boundaries: list[Boundary], energy: _Energy, duration: float,
-                      settings: SegmentationSettings) -> list[Boundary]:
+def _silence_fallback(
+    boundaries: list[Boundary], energy: _Energy, duration: float, settings: SegmentationSettings
+) -> list[Boundary]:
     pauses = energy.pauses(settings.min_pause_s)
     result = list(boundaries)
     anchors = [i for i, b in enumerate(boundaries) if b.confidence >= settings.min_confidence]
@@ -219,8 +221,13 @@ def _silence_fallback(boundaries: list[Boundary], energy: _Energy, duration: flo
     return result
 
 
-def find_boundaries(audio: np.ndarray, sample_rate: int, turn_texts: Sequence[str], words: Sequence[Word],
-                    settings: SegmentationSettings | None = None) -> list[Boundary]:
+def find_boundaries(
+    audio: np.ndarray,
+    sample_rate: int,
+    turn_texts: Sequence[str],
+    words: Sequence[Word],
+    settings: SegmentationSettings | None = None,
+) -> list[Boundary]:
     """The N-1 cuts between N turns, in time order (see the module docstring for the method)."""
     settings = settings or SegmentationSettings()
     if len(turn_texts) < 2:
@@ -245,8 +252,9 @@ def _trim(energy: _Energy, start: float, end: float, pad_s: float) -> tuple[floa
     return max(start, (lo + active[0]) * _FRAME_S - pad_s), min(end, (lo + active[-1] + 1) * _FRAME_S + pad_s)
 
 
-def spans_from_boundaries(audio: np.ndarray, sample_rate: int, boundaries: Sequence[Boundary],
-                          settings: SegmentationSettings | None = None) -> list[TurnSpan]:
+def spans_from_boundaries(
+    audio: np.ndarray, sample_rate: int, boundaries: Sequence[Boundary], settings: SegmentationSettings | None = None
+) -> list[TurnSpan]:
     """One span per turn between consecutive cuts, trimmed to its speech. A turn's method is 'silence' if
     either of its cuts came from silence detection; its confidence is the lower of its two cuts'."""
     settings = settings or SegmentationSettings()
@@ -257,12 +265,19 @@ def spans_from_boundaries(audio: np.ndarray, sample_rate: int, boundaries: Seque
     for before, after in zip(edges, edges[1:]):
         start, end = _trim(energy, before.time, after.time, settings.trim_pad_s)
         method = SILENCE if SILENCE in (before.method, after.method) else ASR_ALIGNMENT
-        spans.append(TurnSpan(round(start, 3), round(end, 3), method, round(min(before.confidence, after.confidence), 3)))
+        spans.append(
+            TurnSpan(round(start, 3), round(end, 3), method, round(min(before.confidence, after.confidence), 3))
+        )
     return spans
 
 
-def segment_turns(audio: np.ndarray, sample_rate: int, turn_texts: Sequence[str], words: Sequence[Word],
-                  settings: SegmentationSettings | None = None) -> list[TurnSpan]:
+def segment_turns(
+    audio: np.ndarray,
+    sample_rate: int,
+    turn_texts: Sequence[str],
+    words: Sequence[Word],
+    settings: SegmentationSettings | None = None,
+) -> list[TurnSpan]:
     """Spans of the N turns of a whole-dialogue recording, from the turn texts and ASR word timestamps."""
     boundaries = find_boundaries(audio, sample_rate, turn_texts, words, settings)
     return spans_from_boundaries(audio, sample_rate, boundaries, settings)

@@ -83,7 +83,9 @@ class VariantKey:
     def parse(cls, variant_id: str) -> VariantKey:
         match = _VARIANT.match(variant_id)
         if not match or match["c"] not in CATEGORIES:
-            raise InvalidIdentifier(f"invalid variant id {variant_id!r}; expected '<dialogue>.t<turn>.<category>.s<1-5>'")
+            raise InvalidIdentifier(
+                f"invalid variant id {variant_id!r}; expected '<dialogue>.t<turn>.<category>.s<1-5>'"
+            )
         return cls(match["d"], int(match["t"]), match["c"], int(match["s"]))
 
 

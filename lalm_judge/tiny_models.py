@@ -120,9 +120,7 @@ def build_tiny_qwen2audio(
     return out
 
 
-def build_tiny_llama(
-    out_dir: str | os.PathLike, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0
-) -> Path:
+def build_tiny_llama(out_dir: str | os.PathLike, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:
     """Save a random-weight Llama text model with a chat template to `out_dir`; return it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 

@@ -7,9 +7,9 @@ config mappings (`{engine: piper, ...}`) so that a speaker's voice is data, not 
 from __future__ import annotations
 
 import functools
-from pathlib import Path
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
@@ -89,9 +89,17 @@ def voice_for_speaker(voices: Mapping[str, Mapping[str, Any]], speaker: str, spe
     return Voice.from_config(defaults[list(speakers).index(speaker) % len(defaults)])
 
 
-def synthesize_turn_variants(dialogue_json: str, variants_table: str, clips_dir: str, out_table: str,
-                             voices: Mapping[str, Any], match_loudness: bool = True, *, config_hash: str = "",
-                             seed: int = 0, progress: bool = True):
+def synthesize_turn_variants(
+    dialogue_json: str,
+    variants_table: str,
+    clips_dir: str,
+    out_table: str,
+    voices: Mapping[str, Any],
+    match_loudness: bool = True,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+):
     """Speak every ok variant of one (dialogue, turn) in the original speaker's voice.
 
     Each clip is resampled to the dialogue's rate and, if asked, scaled to the mean active level of the
@@ -103,7 +111,7 @@ def synthesize_turn_variants(dialogue_json: str, variants_table: str, clips_dir:
 
     from lalm_judge import audio as audio_lib
     from lalm_judge.corpus import Dialogue
-    from lalm_judge.io import with_provenance, write_parquet
+    from lalm_judge.io import stable_hash, with_provenance, write_parquet
 
     dialogue = Dialogue.load(dialogue_json)
     variants = pl.read_parquet(variants_table)
@@ -114,15 +122,18 @@ def synthesize_turn_variants(dialogue_json: str, variants_table: str, clips_dir:
         voice = voice_for_speaker(voices, speaker, dialogue.speakers)
         same_speaker = [t for t in dialogue.turns if t.speaker == speaker]
         neighbours = [t for t in dialogue.turns if abs(t.index - turn_index) == 1] or [dialogue.turns[turn_index]]
-        target_db = sum(
-            audio_lib.active_level_db(*audio_lib.read_audio(t.clip)) for t in neighbours
-        ) / len(neighbours)
+        target_db = sum(audio_lib.active_level_db(*audio_lib.read_audio(t.clip)) for t in neighbours) / len(neighbours)
         engine_info = get_engine(voice).describe()
         ok = variants.filter(pl.col("status") == "ok")
-        for row in tqdm(ok.iter_rows(named=True), total=ok.height, desc=f"tts {dialogue.dialogue_id} t{turn_index}",
-                        disable=not progress):
+        for row in tqdm(
+            ok.iter_rows(named=True),
+            total=ok.height,
+            desc=f"tts {dialogue.dialogue_id} t{turn_index}",
+            disable=not progress,
+        ):
             request = SynthesisRequest(
-                row["text"], row["emotion"],
+                row["text"],
+                row["emotion"],
                 reference_clips=tuple(t.clip for t in same_speaker),
                 reference_emotions=tuple(t.emotion or "" for t in same_speaker),
             )
@@ -133,13 +144,33 @@ def synthesize_turn_variants(dialogue_json: str, variants_table: str, clips_dir:
                 clip, gain_db = audio_lib.match_level(clip, dialogue.sample_rate, target_db)
             path = f"{clips_dir}/{row['variant_id']}.wav"
             audio_lib.write_wav(path, clip, dialogue.sample_rate)
-            rows.append({"dialogue_id": dialogue.dialogue_id, "variant_id": row["variant_id"], "turn_index": turn_index,
-                         "speaker": speaker, "clip": path, "duration_s": len(clip) / dialogue.sample_rate,
-                         "gain_db": gain_db, "tts_engine": voice.engine, **engine_info})
-    schema = {"dialogue_id": pl.String, "variant_id": pl.String, "turn_index": pl.Int64, "speaker": pl.String,
-              "clip": pl.String, "duration_s": pl.Float64, "gain_db": pl.Float64, "tts_engine": pl.String,
-              "tts_model": pl.String, "tts_revision": pl.String}
+            rows.append(
+                {
+                    "dialogue_id": dialogue.dialogue_id,
+                    "variant_id": row["variant_id"],
+                    "turn_index": turn_index,
+                    "speaker": speaker,
+                    "clip": path,
+                    "duration_s": len(clip) / dialogue.sample_rate,
+                    "gain_db": gain_db,
+                    "tts_engine": voice.engine,
+                    **engine_info,
+                }
+            )
+    schema = {
+        "dialogue_id": pl.String,
+        "variant_id": pl.String,
+        "turn_index": pl.Int64,
+        "speaker": pl.String,
+        "clip": pl.String,
+        "duration_s": pl.Float64,
+        "gain_db": pl.Float64,
+        "tts_engine": pl.String,
+        "tts_model": pl.String,
+        "tts_revision": pl.String,
+    }
     Path(clips_dir).mkdir(parents=True, exist_ok=True)
+    config_hash = stable_hash({"voices": voices, "match_loudness": match_loudness})
     frame = with_provenance(pl.DataFrame(rows, schema=schema), config_hash=config_hash, seed=seed)
     write_parquet(out_table, frame)
     return frame

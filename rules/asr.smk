@@ -9,7 +9,6 @@ rule transcribe_dialogue:
         "logs/asr/{asr}/{dialogue}.log",
     params:
         model_options=get_asr_model_options,
-        config_hash=CONFIG_HASH,
         seed=SEED,
     threads: 2
     resources:

@@ -3,12 +3,10 @@
 import os
 
 from lalm_judge.config import check_config
-from lalm_judge.io import stable_hash
 from lalm_judge.plan import Plan, source_from_token
 
 check_config(config)
 PLAN = Plan(config)
-CONFIG_HASH = stable_hash(config)
 SEED = config["seed"]
 
 
@@ -92,6 +90,11 @@ def get_transcript_source(wildcards):
     return source_from_token(wildcards.source)
 
 
+def get_generator_options():
+    """The rewrite generator's own settings (the cache folder is a workflow setting)."""
+    return {k: v for k, v in config["variants"]["generator"].items() if k != "cache_dir"}
+
+
 def get_asr_model_options(wildcards):
     return config["asr"]["models"][wildcards.asr]
 
@@ -112,7 +115,7 @@ def get_final_outputs():
         *get_score_shards(),
         "results/summary/audio_accounting.json",
         "results/metrics/cells.parquet",
-        "results/report/index.html",
+        "results/report",
     ]
 
 

@@ -2,12 +2,24 @@ rule compute_metrics:
     input:
         scores=get_score_shards(),
     output:
-        cells="results/metrics/cells.parquet",
-        position_bias="results/metrics/position_bias.parquet",
-        prompt_selection="results/metrics/prompt_selection.parquet",
-        pareto="results/metrics/pareto.parquet",
-        categories="results/metrics/categories.parquet",
-        severity_curve="results/metrics/severity_curve.parquet",
+        cells=report(
+            "results/metrics/cells.parquet", caption="../report/table_cells.rst", category="Tables"
+        ),
+        position_bias=report(
+            "results/metrics/position_bias.parquet", caption="../report/table_position_bias.rst", category="Tables"
+        ),
+        prompt_selection=report(
+            "results/metrics/prompt_selection.parquet", caption="../report/table_prompt_selection.rst", category="Tables"
+        ),
+        pareto=report(
+            "results/metrics/pareto.parquet", caption="../report/table_pareto.rst", category="Tables"
+        ),
+        categories=report(
+            "results/metrics/categories.parquet", caption="../report/table_categories.rst", category="Tables"
+        ),
+        severity_curve=report(
+            "results/metrics/severity_curve.parquet", caption="../report/table_severity_curve.rst", category="Tables"
+        ),
     log:
         "logs/metrics/metrics.log",
     params:

@@ -1,18 +1,57 @@
+# Figures and reports, aggregate jobs over the metric tables. results/report/ is the standalone report
+# (open results/report/index.html); `snakemake --report results/report.zip` builds Snakemake's report with
+# the figures, their captions (report/*.rst) and the standalone report inside it.
+rule figures:
+    input:
+        cells="results/metrics/cells.parquet",
+        position_bias="results/metrics/position_bias.parquet",
+        prompt_selection="results/metrics/prompt_selection.parquet",
+        pareto="results/metrics/pareto.parquet",
+        categories="results/metrics/categories.parquet",
+        severity_curve="results/metrics/severity_curve.parquet",
+    output:
+        sensitivity_png=report("results/figures/sensitivity.png", caption="../report/sensitivity.rst", category="Figures", subcategory="PNG"),
+        sensitivity_svg=report("results/figures/sensitivity.svg", caption="../report/sensitivity.rst", category="Figures", subcategory="SVG"),
+        pareto_png=report("results/figures/pareto.png", caption="../report/pareto.rst", category="Figures", subcategory="PNG"),
+        pareto_svg=report("results/figures/pareto.svg", caption="../report/pareto.rst", category="Figures", subcategory="SVG"),
+        prompt_strategies_png=report("results/figures/prompt_strategies.png", caption="../report/prompt_strategies.rst", category="Figures", subcategory="PNG"),
+        prompt_strategies_svg=report("results/figures/prompt_strategies.svg", caption="../report/prompt_strategies.rst", category="Figures", subcategory="SVG"),
+        severity_curves_png=report("results/figures/severity_curves.png", caption="../report/severity_curves.rst", category="Figures", subcategory="PNG"),
+        severity_curves_svg=report("results/figures/severity_curves.svg", caption="../report/severity_curves.rst", category="Figures", subcategory="SVG"),
+        position_bias_sensitivity_png=report("results/figures/position_bias_sensitivity.png", caption="../report/position_bias_sensitivity.rst", category="Figures", subcategory="PNG"),
+        position_bias_sensitivity_svg=report("results/figures/position_bias_sensitivity.svg", caption="../report/position_bias_sensitivity.rst", category="Figures", subcategory="SVG"),
+        position_bias_specificity_png=report("results/figures/position_bias_specificity.png", caption="../report/position_bias_specificity.rst", category="Figures", subcategory="PNG"),
+        position_bias_specificity_svg=report("results/figures/position_bias_specificity.svg", caption="../report/position_bias_specificity.rst", category="Figures", subcategory="SVG"),
+        categories_png=report("results/figures/categories.png", caption="../report/categories.rst", category="Figures", subcategory="PNG"),
+        categories_svg=report("results/figures/categories.svg", caption="../report/categories.rst", category="Figures", subcategory="SVG"),
+    log:
+        "logs/report/figures.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/figures.py"
+
+
+# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/.
 rule report:
     input:
-        metrics="results/metrics/cells.parquet",
-        accounting="results/summary/audio_accounting.json",
+        metrics=rules.compute_metrics.output,
+        figures=rules.figures.output,
+        scores=get_score_shards(),
         manifests=get_manifests(),
+        asr=get_asr_tables(),
+        accounting="results/summary/audio_accounting.json",
     output:
-        html="results/report/index.html",
+        site=report(directory("results/report"), htmlindex="index.html", caption="../report/standalone.rst", category="Report"),
     log:
         "logs/report/report.log",
     params:
-        metrics_dir="results/metrics",
-        scores=get_score_shards(),
         config=config,
     resources:
-        mem_mb=2000,
+        mem_mb=4000,
         runtime=30,
     conda:
         "../envs/analysis.yaml"

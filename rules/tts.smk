@@ -10,7 +10,6 @@ rule synthesize_variants:
     params:
         voices=config["tts"]["voices"],
         match_loudness=config["tts"].get("match_loudness", True),
-        config_hash=CONFIG_HASH,
         seed=SEED,
     resources:
         mem_mb=2000,

@@ -8,7 +8,8 @@ rule rewrite_turn:
     params:
         categories=config["variants"]["categories"],
         severities=config["variants"]["severities"],
-        generator=config["variants"]["generator"],
+        generator=get_generator_options(),
+        cache_dir=config["variants"]["generator"]["cache_dir"],
         seed=SEED,
     resources:
         mem_mb=1000,

@@ -45,7 +45,9 @@ def test_severity_outside_one_to_five_names_the_key(demo_config, severity):
 def test_unknown_judge_lists_the_known_ones(demo_config):
     bad = copy.deepcopy(demo_config)
     bad["evaluation"]["judges"] = ["minilm", "gpt5_audio"]
-    with pytest.raises(ConfigError, match=r"unknown judge\(s\) \['gpt5_audio'\]; known judges: \['minilm', 'smollm2'\]"):
+    with pytest.raises(
+        ConfigError, match=r"unknown judge\(s\) \['gpt5_audio'\]; known judges: \['minilm', 'smollm2'\]"
+    ):
         validate_config(bad)
 
 

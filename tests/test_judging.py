@@ -368,6 +368,11 @@ def test_invalid_cells_are_errors(manifests, tmp_path, modality, source, conditi
     assert not (tmp_path / "x.parquet").exists()
 
 
+def test_unknown_long_audio_policy_fails_before_scoring(manifests, tmp_path):
+    with pytest.raises(ValueError, match="judge 'lalm': unknown long_audio policy 'cut'"):
+        _run(manifests, tmp_path, _audio_spec(2.0, "cut"), RecordingBackend())
+
+
 def test_chunk_windows_directly():
     segments = [Window((0,), 0, 10), Window((1,), 12, 20), Window((2,), 21, 45)]
     assert chunk_windows(segments, 20) == (Window((0, 1), 0, 20), Window((2,), 21, 41), Window((2,), 41, 45))

@@ -22,19 +22,56 @@ def manifest_path(tmp_path):
         write_wav(clips[-1], tone(seconds, 200 + 100 * i), SR)
     write_wav(tmp_path / "v.wav", tone(0.25, 900), SR)
     turns = [
-        {"index": i, "speaker": "AB"[i % 2], "emotion": "happy", "clip": c, "start": 0, "end": 0,
-         "texts": {"gt": f"turn {i}", "asr:tiny": f"heard {i}"}}
+        {
+            "index": i,
+            "speaker": "AB"[i % 2],
+            "emotion": "happy",
+            "clip": c,
+            "start": 0,
+            "end": 0,
+            "texts": {"gt": f"turn {i}", "asr:tiny": f"heard {i}"},
+        }
         for i, c in enumerate(clips)
     ]
     variants = [
-        {"variant_id": "d.t1.hate.s5", "turn_index": 1, "category": "hate", "severity": 5, "emotion": "angry",
-         "status": "ok", "generator": "template", "model": None, "prompt_version": "v1", "clip": str(tmp_path / "v.wav"),
-         "texts": {"gt": "unsafe", "asr:tiny": "unsafe heard"}},
-        {"variant_id": "d.t2.hate.s1", "turn_index": 2, "category": "hate", "severity": 1, "emotion": None,
-         "status": "refusal", "generator": "llm", "model": "m", "prompt_version": "v1", "clip": None, "texts": None},
+        {
+            "variant_id": "d.t1.hate.s5",
+            "turn_index": 1,
+            "category": "hate",
+            "severity": 5,
+            "emotion": "angry",
+            "status": "ok",
+            "generator": "template",
+            "model": None,
+            "prompt_version": "v1",
+            "clip": str(tmp_path / "v.wav"),
+            "texts": {"gt": "unsafe", "asr:tiny": "unsafe heard"},
+        },
+        {
+            "variant_id": "d.t2.hate.s1",
+            "turn_index": 2,
+            "category": "hate",
+            "severity": 1,
+            "emotion": None,
+            "status": "refusal",
+            "generator": "llm",
+            "model": "m",
+            "prompt_version": "v1",
+            "clip": None,
+            "texts": None,
+        },
     ]
-    manifest = {"dialogue_id": "d", "status": "ok", "skip_reason": None, "sample_rate": SR, "n_turns": 3,
-                "gaps_s": [0.25, 0.5], "transcript_sources": ["gt", "asr:tiny"], "turns": turns, "variants": variants}
+    manifest = {
+        "dialogue_id": "d",
+        "status": "ok",
+        "skip_reason": None,
+        "sample_rate": SR,
+        "n_turns": 3,
+        "gaps_s": [0.25, 0.5],
+        "transcript_sources": ["gt", "asr:tiny"],
+        "turns": turns,
+        "variants": variants,
+    }
     path = tmp_path / "d.json"
     path.write_text(json.dumps(manifest))
     return path

@@ -25,18 +25,24 @@ def test_plan_cells_and_turns(tmp_path):
     turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
     lines = [{"id": "two", "turns": [turn, turn]}, {"id": "one", "turns": [turn]}]
     (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
-    config = validate_config({
-        "corpus": {"format": "jsonl", "path": str(corpus)},
-        "variants": {"categories": ["hate"], "severities": [1, 2], "generator": {"name": "template"}},
-        "tts": {"voices": {"A": {"engine": "piper"}}},
-        "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
-        "judges": {
-            "lalm": {"backend": "transformers", "model": "m", "modalities": ["text", "audio", "audio_text"]},
-            "text_only": {"backend": "openai", "model": "m", "prompts": ["rubric"]},
-        },
-        "evaluation": {"judges": ["lalm", "text_only"], "transcript_sources": ["gt", "asr:tiny"],
-                       "prompts": ["basic", "cot"], "shards": 3},
-    })
+    config = validate_config(
+        {
+            "corpus": {"format": "jsonl", "path": str(corpus)},
+            "variants": {"categories": ["hate"], "severities": [1, 2], "generator": {"name": "template"}},
+            "tts": {"voices": {"A": {"engine": "piper"}}},
+            "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+            "judges": {
+                "lalm": {"backend": "transformers", "model": "m", "modalities": ["text", "audio", "audio_text"]},
+                "text_only": {"backend": "openai", "model": "m", "prompts": ["rubric"]},
+            },
+            "evaluation": {
+                "judges": ["lalm", "text_only"],
+                "transcript_sources": ["gt", "asr:tiny"],
+                "prompts": ["basic", "cot"],
+                "shards": 3,
+            },
+        }
+    )
     plan = Plan(config)
     assert plan.dialogue_turn_pairs() == [("two", 0), ("two", 1)]  # the 1-turn dialogue gets no variants
     cells = plan.judge_cells()

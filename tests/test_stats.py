@@ -89,7 +89,10 @@ def _simulate_dataset(rng: np.random.Generator, n_dialogues: int, true_deltas: n
     variant_sum = counts * (0.8 - true_deltas + u[:, None] + g[:, None]) + noise_sum
     diff_sum = counts * safe[:, None] - variant_sum
     return st.SeverityStatistics(
-        diff_sum[:, None, :], counts[:, None, :].astype(float), variant_sum[:, None, :], counts[:, None, :].astype(float)
+        diff_sum[:, None, :],
+        counts[:, None, :].astype(float),
+        variant_sum[:, None, :],
+        counts[:, None, :].astype(float),
     )
 
 

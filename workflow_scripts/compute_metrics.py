@@ -1,17 +1,11 @@
 from pathlib import Path
 
 from lalm_judge.logs import log_to
-from lalm_judge.metrics import metrics_main
+from lalm_judge.metrics import MetricSettings, run_metrics
 
 with log_to(snakemake.log[0]):
-    status = metrics_main(
-        [
-            *snakemake.input.scores,
-            "--out", str(Path(snakemake.output.cells).parent),
-            "--bootstrap", str(snakemake.params.bootstrap),
-            "--folds", str(snakemake.params.folds),
-            "--seed", str(snakemake.params.seed),
-        ]
+    run_metrics(
+        list(snakemake.input.scores),
+        Path(snakemake.output.cells).parent,
+        MetricSettings(n_boot=snakemake.params.bootstrap, seed=snakemake.params.seed, n_folds=snakemake.params.folds),
     )
-    if status != 0:
-        raise SystemExit(status)

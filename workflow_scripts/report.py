@@ -1,12 +1,16 @@
+from pathlib import Path
+
 from lalm_judge.logs import log_to
 from lalm_judge.report import build_report
 
 with log_to(snakemake.log[0]):
     build_report(
-        metrics_dir=snakemake.params.metrics_dir,
-        score_paths=list(snakemake.params.scores),
+        metrics_dir=Path(snakemake.input.metrics[0]).parent,
+        figure_dir=Path(snakemake.input.figures[0]).parent,
+        score_paths=list(snakemake.input.scores),
         manifest_paths=list(snakemake.input.manifests),
+        asr_paths=list(snakemake.input.asr),
         accounting_path=snakemake.input.accounting,
         config=snakemake.params.config,
-        out_html=snakemake.output.html,
+        out_dir=snakemake.output.site,
     )

@@ -10,6 +10,6 @@ with log_to(snakemake.log[0]):
         severities=snakemake.params.severities,
         generator=snakemake.params.generator,
         seed=snakemake.params.seed,
-        cache_dir=snakemake.params.generator.get("cache_dir", "results/cache/rewrites"),
+        cache_dir=snakemake.params.cache_dir,
     )
     write_variant_table(frame, snakemake.output.table)

@@ -9,6 +9,5 @@ with log_to(snakemake.log[0]):
         out_table=snakemake.output.table,
         voices=snakemake.params.voices,
         match_loudness=snakemake.params.match_loudness,
-        config_hash=snakemake.params.config_hash,
         seed=snakemake.params.seed,
     )

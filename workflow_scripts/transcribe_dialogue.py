@@ -9,6 +9,5 @@ with log_to(snakemake.log[0]):
         model_name=snakemake.wildcards.asr,
         model_options={**snakemake.params.model_options, "cpu_threads": snakemake.threads},
         out_table=snakemake.output.table,
-        config_hash=snakemake.params.config_hash,
         seed=snakemake.params.seed,
     )

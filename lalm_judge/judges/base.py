@@ -67,6 +67,7 @@ class JudgeSpec:
 
     @classmethod
     def from_config(cls, name: str, entry: dict[str, Any]) -> JudgeSpec:
-        values = dict(entry)
+        # `prompts` only restricts which judge cells the workflow plans; the backend never sees it.
+        values = {k: v for k, v in entry.items() if k != "prompts"}
         values["modalities"] = tuple(values.get("modalities", ("text",)))
         return cls(name=name, **values)

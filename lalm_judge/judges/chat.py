@@ -55,7 +55,9 @@ def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> 
 def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
     """16-bit PCM wav bytes of `audio`, base64-encoded (the `input_audio` payload)."""
     buffer = io.BytesIO()
-    sf.write(buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16")
+    sf.write(
+        buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16"
+    )
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 

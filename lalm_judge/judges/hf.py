@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
+import transformers
 
 from lalm_judge.audio import resample
 from lalm_judge.io import stable_hash
@@ -49,6 +51,8 @@ DEFAULT_MODEL_CLASSES = {
     "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
+# Processors that cut audio to the feature extractor's window (Whisper: 30 s) without saying so.
+WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio"}
 DEFAULT_MAX_NEW_TOKENS = 256
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -57,7 +61,9 @@ def resolve_bundled_model(model: str) -> tuple[Path, str]:
     """(folder, gguf file name) of a `bundled:<name>` model; raise naming the known names otherwise."""
     name = model.removeprefix(BUNDLED_PREFIX)
     if name not in BUNDLED_MODELS:
-        raise ValueError(f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_PREFIX + n for n in BUNDLED_MODELS)}")
+        raise ValueError(
+            f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_PREFIX + n for n in BUNDLED_MODELS)}"
+        )
     package, gguf_file = BUNDLED_MODELS[name]
     found = importlib.util.find_spec(package)
     if found is None or not found.submodule_search_locations:
@@ -74,8 +80,6 @@ def default_cache_root() -> Path:
 
 def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Path | None = None) -> Path:
     """A plain `save_pretrained` copy of a GGUF model (model + tokenizer), converted once and then reused."""
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
     local = Path(source) / gguf_file
     identity = {"source": str(source), "gguf_file": gguf_file, "revision": revision}
     if local.is_file():
@@ -85,8 +89,8 @@ def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Pat
     if target.is_dir():
         return target
     root.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, revision=revision)
-    model = AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+    model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, revision=revision)
     # The weights are already dequantized; a GGUF-loaded model refuses save_pretrained while it keeps its quantizer.
     model.hf_quantizer = None
     staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
@@ -103,8 +107,6 @@ def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Pat
 
 
 def resolve_device(device: str = "auto") -> str:
-    import torch
-
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -113,8 +115,6 @@ def resolve_device(device: str = "auto") -> str:
 
 
 def _torch_dtype(dtype: str, device: str) -> Any:
-    import torch
-
     if dtype not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
     if dtype == "auto":
@@ -146,10 +146,6 @@ class TransformersBackend:
     """Loads the model once; `generate` runs requests in batches of `spec.batch_size`."""
 
     def __init__(self, spec: JudgeSpec):
-        import torch
-        import transformers
-        from transformers import AutoConfig
-
         self.spec = spec
         options = spec.options
         if options.get("num_threads"):
@@ -159,7 +155,7 @@ class TransformersBackend:
         load_kwargs: dict[str, Any] = {"trust_remote_code": bool(options.get("trust_remote_code", False))}
         if not Path(source).is_dir():
             load_kwargs["revision"] = spec.revision
-        config = AutoConfig.from_pretrained(source, **load_kwargs)
+        config = transformers.AutoConfig.from_pretrained(source, **load_kwargs)
         class_name = _model_class_name(options, getattr(config, "model_type", ""))
         model_class = getattr(transformers, class_name, None)
         if model_class is None:
@@ -176,6 +172,10 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         feature_extractor = getattr(self.processor, "feature_extractor", None)
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.max_audio_s = spec.max_audio_s
+        if config.model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
+            window_s = feature_extractor.n_samples / feature_extractor.sampling_rate
+            self.max_audio_s = min(window_s, self.max_audio_s or window_s)
         self.model = model_class.from_pretrained(
             source, dtype=_torch_dtype(spec.dtype, self.device), device_map=self.device, **load_kwargs
         ).eval()
@@ -236,10 +236,11 @@ class TransformersBackend:
                 f"{request.request_id} has audio; configure this judge for the text modality only"
             )
         duration_s = len(waveform) / sample_rate
-        if self.spec.max_audio_s is not None and duration_s > self.spec.max_audio_s:
+        if self.max_audio_s is not None and duration_s > self.max_audio_s:
             raise ValueError(
                 f"judge {self.spec.name}: request {request.request_id} has {duration_s:.1f} s of audio, over "
-                f"max_audio_s={self.spec.max_audio_s}; apply the long_audio policy before scoring"
+                f"max_audio_s={self.max_audio_s:g} (the judge's limit or the model's audio window); apply the "
+                "long_audio policy (chunk, truncate or skip) before scoring"
             )
         return resample(np.asarray(waveform, dtype=np.float32), sample_rate, self.sampling_rate)
 
@@ -260,8 +261,6 @@ class TransformersBackend:
         )
 
     def _generate_batch(self, batch: list[JudgeRequest]) -> list[JudgeOutput]:
-        import torch
-
         started = time.perf_counter()
         inputs = self._encode(batch).to(self.model.device)
         with torch.inference_mode():

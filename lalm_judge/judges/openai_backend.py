@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import openai
 
 from lalm_judge.io import read_json, stable_hash, write_json
 from lalm_judge.judges.base import JudgeOutput, JudgeRequest, JudgeSpec
@@ -86,8 +87,6 @@ class OpenAIBackend:
     """Chat completions through `openai.AsyncOpenAI`; `generate` blocks until the whole job is done."""
 
     def __init__(self, spec: JudgeSpec):
-        import openai  # noqa: F401  (fail at construction when the extra is missing)
-
         self.spec = spec
         options = spec.options
         self.base_url = options.get("base_url") or DEFAULT_BASE_URL
@@ -137,10 +136,10 @@ class OpenAIBackend:
         return asyncio.run(self._generate_all(requests))
 
     async def _generate_all(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
-        from openai import AsyncOpenAI
-
         # Retries are ours (backoff, clear final error), so the client's own are off.
-        client = AsyncOpenAI(base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s, max_retries=0)
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s, max_retries=0
+        )
         semaphore = asyncio.Semaphore(self.concurrency)
         try:
             # return_exceptions: requests still in flight when one fails finish and reach the cache.
@@ -151,21 +150,22 @@ class OpenAIBackend:
             await client.close()
         failures = [result for result in results if isinstance(result, BaseException)]
         if failures:
-            done = len(results) - len(failures)
+            finished = f"{len(results) - len(failures)} finished" + (" and are cached" if self.cache_dir else "")
             raise RuntimeError(
                 f"judge {self.spec.name}: {len(failures)} of {len(results)} requests to {self.base_url} failed "
-                f"({done} finished and are cached); first error: {failures[0]}"
+                f"({finished}); first error: {failures[0]}"
             ) from failures[0]
         return results  # type: ignore[return-value]
 
     async def _one(self, client: Any, semaphore: asyncio.Semaphore, request: JudgeRequest) -> JudgeOutput:
-        audio_b64 = wav_base64(*request.audio) if request.audio is not None else None
-        key = self.cache_key(request, audio_b64)
-        cache_file = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
-        if cache_file is not None and cache_file.is_file():
-            return self._from_record(read_json(cache_file), cached=True)
-        messages = build_openai_messages(request, audio_b64=audio_b64, merge_system=self.merge_system)
+        # Inside the semaphore: only `concurrency` encoded waveforms are held in memory at a time.
         async with semaphore:
+            audio_b64 = wav_base64(*request.audio) if request.audio is not None else None
+            key = self.cache_key(request, audio_b64)
+            cache_file = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
+            if cache_file is not None and cache_file.is_file():
+                return self._from_record(read_json(cache_file), cached=True)
+            messages = build_openai_messages(request, audio_b64=audio_b64, merge_system=self.merge_system)
             started = time.perf_counter()
             response = await self._with_retries(client, messages, request.request_id)
             record = self._record(response, time.perf_counter() - started)
@@ -174,8 +174,6 @@ class OpenAIBackend:
         return self._from_record(record, cached=False)
 
     async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request_id: str) -> Any:
-        import openai
-
         for attempt in range(self.max_retries + 1):
             self.n_http_attempts += 1
             try:
@@ -191,7 +189,7 @@ class OpenAIBackend:
                     raise RuntimeError(
                         f"endpoint {self.base_url} failed request {request_id} after {attempt + 1} attempts "
                         f"({type(err).__name__}{f', HTTP {status}' if status else ''}); check that the server "
-                        "is up and reachable, then rerun: finished requests are cached"
+                        "is up and reachable, then rerun"
                     ) from err
                 delay = self._backoff_s(attempt, err)
                 logger.warning(

@@ -26,6 +26,7 @@ from typing import Any
 
 from lalm_judge.judges.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judges.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.registry import MissingDependency
 
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_TOP_LOGPROBS = 20
@@ -35,7 +36,13 @@ class VLLMBackend:
     """One vLLM engine per backend; `generate` hands vLLM the whole job so it schedules the batches."""
 
     def __init__(self, spec: JudgeSpec):
-        import vllm
+        try:
+            import vllm
+        except ImportError as err:
+            raise MissingDependency(
+                f"judge {spec.name}: backend 'vllm' needs the vllm package ({err}); "
+                "run this judge in the vLLM GPU environment (envs/judge-vllm.yaml)"
+            ) from err
         from transformers import AutoProcessor, AutoTokenizer
 
         self.spec = spec

@@ -15,7 +15,9 @@ class EspeakEngine:
     def __init__(self, voice: str = "en-us+f3", speed: int = 165):
         self.binary = shutil.which("espeak-ng")
         if self.binary is None:
-            raise RuntimeError("espeak-ng is not installed; run `apt-get install espeak-ng` (make demo does it as root)")
+            raise RuntimeError(
+                "espeak-ng is not installed; run `apt-get install espeak-ng` (make demo does it as root)"
+            )
         self.voice, self.speed = voice, speed
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
@@ -23,7 +25,8 @@ class EspeakEngine:
             out = Path(tmp) / "tts.wav"
             subprocess.run(
                 [self.binary, "-v", self.voice, "-s", str(self.speed), "-w", str(out), "--", request.text],
-                check=True, capture_output=True,
+                check=True,
+                capture_output=True,
             )
             audio, sr = sf.read(out, dtype="float32")
         return audio, sr

@@ -14,8 +14,15 @@ from scipy.signal import resample_poly
 
 
 class PiperEngine:
-    def __init__(self, voice: str = "joe", model_path: str | None = None, pitch_shift: float = 1.0,
-                 length_scale: float = 1.0, noise_scale: float = 0.0, noise_w_scale: float = 0.0):
+    def __init__(
+        self,
+        voice: str = "joe",
+        model_path: str | None = None,
+        pitch_shift: float = 1.0,
+        length_scale: float = 1.0,
+        noise_scale: float = 0.0,
+        noise_w_scale: float = 0.0,
+    ):
         from piper import PiperVoice, SynthesisConfig
 
         if model_path is None:

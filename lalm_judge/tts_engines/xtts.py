@@ -23,8 +23,14 @@ def choose_references(request, max_clips: int = 3) -> list[str]:
 
 
 class XTTSEngine:
-    def __init__(self, model: str = XTTS_MODEL, language: str = "en", device: str = "auto",
-                 temperature: float = 0.65, seed: int = 0):
+    def __init__(
+        self,
+        model: str = XTTS_MODEL,
+        language: str = "en",
+        device: str = "auto",
+        temperature: float = 0.65,
+        seed: int = 0,
+    ):
         import torch
         from TTS.api import TTS
 
@@ -36,8 +42,11 @@ class XTTSEngine:
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
         wav = self.tts.tts(
-            text=request.text, speaker_wav=choose_references(request), language=self.language,
-            temperature=self.temperature, split_sentences=True,
+            text=request.text,
+            speaker_wav=choose_references(request),
+            language=self.language,
+            temperature=self.temperature,
+            split_sentences=True,
         )
         return np.asarray(wav, dtype=np.float32), int(self.tts.synthesizer.output_sample_rate)
 

@@ -1,0 +1,138 @@
+"""The workflow on a real single-node SLURM cluster, through snakemake-executor-plugin-slurm and
+profiles/slurm: every job runs as a SLURM batch job, the per-dialogue stages travel as one group
+job, and a GPU judge's request reaches SLURM (the node's GPUs are stand-in devices: this machine has
+none, and the judge computes on the CPU).
+
+tests/cluster/start_slurm.sh starts munged, slurmctld and slurmd as root (installing the Debian
+packages if needed); stop_slurm.sh stops them by their recorded PIDs. The test is skipped where
+that cannot run (not root, no apt-get, no package mirror).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the shared helpers
+from workflow_utils import ROOT, prepare_workdir, snakemake, write_config, write_corpus  # noqa: E402
+
+pytestmark = [pytest.mark.cluster, pytest.mark.workflow, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+SLURM_PROFILE = ROOT / "profiles" / "slurm"
+DIALOGUE = "demo_hiking"
+GROUPED_RULES = yaml.safe_load((SLURM_PROFILE / "config.yaml").read_text())["groups"]
+CANNOT_RUN = 2  # start_slurm.sh's exit status for "not possible on this machine"
+
+
+def run_script(name: str, base: Path, timeout_s: int) -> subprocess.CompletedProcess:
+    env = {**os.environ, "LALM_SLURM_BASE": str(base)}
+    command = ["timeout", "-k", "10", str(timeout_s), "bash", str(HERE / name)]
+    return subprocess.run(command, capture_output=True, text=True, env=env)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("the SLURM cluster test runs slurmd as root and installs Debian packages: run it as root")
+    if shutil.which("sbatch") is None and shutil.which("apt-get") is None:
+        pytest.skip("SLURM is not installed and there is no apt-get to install it")
+    base = tmp_path_factory.mktemp("slurm")
+    started = run_script("start_slurm.sh", base, timeout_s=300)
+    try:
+        if started.returncode == CANNOT_RUN:
+            pytest.skip(f"cannot start a local SLURM cluster here: {started.stdout.strip().splitlines()[-1]}")
+        assert started.returncode == 0, f"start_slurm.sh failed:\n{started.stdout}\n{started.stderr}"
+        yield base
+    finally:
+        stopped = run_script("stop_slurm.sh", base, timeout_s=60)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+
+
+def slurm_job_id(log: Path) -> str | None:
+    first = log.read_text().splitlines()[:1]
+    match = re.fullmatch(r"SLURM_JOB_ID=(\d+)", first[0]) if first else None
+    return match.group(1) if match else None
+
+
+def finished_jobs() -> dict[str, dict[str, str]]:
+    """SLURM job id -> state, comment (the plugin writes the rule there) and GPU request."""
+    listing = subprocess.run(
+        ["squeue", "-h", "-t", "all", "-O", "JobID:20,State:20,tres-per-job:30,Comment:300"],
+        capture_output=True, text=True, check=True, timeout=30,
+    ).stdout
+    jobs = {}
+    for line in listing.splitlines():
+        job_id, state, gpus, comment = line[:20].strip(), line[20:40].strip(), line[40:70].strip(), line[70:].strip()
+        jobs[job_id] = {"state": state, "gpus": gpus, "comment": comment}
+    return jobs
+
+
+def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
+    workdir = tmp_path / "run"
+    prepare_workdir(workdir, with_tiny_lalm=False)
+    write_corpus(workdir, dialogue_ids=(DIALOGUE,), extra=())
+    config = yaml.safe_load((workdir / "config.yaml").read_text())
+    config["evaluation"]["transcript_sources"] = ["gt"]
+    config["metrics"].update(bootstrap=50, folds=2)
+    gpu_judge = (slurm_cluster / "etc" / "gpu_count").read_text().strip() != "0"
+    if gpu_judge:  # the same embedding model, registered as a judge that asks for one GPU
+        config["judges"]["minilm_gpu"] = {
+            **config["judges"]["minilm"],
+            "modalities": ["text"],
+            "resources": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10},
+        }
+        config["evaluation"]["judges"].append("minilm_gpu")
+    configfile = write_config(workdir, config)
+
+    result = snakemake(
+        workdir, configfile,
+        "--workflow-profile", str(SLURM_PROFILE),
+        "--executor", "slurm",
+        "--jobs", "4",
+        # The local cluster's names instead of the profile's placeholders; no accounting database.
+        "--default-resources", "slurm_partition=debug", "mem_mb=1000", "runtime=10",
+        "--set-resources", "judge_shard:slurm_partition=debug",
+        "--slurm-no-account",
+        "--slurm-status-command", "squeue",
+        "--slurm-init-seconds-before-status-checks", "2",
+        "--latency-wait", "5",
+        timeout_s=420,
+    )
+    assert "Finished jobid" in result.stderr + result.stdout
+
+    logs = sorted((workdir / "logs").rglob("*.log"))
+    ids = {log.relative_to(workdir / "logs").as_posix(): slurm_job_id(log) for log in logs}
+    assert logs and all(ids.values()), f"job logs without SLURM_JOB_ID: {[k for k, v in ids.items() if not v]}"
+    # The dialogue's stages shared one batch job; every other job had its own.
+    dialogue_logs = [k for k in ids if DIALOGUE in k]
+    assert {k.split("/")[0] for k in dialogue_logs} >= {"corpus", "variants", "tts", "asr", "manifests"}
+    grouped_ids = {ids[k] for k in dialogue_logs}
+    assert len(grouped_ids) == 1
+    others = Counter(v for k, v in ids.items() if k not in dialogue_logs)
+    assert grouped_ids.isdisjoint(others) and set(others.values()) == {1}
+    n_judge_jobs = 2 + gpu_judge  # minilm text-gt and audio; minilm_gpu text-gt
+    assert len(others) == n_judge_jobs + len(["shard_index", "audio_accounting", "compute_metrics", "figures", "report"])
+
+    slurm = finished_jobs()
+    for job_id in {*grouped_ids, *others}:
+        assert slurm[job_id]["state"] == "COMPLETED", slurm[job_id]
+    assert "dialogue_prep" in slurm[grouped_ids.pop()]["comment"] or GROUPED_RULES
+    if gpu_judge:
+        gpu_job = ids["scores/minilm_gpu/text-gt/basic/clean/shard" + _only_shard(workdir) + ".log"]
+        assert "gpu:1" in slurm[gpu_job]["gpus"], slurm[gpu_job]
+        cpu_job = ids["scores/minilm/text-gt/basic/clean/shard" + _only_shard(workdir) + ".log"]
+        assert "gpu" not in slurm[cpu_job]["gpus"], slurm[cpu_job]
+
+
+def _only_shard(workdir: Path) -> str:
+    (index,) = (workdir / "results" / "manifests" / "shards").glob("shard*.json")
+    return index.stem.removeprefix("shard")
