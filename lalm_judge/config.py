@@ -55,7 +55,8 @@ def check_config(config: dict[str, Any]) -> None:
     if unknown:
         raise ConfigError(f"evaluation.judges: unknown judge(s) {unknown}; known judges: {sorted(judges)}")
     asr_models = config["asr"]["models"]
-    for source in evaluation.get("transcript_sources", ["gt"]):
+    judge_sources = [s for j in evaluation["judges"] for s in judges[j].get("transcript_sources", [])]
+    for source in [*evaluation.get("transcript_sources", ["gt"]), *judge_sources]:
         if source.startswith("asr:") and source[4:] not in asr_models:
             raise ConfigError(
                 f"evaluation.transcript_sources: {source!r} names no model in asr.models ({sorted(asr_models)})"

@@ -7,6 +7,7 @@ cluster nodes that re-parse the workflow see the same plan.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,9 +92,17 @@ class Plan:
             ]
             prompts = spec.get("prompts") or evaluation.get("prompts", ["basic"])
             for modality in modalities:
-                sources = [AUDIO_ONLY_SOURCE] if modality == "audio" else evaluation.get("transcript_sources", ["gt"])
+                all_sources = spec.get("transcript_sources") or evaluation.get("transcript_sources", ["gt"])
+                sources = [AUDIO_ONLY_SOURCE] if modality == "audio" else all_sources
                 for source in sources:
                     for prompt in prompts:
                         for condition in evaluation.get("conditions", ["clean"]):
                             cells.append(JudgeCell(judge, modality, source, prompt, condition))
         return cells
+
+
+def export_checkout_to_jobs(checkout: str) -> None:
+    """Put the checkout first on PYTHONPATH so jobs (also in per-rule conda envs and on cluster nodes,
+    which inherit the environment) import this copy of `lalm_judge`."""
+    paths = [checkout, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != checkout]]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)

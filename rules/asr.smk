@@ -10,7 +10,7 @@ rule transcribe_dialogue:
     params:
         model_options=get_asr_model_options,
         seed=SEED,
-    threads: 2
+    threads: get_asr_threads
     resources:
         mem_mb=4000,
         runtime=120,

@@ -3,7 +3,7 @@
 import os
 
 from lalm_judge.config import check_config
-from lalm_judge.plan import Plan, source_from_token
+from lalm_judge.plan import Plan, export_checkout_to_jobs, source_from_token
 
 check_config(config)
 PLAN = Plan(config)
@@ -73,8 +73,27 @@ def get_prompt_file(wildcards):
     return os.path.relpath(os.path.join(workflow.basedir, "prompts", f"{wildcards.prompt}.yaml"))
 
 
+# Keys of a judge entry that choose cells or schedule jobs change no score: kept out of params, so
+# editing them reruns nothing. resources.gpu stays: it sets vLLM's tensor parallel size.
+JUDGE_SCHEDULING_KEYS = ("prompts", "transcript_sources", "conda_env", "description", "resources")
+
+
 def get_judge_spec(wildcards):
-    return config["judges"][wildcards.judge]
+    entry = config["judges"][wildcards.judge]
+    spec = {k: v for k, v in entry.items() if k not in JUDGE_SCHEDULING_KEYS}
+    if "gpu" in entry.get("resources", {}):
+        spec["resources"] = {"gpu": entry["resources"]["gpu"]}
+    return spec
+
+
+def get_report_config():
+    """The config sections the report shows; job resources are left out so tuning them reruns nothing."""
+    return {
+        "seed": config["seed"],
+        "evaluation": config["evaluation"],
+        "metrics": config["metrics"],
+        "judges": {n: {k: v for k, v in s.items() if k != "resources"} for n, s in config["judges"].items()},
+    }
 
 
 def get_judge_resource(name, default):
@@ -99,14 +118,19 @@ def get_asr_model_options(wildcards):
     return config["asr"]["models"][wildcards.asr]
 
 
+def get_asr_threads(wildcards):
+    return config["asr"]["models"][wildcards.asr].get("cpu_threads", 2)
+
+
 def get_tts_conda_env(wildcards):
     engines = {v["engine"] for v in config["tts"]["voices"].values()}
     return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"
 
 
 def get_judge_conda_env(wildcards):
-    backend = config["judges"][wildcards.judge]["backend"]
-    return "../envs/judge-vllm.yaml" if backend == "vllm" else "../envs/judge-hf.yaml"
+    spec = config["judges"][wildcards.judge]
+    default = "../envs/judge-vllm.yaml" if spec["backend"] == "vllm" else "../envs/judge-hf.yaml"
+    return spec.get("conda_env", default)
 
 
 def get_final_outputs():
@@ -119,7 +143,5 @@ def get_final_outputs():
     ]
 
 
-# Jobs in per-rule conda envs import the library from the checkout, not from an installed copy.
-os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in (workflow.basedir, os.environ.get("PYTHONPATH", "")) if p
-)
+# Jobs in per-rule conda envs import the library from this checkout, not from an installed copy.
+export_checkout_to_jobs(workflow.basedir)

@@ -18,6 +18,7 @@ rule judge_shard:
     threads: get_judge_resource("threads", 1)
     resources:
         gpu=get_judge_resource("gpu", 0),
+        gpu_model=get_judge_resource("gpu_model", ""),
         mem_mb=get_judge_resource("mem_mb", 4000),
         runtime=get_judge_resource("runtime", 60),
         cpus_per_gpu=get_judge_resource("cpus_per_gpu", 4),

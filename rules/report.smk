@@ -49,7 +49,7 @@ rule report:
     log:
         "logs/report/report.log",
     params:
-        config=config,
+        config=get_report_config(),
     resources:
         mem_mb=4000,
         runtime=30,

@@ -50,9 +50,19 @@ def plan_of(workdir: Path, config: dict) -> Plan:
     return Plan(config)
 
 
-def dry_run(workdir: Path, config: dict, name: str) -> list[PlannedJob]:
-    configfile = write_config(workdir, config, name=f"{name}.yaml")
-    result = snakemake(workdir, configfile, "-n", "--workflow-profile", str(DEFAULT_PROFILE), timeout_s=300)
+def dry_run(workdir: Path, config: dict) -> list[PlannedJob]:
+    """The jobs `snakemake -n` plans for `config` against the completed run in `workdir`.
+
+    The config replaces config.yaml for the call (the Snakefile's `configfile:` would otherwise be
+    merged under it, and a key deleted in `config` would survive).
+    """
+    configfile = workdir / "config.yaml"
+    completed_config = configfile.read_text()
+    write_config(workdir, config)
+    try:
+        result = snakemake(workdir, configfile, "-n", "--workflow-profile", str(DEFAULT_PROFILE), timeout_s=300)
+    finally:
+        configfile.write_text(completed_config)
     return planned_jobs(result)
 
 
@@ -75,7 +85,7 @@ def test_the_default_profile_sets_the_documented_triggers():
 
 def test_an_unchanged_rerun_schedules_nothing(completed_run):
     workdir, config = completed_run
-    assert dry_run(workdir, config, "unchanged") == []
+    assert dry_run(workdir, config) == []
 
 
 def test_adding_a_judge_schedules_its_jobs_and_the_aggregates(completed_run):
@@ -84,7 +94,7 @@ def test_adding_a_judge_schedules_its_jobs_and_the_aggregates(completed_run):
     changed["judges"]["minilm_rubric"] = {**changed["judges"]["minilm"], "prompts": ["rubric"]}
     changed["evaluation"]["judges"].append("minilm_rubric")
 
-    jobs = dry_run(workdir, changed, "added_judge")
+    jobs = dry_run(workdir, changed)
 
     plan = plan_of(workdir, changed)
     expected = {score_path(c, k) for c in plan.judge_cells() if c.judge == "minilm_rubric" for k in plan.shards()}
@@ -103,7 +113,7 @@ def test_adding_a_prompt_schedules_only_that_prompts_cells(completed_run, where)
         del changed["judges"]["minilm"]["prompts"]
         assert changed["evaluation"]["prompts"] == ["basic", "rubric"]
 
-    jobs = dry_run(workdir, changed, f"added_prompt_{where}")
+    jobs = dry_run(workdir, changed)
 
     plan = plan_of(workdir, changed)
     expected = {score_path(c, k) for c in plan.judge_cells() if c.prompt == "rubric" for k in plan.shards()}
@@ -120,7 +130,7 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
     original_corpus = corpus_file.read_text()
     try:
         write_corpus(workdir, dialogue_ids=(*TEST_DIALOGUES, new))
-        jobs = dry_run(workdir, config, "added_dialogue")
+        jobs = dry_run(workdir, config)
         plan = plan_of(workdir, config)
     finally:
         corpus_file.write_text(original_corpus)
@@ -152,7 +162,7 @@ def test_changing_a_metric_setting_reruns_only_the_aggregates(completed_run):
     changed = copy.deepcopy(config)
     changed["metrics"]["bootstrap"] = config["metrics"]["bootstrap"] + 1
 
-    jobs = dry_run(workdir, changed, "changed_bootstrap")
+    jobs = dry_run(workdir, changed)
 
     assert {job.rule for job in jobs} == AGGREGATES
     assert "Params have changed" in next(job.reason for job in jobs if job.rule == "compute_metrics")
@@ -163,4 +173,4 @@ def test_tuning_a_judges_resources_reruns_nothing(completed_run):
     changed = copy.deepcopy(config)
     changed["judges"]["minilm"]["resources"] = {"mem_mb": 16000, "runtime": 240, "threads": 2}
 
-    assert dry_run(workdir, changed, "tuned_resources") == []
+    assert dry_run(workdir, changed) == []

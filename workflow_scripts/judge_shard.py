@@ -1,9 +1,10 @@
+from lalm_judge.gpu import job_gpus
 from lalm_judge.judges.base import JudgeSpec
 from lalm_judge.judging import score_cell
 from lalm_judge.logs import log_to
 from lalm_judge.manifest import read_shard_index
 
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
     score_cell(
         read_shard_index(snakemake.input.shard_index),
         JudgeSpec.from_config(snakemake.wildcards.judge, snakemake.params.spec),

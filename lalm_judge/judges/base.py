@@ -67,7 +67,7 @@ class JudgeSpec:
 
     @classmethod
     def from_config(cls, name: str, entry: dict[str, Any]) -> JudgeSpec:
-        # `prompts` only restricts which judge cells the workflow plans; the backend never sees it.
-        values = {k: v for k, v in entry.items() if k != "prompts"}
+        # Workflow-only keys: which cells are planned and which conda env runs them.
+        values = {k: v for k, v in entry.items() if k not in ("prompts", "transcript_sources", "conda_env")}
         values["modalities"] = tuple(values.get("modalities", ("text",)))
         return cls(name=name, **values)

@@ -21,6 +21,7 @@ Options (`spec.options`):
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
 import os
@@ -205,7 +206,8 @@ class TransformersBackend:
         config = type(config).from_dict(config.to_dict())
         # Sampling knobs left in a checkpoint's config only trigger warnings under greedy decoding.
         config.update(do_sample=False, temperature=None, top_p=None, top_k=None, max_new_tokens=max_new_tokens)
-        config.update(return_dict_in_generate=True, output_logits=self.score_ids is not None)
+        # First-step logits are kept for P(safe): from options.score_tokens or a request's answer_tokens.
+        config.update(return_dict_in_generate=True, output_logits=True)
         if config.pad_token_id is None:
             config.pad_token_id = self.tokenizer.pad_token_id
         return config
@@ -267,7 +269,7 @@ class TransformersBackend:
             result = self.model.generate(**inputs, generation_config=self.generation_config)
         prompt_length = inputs["input_ids"].shape[1]
         generated = result.sequences[:, prompt_length:].tolist()
-        first_logprobs = torch.log_softmax(result.logits[0].float(), dim=-1) if self.score_ids is not None else None
+        first_logprobs = torch.log_softmax(result.logits[0].float(), dim=-1)
         latency_s = (time.perf_counter() - started) / len(batch)
         outputs = []
         for row, tokens in enumerate(generated):
@@ -278,11 +280,21 @@ class TransformersBackend:
                     latency_s=latency_s,
                     n_input_tokens=int(inputs["attention_mask"][row].sum()),
                     n_output_tokens=n_output,
-                    p_safe=self._p_safe(first_logprobs[row]) if first_logprobs is not None else None,
+                    p_safe=self._p_safe(first_logprobs[row], batch[row]),
                 )
             )
         return outputs
 
-    def _p_safe(self, logprobs: Any) -> float | None:
-        safe, unsafe = self.score_ids  # type: ignore[misc]
+    def _p_safe(self, logprobs: Any, request: JudgeRequest) -> float | None:
+        score_ids = self.score_ids
+        if score_ids is None and request.answer_tokens:
+            score_ids = self._answer_token_ids(tuple(request.answer_tokens))
+        if score_ids is None:
+            return None
+        safe, unsafe = score_ids
         return p_safe_from_logprobs({token: float(logprobs[token]) for token in safe + unsafe}, safe, unsafe)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - one backend per job; the cache lives as long as the model
+    def _answer_token_ids(self, answer_tokens: tuple[str, str]) -> tuple[list[int], list[int]]:
+        safe, unsafe = answer_tokens
+        return score_token_ids(self.tokenizer, {"safe": [safe], "unsafe": [unsafe]})

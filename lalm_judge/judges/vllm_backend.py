@@ -58,7 +58,7 @@ class VLLMBackend:
             "model": spec.model,
             "revision": spec.revision,
             "dtype": spec.dtype,
-            "tensor_parallel_size": int(options.get("tensor_parallel_size", 1)),
+            "tensor_parallel_size": int(options.get("tensor_parallel_size", spec.resources.get("gpu") or 1)),
             "max_model_len": options.get("max_model_len"),
             "gpu_memory_utilization": float(options.get("gpu_memory_utilization", 0.9)),
             "trust_remote_code": trust_remote_code,

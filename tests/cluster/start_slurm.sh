@@ -53,6 +53,10 @@ if compgen -G "$RUN/*.pid" >/dev/null; then
     bash "$HERE/stop_slurm.sh" || true
 fi
 
+if (exec 3<>/dev/tcp/127.0.0.1/6817) 2>/dev/null; then
+    fail "port 6817 is taken: another slurmctld runs (/etc/slurm/slurm.conf -> $(readlink -f /etc/slurm/slurm.conf)); stop that cluster first"
+fi
+
 missing=()
 for package in "${PACKAGES[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' || missing+=("$package")
