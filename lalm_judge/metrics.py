@@ -676,14 +676,8 @@ def simulate_scores(
                 for severity in severities:
                     variant_id = f"{dialogue_id}.t{turn}.{category}.s{severity}"
                     samples.append((dialogue_id, variant_id, category, severity, turn, n_turns))
-    sample_schema = {
-        "dialogue_id": pl.String,
-        "variant_id": pl.String,
-        "category": pl.String,
-        "severity": pl.Int64,
-        "turn_index": pl.Int64,
-        "n_turns": pl.Int64,
-    }
+    sample_columns = ("dialogue_id", "variant_id", "category", "severity", "turn_index", "n_turns")
+    sample_schema = {name: REQUIRED_COLUMNS[name] for name in sample_columns}
     sample_frame = pl.DataFrame(samples, schema=sample_schema, orient="row")
     cells = pl.DataFrame(
         [

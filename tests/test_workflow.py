@@ -29,9 +29,10 @@ def finished_run(tmp_path_factory):
     return workdir, configfile
 
 
-def test_every_configured_output_exists(finished_run):
+def test_every_configured_output_exists(finished_run, monkeypatch):
     workdir, configfile = finished_run
-    plan = Plan(load_config(configfile) | {})
+    monkeypatch.chdir(workdir)  # the corpus path in the config is relative to the working directory
+    plan = Plan(load_config(configfile))
     for cell in plan.judge_cells():
         for shard in plan.shards():
             path = workdir / (

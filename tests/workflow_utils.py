@@ -77,9 +77,10 @@ def snakemake(
         str(ROOT / "Snakefile"),
         "-d",
         str(workdir),
+        *args,
+        # Last: --configfile takes several values and would swallow a target named after it.
         "--configfile",
         str(configfile),
-        *args,
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
     if check and result.returncode != 0:
