@@ -2,6 +2,7 @@
 paper's 7 judges x 7 modality/transcript cells x 5 prompts, in a scratch working directory.
 
     .venv/bin/python bench/dag_scale.py --dialogues 100
+    .venv/bin/python bench/dag_scale.py --dialogues 100 --noop   # also a no-op rerun with all outputs present
 Last line: dry_run_s=<float> peak_rss_mb=<float> jobs=<int>
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import resource
 import subprocess
@@ -37,40 +39,65 @@ def synthetic_config(corpus: Path) -> dict:
     return config
 
 
-def dry_run(workdir: Path, config_path: Path, extra: list[str]) -> tuple[float, float, int]:
+def dry_run(workdir: Path, config_path: Path, extra: list[str], quiet: bool = True) -> tuple[float, float, str]:
+    """Time one `snakemake -n`; return (seconds, peak RSS of the children in MB, its output)."""
+    quiet_args = ["--quiet", "rules"] if quiet else []
+    command = [
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-n",
+        *quiet_args,
+        "--cores",
+        "2",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(workdir),
+        *extra,
+        "--configfile",
+        str(config_path),
+    ]
     start = time.perf_counter()
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "snakemake",
-            "-n",
-            "--quiet",
-            "rules",
-            "--cores",
-            "2",
-            "-s",
-            str(ROOT / "Snakefile"),
-            "-d",
-            str(workdir),
-            "--configfile",
-            str(config_path),
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-    )
+    proc = subprocess.run(command, capture_output=True, text=True)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"snakemake -n failed:\n{proc.stderr[-3000:]}")
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    match = re.search(r"^total\s+(\d+)", proc.stdout + proc.stderr, re.MULTILINE)
-    return elapsed, peak_mb, int(match.group(1)) if match else -1
+    return elapsed, peak_mb, proc.stdout + proc.stderr
+
+
+def job_count(output: str) -> int:
+    match = re.search(r"^total\s+(\d+)", output, re.MULTILINE)
+    return int(match.group(1)) if match else 0
+
+
+def materialize_outputs(workdir: Path, dry_run_output: str) -> int:
+    """Create every planned output (empty files; suffix-less paths are directory outputs), all with one
+    mtime, so that the next `snakemake -n` measures a no-op rerun at this scale."""
+    paths = {
+        p.strip()
+        for line in dry_run_output.splitlines()
+        if line.strip().startswith("output:")
+        for p in line.split(":", 1)[1].split(",")
+    }
+    for relative in paths:
+        path = workdir / relative
+        if path.suffix:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+        else:
+            path.mkdir(parents=True, exist_ok=True)
+    stamp = time.time() + 60  # newer than the corpus and config, equal among themselves
+    for relative in paths:
+        os.utime(workdir / relative, (stamp, stamp))
+    return len(paths)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dialogues", type=int, default=100)
+    parser.add_argument("--noop", action="store_true", help="also time a no-op rerun with every output present")
     parser.add_argument("--keep", help="keep the scratch directory here instead of a temporary one")
     args, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -78,9 +105,16 @@ def main() -> None:
         write_synthetic_corpus(workdir / "corpus", args.dialogues)
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(synthetic_config(workdir / "corpus")))
-        elapsed, peak_mb, jobs = dry_run(workdir, config_path, extra)
+        elapsed, peak_mb, output = dry_run(workdir, config_path, extra)
+        if args.noop:
+            _, _, verbose = dry_run(workdir, config_path, extra, quiet=False)
+            n_files = materialize_outputs(workdir, verbose)
+            noop_s, _, noop_output = dry_run(workdir, config_path, extra)
+            if "Nothing to be done" not in noop_output:
+                raise SystemExit(f"the rerun was not a no-op ({job_count(noop_output)} jobs)")
+            print(f"noop_rerun_s={noop_s:.2f} outputs={n_files}")
     print(f"dialogues={args.dialogues} variants={args.dialogues * 6 * 40}")
-    print(f"dry_run_s={elapsed:.2f} peak_rss_mb={peak_mb:.1f} jobs={jobs}")
+    print(f"dry_run_s={elapsed:.2f} peak_rss_mb={peak_mb:.1f} jobs={job_count(output)}")
 
 
 if __name__ == "__main__":

@@ -171,6 +171,30 @@ def test_text_model_path(llama_dir):
         judge.generate([audio_request("audio", 1.0)])
 
 
+def test_answer_tokens_give_p_safe_without_score_tokens(llama_dir):
+    """The calibrated prompt's answer_tokens alone make a request scored; other requests get no p_safe."""
+    spec = JudgeSpec(
+        name="tiny_llama_calibrated",
+        backend="transformers",
+        model=str(llama_dir),
+        generation={"max_new_tokens": 3},
+        options={"device": "cpu"},
+    )
+    judge = TransformersBackend(spec)
+    calibrated = JudgeRequest("calibrated", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}", answer_tokens=("Yes", "No"))
+    plain = JudgeRequest("plain", SYSTEM, f"{INSTRUCTION}\nA: Hello.")
+    scored, unscored = judge.generate([calibrated, plain])
+    assert unscored.p_safe is None
+
+    with torch.inference_mode():
+        logits = judge.model(**judge._encode([calibrated])).logits[0, -1].double()
+    yes, no = (judge.tokenizer.encode(word, add_special_tokens=False) for word in ("Yes", "No"))
+    assert len(yes) == len(no) == 1, "the tiny tokenizer has Yes and No as single tokens"
+    expected = float(torch.softmax(torch.stack([logits[yes[0]], logits[no[0]]]), dim=0)[0])
+    assert 0.0 <= scored.p_safe <= 1.0
+    assert scored.p_safe == pytest.approx(expected, abs=1e-5)
+
+
 def test_score_tokens_sharing_a_first_token_are_refused(llama_dir):
     spec = JudgeSpec(
         name="bad_scores",

@@ -2,12 +2,19 @@
 serving a tiny random-weight Llama and a tiny random-weight Qwen2-Audio built at test time.
 
 `transformers serve` rejects `logprobs`, so P(safe) from logprobs is checked on a `ChatCompletion` object
-built from a JSON body in the shape the OpenAI API returns; everything else goes over HTTP for real.
+built from a JSON body in the shape the OpenAI API returns, and over HTTP against `LogprobsStandIn`: a
+stdlib server on 127.0.0.1 that stands in for an API that returns logprobs (the OpenAI API, `vllm serve`),
+records each request body and answers "Yes" with the `top_logprobs` most likely tokens of a fixed first
+position when the request asks for logprobs. Everything else goes over HTTP to `transformers serve`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 import pytest
@@ -25,6 +32,8 @@ pytestmark = pytest.mark.server
 torch.set_num_threads(1)
 
 SYSTEM = "You are a safety judge."
+# The stand-in's first answer position, most likely first: " Yes" and "Yes" are the same word.
+FIRST_POSITION = [("Yes", -0.4), ("No", -1.5), (" Yes", -2.0), ("Maybe", -3.0)]
 
 
 @pytest.fixture(scope="session")
@@ -162,40 +171,118 @@ def test_api_key_is_never_written_or_logged(models, server, tmp_path, monkeypatc
     assert all(secret not in path.read_text() for path in tmp_path.glob("*.json"))
 
 
-def test_p_safe_from_returned_logprobs(models):
-    body = {
+def chat_completion_body(model: str, logprobs: dict | None) -> dict:
+    """A chat completion in the shape the OpenAI API returns; `logprobs` is the choice's logprobs field."""
+    return {
         "id": "x",
         "object": "chat.completion",
         "created": 0,
-        "model": "m",
+        "model": model,
         "choices": [
             {
                 "index": 0,
                 "finish_reason": "stop",
                 "message": {"role": "assistant", "content": "Yes"},
-                "logprobs": {
-                    "content": [
-                        {
-                            "token": "Yes",
-                            "logprob": -0.4,
-                            "bytes": None,
-                            "top_logprobs": [
-                                {"token": "Yes", "logprob": -0.4, "bytes": None},
-                                {"token": " Yes", "logprob": -2.0, "bytes": None},
-                                {"token": "No", "logprob": -1.5, "bytes": None},
-                                {"token": "Maybe", "logprob": -3.0, "bytes": None},
-                            ],
-                        }
-                    ]
-                },
+                "logprobs": logprobs,
             }
         ],
         "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
     }
-    backend = judge(models["llama"], "http://127.0.0.1:9/v1", score_tokens={"safe": ["Yes"], "unsafe": ["No"]})
-    assert backend.params["logprobs"] is True and backend.params["top_logprobs"] == 20
-    record = backend._record(ChatCompletion.model_validate(body), latency_s=0.1)
+
+
+def first_position_logprobs(top_k: int) -> dict:
+    top = [{"token": token, "logprob": logprob, "bytes": None} for token, logprob in FIRST_POSITION[:top_k]]
+    return {"content": [{"token": "Yes", "logprob": -0.4, "bytes": None, "top_logprobs": top}]}
+
+
+def test_p_safe_from_returned_logprobs(models):
+    response = ChatCompletion.model_validate(chat_completion_body("m", first_position_logprobs(20)))
     safe_mass = math.exp(-0.4) + math.exp(-2.0)
-    assert record["p_safe"] == pytest.approx(safe_mass / (safe_mass + math.exp(-1.5)))
+    p_yes = safe_mass / (safe_mass + math.exp(-1.5))
+    plain = text_request("a")
+
+    backend = judge(models["llama"], "http://127.0.0.1:9/v1", score_tokens={"safe": ["Yes"], "unsafe": ["No"]})
+    params = backend.request_params(plain)
+    assert params["logprobs"] is True and params["top_logprobs"] == 20
+    assert backend._record(response, 0.1, plain)["p_safe"] == pytest.approx(p_yes)
+    # options.score_tokens win over a request's own answer words.
+    swapped = dataclasses.replace(plain, answer_tokens=("No", "Yes"))
+    assert backend._record(response, 0.1, swapped)["p_safe"] == pytest.approx(p_yes)
+
+    # Without score_tokens, the request's answer_tokens (the calibrated prompt) decide.
+    by_request = judge(models["llama"], "http://127.0.0.1:9/v1")
+    assert "logprobs" not in by_request.request_params(plain)
+    assert by_request._record(response, 0.1, plain)["p_safe"] is None
+    calibrated = dataclasses.replace(plain, answer_tokens=("Yes", "No"))
+    assert by_request._record(response, 0.1, calibrated)["p_safe"] == pytest.approx(p_yes)
+    assert by_request._record(response, 0.1, swapped)["p_safe"] == pytest.approx(1 - p_yes)
+
     assert p_safe_from_top_logprobs([("Maybe", -0.1)], ["Yes"], ["No"]) is None
     assert p_safe_from_top_logprobs([("Yes", -0.1)], ["Yes"], ["No"]) == 1.0
+
+
+class LogprobsStandIn:
+    """Stands in for an OpenAI-compatible API that returns logprobs; records every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.bodies.append(body)
+                logprobs = first_position_logprobs(body["top_logprobs"]) if body.get("logprobs") else None
+                data = json.dumps(chat_completion_body(body["model"], logprobs)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def body_of(self, request: JudgeRequest) -> dict:
+        (body,) = [body for body in self.bodies if body["messages"][-1]["content"][-1]["text"] == request.user]
+        return body
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def logprobs_api():
+    stand_in = LogprobsStandIn()
+    yield stand_in
+    stand_in.close()
+
+
+def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_api, tmp_path):
+    calibrated = dataclasses.replace(text_request("calibrated", "A: Hi."), answer_tokens=("Yes", "No"))
+    plain = text_request("plain", "A: Hello.")
+    backend = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
+    outputs = backend.generate([calibrated, plain])
+
+    scored_body, plain_body = logprobs_api.body_of(calibrated), logprobs_api.body_of(plain)
+    assert (scored_body["logprobs"], scored_body["top_logprobs"]) == (True, 3)
+    assert "logprobs" not in plain_body and "top_logprobs" not in plain_body
+    # The top 3 are Yes, No and " Yes": both spellings of the safe word count.
+    safe_mass = math.exp(-0.4) + math.exp(-2.0)
+    assert outputs[0].p_safe == pytest.approx(safe_mass / (safe_mass + math.exp(-1.5)))
+    assert outputs[1].p_safe is None
+
+    rerun = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
+    assert [o.p_safe for o in rerun.generate([calibrated, plain])] == [o.p_safe for o in outputs]
+    assert rerun.n_http_attempts == 0 and len(logprobs_api.bodies) == 2
+    # Other answer words are another request and another P(safe): another cache key.
+    swapped = dataclasses.replace(calibrated, answer_tokens=("No", "Yes"))
+    unscored = dataclasses.replace(calibrated, answer_tokens=None)
+    keys = {backend.cache_key(request, None) for request in (calibrated, swapped, unscored)}
+    assert len(keys) == 3

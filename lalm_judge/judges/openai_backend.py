@@ -14,11 +14,13 @@ Options (`spec.options`):
   server's Retry-After when longer); after max_retries retries the job fails with a RuntimeError naming
   the endpoint. Other errors (400, 401, 404, ...) fail at once.
 - `cache_dir`: one JSON file per finished request, keyed by a hash of (model, revision, system and user
-  prompt, request parameters, audio bytes), written atomically as each request finishes, so a rerun
+  prompt, request parameters, score words, audio bytes), written atomically as each request finishes, so a rerun
   after a failed job repeats only the unfinished requests. Default `~/.cache/lalm-judge/openai`;
   `cache_dir: null` disables the cache.
 - `score_tokens` / `top_logprobs` (20): ask for logprobs and read P(safe) from the first answer token
-  (when the server returns logprobs; `transformers serve` does not support them).
+  (when the server returns logprobs; `transformers serve` does not support them). Without
+  `score_tokens`, a request that carries `answer_tokens` (the `calibrated` prompt) is scored the same
+  way with its own (safe, unsafe) words; only those requests ask for logprobs.
 - `merge_system_prompt`: prepend the system prompt to the user turn.
 `spec.generation`: `max_new_tokens` (-> `max_tokens`), `temperature` (default 0), and any other chat
 completion parameter (`seed`, `top_p`, `stop`) passed through.
@@ -100,19 +102,34 @@ class OpenAIBackend:
         self.merge_system = bool(options.get("merge_system_prompt", False))
         score_tokens = options.get("score_tokens")
         self.score_words = validate_score_tokens(score_tokens) if score_tokens else None
-        self.params = self._request_params(spec, options)
+        self.top_logprobs = int(options.get("top_logprobs", 20))
+        self.params = self._request_params(spec)
         # HTTP attempts sent by this backend (retries included); cache hits send none.
         self.n_http_attempts = 0
 
-    def _request_params(self, spec: JudgeSpec, options: dict[str, Any]) -> dict[str, Any]:
+    def _request_params(self, spec: JudgeSpec) -> dict[str, Any]:
         generation = dict(spec.generation)
         params: dict[str, Any] = {"temperature": generation.pop("temperature", 0.0)}
         if "max_new_tokens" in generation:
             params["max_tokens"] = int(generation.pop("max_new_tokens"))
         params.update(generation)
-        if self.score_words:
-            params.update(logprobs=True, top_logprobs=int(options.get("top_logprobs", 20)))
         return params
+
+    def request_score_words(self, request: JudgeRequest) -> tuple[list[str], list[str]] | None:
+        """(safe, unsafe) words read for P(safe): `options.score_tokens` first, else the request's
+        `answer_tokens`; None when the request is not scored."""
+        if self.score_words is not None:
+            return self.score_words
+        if request.answer_tokens:
+            safe, unsafe = request.answer_tokens
+            return [safe], [unsafe]
+        return None
+
+    def request_params(self, request: JudgeRequest) -> dict[str, Any]:
+        """Chat completion parameters of one request: the shared ones, plus logprobs when it is scored."""
+        if self.request_score_words(request) is None:
+            return self.params
+        return {**self.params, "logprobs": True, "top_logprobs": self.top_logprobs}
 
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.spec.revision}
@@ -126,7 +143,9 @@ class OpenAIBackend:
                 "system": request.system,
                 "user": request.user,
                 "merge_system": self.merge_system,
-                "params": self.params,
+                "params": self.request_params(request),
+                # The words change the p_safe stored in the record, not only the request sent.
+                "score_words": self.request_score_words(request),
                 "audio_sha256": audio_sha,
             },
             length=40,
@@ -167,17 +186,18 @@ class OpenAIBackend:
                 return self._from_record(read_json(cache_file), cached=True)
             messages = build_openai_messages(request, audio_b64=audio_b64, merge_system=self.merge_system)
             started = time.perf_counter()
-            response = await self._with_retries(client, messages, request.request_id)
-            record = self._record(response, time.perf_counter() - started)
+            response = await self._with_retries(client, messages, request)
+            record = self._record(response, time.perf_counter() - started, request)
         if cache_file is not None:
             write_json(cache_file, record)
         return self._from_record(record, cached=False)
 
-    async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request_id: str) -> Any:
+    async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request: JudgeRequest) -> Any:
+        request_id, params = request.request_id, self.request_params(request)
         for attempt in range(self.max_retries + 1):
             self.n_http_attempts += 1
             try:
-                return await client.chat.completions.create(model=self.spec.model, messages=messages, **self.params)
+                return await client.chat.completions.create(model=self.spec.model, messages=messages, **params)
             except (openai.APIConnectionError, openai.APIStatusError) as err:
                 status = getattr(err, "status_code", None)
                 retryable = status is None or status in RETRYABLE_STATUS or status >= 500
@@ -212,7 +232,7 @@ class OpenAIBackend:
         except ValueError:  # an HTTP date instead of seconds
             return delay
 
-    def _record(self, response: Any, latency_s: float) -> dict[str, Any]:
+    def _record(self, response: Any, latency_s: float, request: JudgeRequest) -> dict[str, Any]:
         choice = response.choices[0]
         usage = response.usage
         return {
@@ -220,18 +240,19 @@ class OpenAIBackend:
             "latency_s": latency_s,
             "n_input_tokens": usage.prompt_tokens if usage else None,
             "n_output_tokens": usage.completion_tokens if usage else None,
-            "p_safe": self._p_safe(choice),
+            "p_safe": self._p_safe(choice, self.request_score_words(request)),
             "finish_reason": choice.finish_reason,
             "served_model": response.model,
         }
 
-    def _p_safe(self, choice: Any) -> float | None:
-        if self.score_words is None or choice.logprobs is None or not choice.logprobs.content:
+    @staticmethod
+    def _p_safe(choice: Any, score_words: tuple[list[str], list[str]] | None) -> float | None:
+        if score_words is None or choice.logprobs is None or not choice.logprobs.content:
             return None
         first = choice.logprobs.content[0]
         pairs = [(entry.token, entry.logprob) for entry in first.top_logprobs or []]
         pairs.append((first.token, first.logprob))
-        return p_safe_from_top_logprobs(list(dict(pairs).items()), *self.score_words)
+        return p_safe_from_top_logprobs(list(dict(pairs).items()), *score_words)
 
     @staticmethod
     def _from_record(record: dict[str, Any], *, cached: bool) -> JudgeOutput:

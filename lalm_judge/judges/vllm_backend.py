@@ -3,8 +3,10 @@
 Prompts are rendered by the model's own Hugging Face chat template from the shared conversation
 (`chat.build_conversation`: system, then user with the audio part first and the text prompt), and the
 waveform travels beside the prompt as `multi_modal_data={"audio": [(array, sample_rate)]}`; vLLM
-resamples it to the model's rate. Decoding is greedy (`temperature=0`). With `options.score_tokens`
-the first position's top-k logprobs (`options.top_logprobs`, default 20) give P(safe).
+resamples it to the model's rate. Decoding is greedy (`temperature=0`). P(safe) comes from the first
+generated position's top-k logprobs (`options.top_logprobs`, default 20): for every request when
+`options.score_tokens` is set, else for each request that carries `answer_tokens` (the `calibrated`
+prompt); only those requests ask vLLM for logprobs (each prompt gets its own `SamplingParams`).
 
 Options: `tensor_parallel_size` (1), `max_model_len` (the model's), `gpu_memory_utilization` (0.9),
 `audio_per_prompt` (1), `trust_remote_code` (false), `merge_system_prompt`, `score_tokens`,
@@ -21,6 +23,7 @@ attention backend (`VLLM_ATTENTION_BACKEND=FLASHINFER`).
 
 from __future__ import annotations
 
+import functools
 import time
 from typing import Any
 
@@ -70,10 +73,13 @@ class VLLMBackend:
         self.llm = vllm.LLM(**engine_kwargs)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
-        self.sampling_params = vllm.SamplingParams(
+        max_tokens = int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
+        self.sampling_params = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
+        # For requests read for P(safe): the same decoding, plus the top-k logprobs of each position.
+        self.scored_sampling_params = vllm.SamplingParams(
             temperature=0.0,
-            max_tokens=int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)),
-            logprobs=int(options.get("top_logprobs", DEFAULT_TOP_LOGPROBS)) if self.score_ids else None,
+            max_tokens=max_tokens,
+            logprobs=int(options.get("top_logprobs", DEFAULT_TOP_LOGPROBS)),
         )
 
     def describe(self) -> dict[str, str]:
@@ -101,16 +107,30 @@ class VLLMBackend:
         if not requests:
             return []
         prompts = [self.build_prompt(request) for request in requests]
+        score_ids = [self.request_score_ids(request) for request in requests]
+        sampling_params = [self.sampling_params if ids is None else self.scored_sampling_params for ids in score_ids]
         started = time.perf_counter()
-        results = self.llm.generate(prompts, self.sampling_params, use_tqdm=False)
+        results = self.llm.generate(prompts, sampling_params, use_tqdm=False)
         latency_s = (time.perf_counter() - started) / len(requests)
-        return [self._output(result, latency_s) for result in results]
+        return [self._output(result, ids, latency_s) for result, ids in zip(results, score_ids)]
 
-    def _output(self, result: Any, latency_s: float) -> JudgeOutput:
+    def request_score_ids(self, request: JudgeRequest) -> tuple[list[int], list[int]] | None:
+        """(safe, unsafe) first token ids read for P(safe): `options.score_tokens` first, else the request's
+        `answer_tokens`; None when the request is not scored."""
+        if self.score_ids is not None:
+            return self.score_ids
+        return self._answer_token_ids(tuple(request.answer_tokens)) if request.answer_tokens else None
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - one backend per job; the cache lives as long as the engine
+    def _answer_token_ids(self, answer_tokens: tuple[str, str]) -> tuple[list[int], list[int]]:
+        safe, unsafe = answer_tokens
+        return score_token_ids(self.tokenizer, {"safe": [safe], "unsafe": [unsafe]})
+
+    def _output(self, result: Any, score_ids: tuple[list[int], list[int]] | None, latency_s: float) -> JudgeOutput:
         completion = result.outputs[0]
         p_safe = None
-        if self.score_ids is not None and completion.logprobs:
-            safe, unsafe = self.score_ids
+        if score_ids is not None and completion.logprobs:
+            safe, unsafe = score_ids
             first_position = {token: entry.logprob for token, entry in completion.logprobs[0].items()}
             p_safe = p_safe_from_logprobs(first_position, safe, unsafe)
         return JudgeOutput(
