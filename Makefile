@@ -5,7 +5,7 @@ CORES ?= 2
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint setup clean-results
+.PHONY: demo test lint report setup clean-results
 
 setup: $(STAMP)
 
@@ -27,6 +27,10 @@ demo: setup
 
 test: setup
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+# Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
+report: demo
+	$(VENV)/bin/snakemake --report results/report.zip
 
 lint: setup
 	$(VENV)/bin/ruff check .

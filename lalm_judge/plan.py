@@ -50,6 +50,9 @@ class Plan:
         self.config = config
         self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"])
         self.n_shards = config["evaluation"].get("shards", 4)
+        # Input functions run once per job: everything they look up is indexed here, once per parse.
+        self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
+        self._shards = {d.dialogue_id: shard_of(d.dialogue_id, self.n_shards) for d in self.dialogues}
 
     @property
     def dialogue_ids(self) -> list[str]:
@@ -58,24 +61,26 @@ class Plan:
     def usable_dialogues(self) -> list[SourceDialogue]:
         return [d for d in self.dialogues if d.n_turns >= self.config["corpus"].get("min_turns", 2)]
 
-    def turns(self, dialogue_id: str) -> list[int]:
-        """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
-        dialogue = next(d for d in self.dialogues if d.dialogue_id == dialogue_id)
+    def _variant_turns(self, dialogue: SourceDialogue) -> list[int]:
         if dialogue.n_turns < self.config["corpus"].get("min_turns", 2):
             return []
         chosen = self.config["variants"].get("turns", "all")
         indices = range(dialogue.n_turns)
         return list(indices) if chosen == "all" else [t for t in chosen if t < dialogue.n_turns]
 
+    def turns(self, dialogue_id: str) -> list[int]:
+        """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
+        return self._turns[dialogue_id]
+
     def dialogue_turn_pairs(self) -> list[tuple[str, int]]:
-        return [(d, t) for d in self.dialogue_ids for t in self.turns(d)]
+        return [(d, t) for d, turns in self._turns.items() for t in turns]
 
     def shard_dialogues(self, shard: int) -> list[str]:
-        return [d for d in self.dialogue_ids if shard_of(d, self.n_shards) == shard]
+        return [d for d, k in self._shards.items() if k == shard]
 
     def shards(self) -> list[int]:
         """Shards that hold at least one dialogue (an empty shard would be an empty job)."""
-        return sorted({shard_of(d, self.n_shards) for d in self.dialogue_ids})
+        return sorted(set(self._shards.values()))
 
     def asr_models(self) -> list[str]:
         return list(self.config["asr"]["models"])

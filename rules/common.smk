@@ -29,9 +29,10 @@ def get_corpus_outputs():
 
 def get_variant_tables(wildcards=None):
     """All variant tables, or those of one dialogue when called with a `dialogue` wildcard."""
-    pairs = PLAN.dialogue_turn_pairs()
     if wildcards is not None and "dialogue" in wildcards.keys():
-        pairs = [(d, t) for d, t in pairs if d == wildcards.dialogue]
+        pairs = [(wildcards.dialogue, t) for t in PLAN.turns(wildcards.dialogue)]
+    else:
+        pairs = PLAN.dialogue_turn_pairs()
     return [f"results/variants/{d}/t{t}.parquet" for d, t in pairs]
 
 

@@ -118,4 +118,5 @@ def test_export_and_accounting(manifest_path, tmp_path):
     accounting = audio_accounting([str(manifest_path)])
     assert accounting["n_variants"] == 1
     assert accounting["design_audio_s"] == pytest.approx(2.25 + 0.25)
-    assert accounting["naive_full_dialogue_audio_s"] == pytest.approx(1.0 + 0.25 + 0.75 + 0.75)
+    # the original (2.25 s of turns + 0.75 s of pauses) and the variant (0.5 s turn replaced by 0.25 s)
+    assert accounting["naive_full_dialogue_audio_s"] == pytest.approx(3.0 + 2.75)
