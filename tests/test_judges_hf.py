@@ -13,7 +13,6 @@ from lalm_judge.judges import BACKENDS
 from lalm_judge.judges.base import JudgeRequest, JudgeSpec
 from lalm_judge.judges.chat import build_conversation
 from lalm_judge.judges.hf import TransformersBackend, cached_gguf_copy, resolve_bundled_model
-from lalm_judge.tiny_models import build_tiny_llama, build_tiny_qwen2audio
 
 torch.set_num_threads(1)
 
@@ -33,16 +32,6 @@ def tone(seconds: float, sample_rate: int = 22050, frequency: float = 220.0, see
 def audio_request(request_id: str, seconds: float, *, with_transcript: bool = False, seed: int = 0) -> JudgeRequest:
     user = f"{INSTRUCTION}\n{TRANSCRIPT}" if with_transcript else INSTRUCTION
     return JudgeRequest(request_id, SYSTEM, user, audio=(tone(seconds, seed=seed), 22050))
-
-
-@pytest.fixture(scope="session")
-def qwen2audio_dir(tmp_path_factory):
-    return build_tiny_qwen2audio(tmp_path_factory.mktemp("models") / "qwen2audio")
-
-
-@pytest.fixture(scope="session")
-def llama_dir(tmp_path_factory):
-    return build_tiny_llama(tmp_path_factory.mktemp("models") / "llama")
 
 
 @pytest.fixture(scope="module")

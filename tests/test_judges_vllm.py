@@ -24,7 +24,6 @@ import pytest
 
 from lalm_judge.judges.base import JudgeRequest, JudgeSpec
 from lalm_judge.judges.chat import build_conversation
-from lalm_judge.tiny_models import build_tiny_llama, build_tiny_qwen2audio
 
 SCORE_TOKENS = {"safe": ["Yes"], "unsafe": ["No"]}
 
@@ -124,16 +123,6 @@ def vllm_stand_in(monkeypatch):
     module.SamplingParams = SamplingParams
     monkeypatch.setitem(sys.modules, "vllm", module)
     return recorder
-
-
-@pytest.fixture(scope="session")
-def qwen2audio_dir(tmp_path_factory):
-    return build_tiny_qwen2audio(tmp_path_factory.mktemp("models") / "qwen2audio")
-
-
-@pytest.fixture(scope="session")
-def llama_dir(tmp_path_factory):
-    return build_tiny_llama(tmp_path_factory.mktemp("models") / "llama")
 
 
 def requests_with_audio() -> list[JudgeRequest]:

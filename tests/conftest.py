@@ -1,0 +1,15 @@
+"""Fixtures shared across test modules: tiny random-weight models built from configs (about 1 MB each)."""
+
+import pytest
+
+from lalm_judge.tiny_models import build_tiny_llama, build_tiny_qwen2audio
+
+
+@pytest.fixture(scope="session")
+def qwen2audio_dir(tmp_path_factory):
+    return build_tiny_qwen2audio(tmp_path_factory.mktemp("models") / "qwen2audio")
+
+
+@pytest.fixture(scope="session")
+def llama_dir(tmp_path_factory):
+    return build_tiny_llama(tmp_path_factory.mktemp("models") / "llama")
