@@ -57,3 +57,50 @@ def test_xtts_reference_choice_prefers_the_target_emotion():
     assert choose_references(request) == ["b.wav", "d.wav", "a.wav"]
     with pytest.raises(ValueError, match="reference clips"):
         choose_references(SynthesisRequest("x", "angry"))
+
+
+def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path):
+    import polars as pl
+
+    from lalm_judge.audio import active_level_db, read_audio, write_wav
+    from lalm_judge.corpus import Dialogue, Turn
+    from lalm_judge.tts import synthesize_turn_variants
+
+    voices = {"A": {"engine": "piper", "voice": "joe"}, "B": {"engine": "espeak", "voice": "en-us+f3"}}
+    turns = []
+    for i, (speaker, gain) in enumerate([("A", 0.3), ("B", 0.3), ("A", 0.1)]):
+        audio, sr = synthesize(Voice.from_config(voices[speaker]), SynthesisRequest(f"This is turn number {i}."))
+        write_wav(tmp_path / f"t{i}.wav", gain * audio / np.max(np.abs(audio)), sr)
+        turns.append(Turn(i, speaker, f"This is turn number {i}.", "happy", clip=str(tmp_path / f"t{i}.wav")))
+    Dialogue("d", turns, "jsonl", "-", 22050).save(tmp_path / "dialogue.json")
+    variants = pl.DataFrame(
+        {
+            "variant_id": ["d.t1.hate.s1", "d.t1.hate.s5", "d.t1.hate.s3"],
+            "turn_index": [1, 1, 1],
+            "text": ["You are a bit annoying.", "I really despise you.", None],
+            "emotion": ["angry", "angry", None],
+            "status": ["ok", "ok", "refusal"],
+        }
+    )
+    variants.write_parquet(tmp_path / "variants.parquet")
+
+    def run(out):
+        return synthesize_turn_variants(
+            str(tmp_path / "dialogue.json"),
+            str(tmp_path / "variants.parquet"),
+            str(tmp_path / out),
+            str(tmp_path / f"{out}.parquet"),
+            voices,
+            progress=False,
+        )
+
+    table = run("clips")
+    assert table["variant_id"].to_list() == ["d.t1.hate.s1", "d.t1.hate.s5"]  # the refusal is not spoken
+    assert set(table["tts_engine"]) == {"espeak"}  # turn 1 belongs to speaker B
+    neighbours = [active_level_db(*read_audio(tmp_path / f"t{i}.wav")) for i in (0, 2)]
+    for clip in table["clip"]:
+        audio, sr = read_audio(clip)
+        assert sr == 22050
+        assert active_level_db(audio, sr) == pytest.approx(np.mean(neighbours), abs=0.5)
+    again = run("clips_again")
+    assert [read_audio(c)[0].tobytes() for c in table["clip"]] == [read_audio(c)[0].tobytes() for c in again["clip"]]
