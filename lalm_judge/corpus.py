@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -209,7 +209,3 @@ def ingest(
         log.warning("dialogue %s skipped: %s", dialogue_id, dialogue.skip_reason)
     dialogue.save(out_json)
     return dialogue
-
-
-def turn_texts(dialogue: Dialogue) -> Sequence[str]:
-    return [t.text for t in dialogue.turns]

@@ -63,11 +63,6 @@ def write_parquet(path: str | os.PathLike, frame: pl.DataFrame) -> None:
         frame.write_parquet(tmp, compression="zstd", statistics=False)
 
 
-def write_lines(path: str | os.PathLike, lines: Iterable[str]) -> None:
-    with atomic_path(path) as tmp:
-        tmp.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
-
-
 def stable_hash(obj: Any, length: int = 16) -> str:
     """Hash of a JSON-serialisable object that does not depend on dict order or the Python session."""
     blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)

@@ -58,9 +58,6 @@ class Plan:
     def dialogue_ids(self) -> list[str]:
         return [d.dialogue_id for d in self.dialogues]
 
-    def usable_dialogues(self) -> list[SourceDialogue]:
-        return [d for d in self.dialogues if d.n_turns >= self.config["corpus"].get("min_turns", 2)]
-
     def _variant_turns(self, dialogue: SourceDialogue) -> list[int]:
         if dialogue.n_turns < self.config["corpus"].get("min_turns", 2):
             return []
