@@ -25,7 +25,8 @@ demo: setup
 	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES)
 	@echo "Report: results/report/index.html"
 
-test: setup
+# The checks of `make lint` first (style, the import contract, the workflow lint), then the test suite.
+test: lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
@@ -35,6 +36,7 @@ report: demo
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
 	$(VENV)/bin/snakemake --lint --cores 1
 
 clean-results:

@@ -1,8 +1,8 @@
 """Time `snakemake -n` on a synthetic paper-scale workflow: N dialogues x 6 turns x 40 variants, the
 paper's 7 judges x 7 modality/transcript cells x 5 prompts, in a scratch working directory.
 
-    .venv/bin/python bench/dag_scale.py --dialogues 100
-    .venv/bin/python bench/dag_scale.py --dialogues 100 --noop   # also a no-op rerun with all outputs present
+    .venv/bin/python -m bench.dag_scale --dialogues 100
+    .venv/bin/python -m bench.dag_scale --dialogues 100 --noop   # also a no-op rerun with all outputs present
 Last line: dry_run_s=<float> peak_rss_mb=<float> jobs=<int>
 """
 

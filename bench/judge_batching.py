@@ -6,7 +6,7 @@ hidden 256 x 4 layers, audio encoder 128 x 2 layers) judging audio_text requests
 - openai backend against `transformers serve` on 127.0.0.1 serving the same model, concurrency 1 and 8.
 Greedy decoding gives the same answers at every batch size; the script checks that before reporting.
 
-Run: .venv/bin/python bench/judge_batching.py [--requests 32] [--threads 1] [--max-new-tokens 32] [--repeats 2]
+Run: .venv/bin/python -m bench.judge_batching [--requests 32] [--threads 1] [--max-new-tokens 32] [--repeats 2]
 Prints a table and, last, `hf_b1=... hf_b8=... hf_b16=... speedup_b8=... speedup_b16=... openai_c1=... openai_c8=...`
 (samples per second).
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -27,13 +26,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from lalm_judge.judges.base import JudgeRequest, JudgeSpec  # noqa: E402
-from lalm_judge.judges.hf import TransformersBackend  # noqa: E402
-from lalm_judge.judges.openai_backend import OpenAIBackend  # noqa: E402
-from lalm_judge.tiny_models import build_tiny_qwen2audio  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from server_utils import start_transformers_serve, stop_server  # noqa: E402
+from bench.models import build_tiny_qwen2audio  # noqa: E402
+from bench.servers import start_transformers_serve, stop_server  # noqa: E402
+from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec  # noqa: E402
+from lalm_judge.judging.backends.hf import TransformersBackend  # noqa: E402
+from lalm_judge.judging.backends.openai_backend import OpenAIBackend  # noqa: E402
 
 SAMPLE_RATE = 16000
 TRANSCRIPT_LINES = [

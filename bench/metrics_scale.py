@@ -1,11 +1,11 @@
 """Paper-scale metrics benchmark: vectorized cluster bootstrap vs a per-resample polars group_by.
 
 Builds a synthetic score table of paper size (100 dialogues, 24,100 samples x 245 judge cells, about 5.9 M
-rows), times `lalm_judge.metrics.run_metrics` end to end (read parquet, every table, write) with B resamples,
+rows), times `lalm_judge.analysis.engine.run_metrics` end to end (read parquet, every table, write) with B resamples,
 then times the straightforward bootstrap -- resample dialogues, recompute with polars group_by -- on a few
 cells and a small B, and scales it per resample and per cell to the full run.
 
-    POLARS_MAX_THREADS=2 OMP_NUM_THREADS=2 .venv/bin/python bench/metrics_scale.py
+    POLARS_MAX_THREADS=2 OMP_NUM_THREADS=2 .venv/bin/python -m bench.metrics_scale
 
 Last line: `metrics_s=<float> naive_ratio=<float>`.
 """
@@ -21,15 +21,15 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from lalm_judge import metrics
-from lalm_judge.io import write_parquet
-from lalm_judge.stats import bootstrap_weights
+from lalm_judge.analysis import engine as metrics
+from lalm_judge.analysis.stats import bootstrap_weights
+from lalm_judge.core.files import write_parquet
 
 PAPER_MODALITIES = (
     ("text", "gt"),
     ("text", "asr:whisper-large-v3"),
     ("text", "asr:whisper-base"),
-    ("audio", None),
+    ("audio", "none"),
     ("audio_text", "gt"),
     ("audio_text", "asr:whisper-large-v3"),
     ("audio_text", "asr:whisper-base"),

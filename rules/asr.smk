@@ -1,7 +1,6 @@
 rule transcribe_dialogue:
     input:
         dialogue="results/corpus/{dialogue}/dialogue.json",
-        variants=get_variant_tables,
         tts=get_tts_tables,
     output:
         table="results/asr/{asr}/{dialogue}.parquet",

@@ -1,9 +1,12 @@
 # Helpers shared by the rules: the plan (dialogues, turns, shards, judge cells) as a pure function
-# of the config, and the get_<thing>(wildcards) input functions.
+# of the config, and the get_<thing>(wildcards) input functions. Every params value taken from the config
+# is canonical (`canonical`: keys sorted), so reordering or reformatting the config reruns nothing.
 import os
 
-from lalm_judge.config import check_config
-from lalm_judge.plan import Plan, export_checkout_to_jobs, source_from_token
+from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.workflow.config import canonical, check_config
+from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs
 
 check_config(config)
 PLAN = Plan(config)
@@ -15,8 +18,8 @@ wildcard_constraints:
     turn=r"\d+",
     asr=r"[a-z0-9_]+",
     judge=r"[a-z0-9_]+",
-    modality=r"text|audio|audio_text",
-    source=r"gt|none|asr\.[a-z0-9_]+",
+    modality="|".join(MODALITIES),
+    source=TranscriptSource.PATTERN.strip("^$"),
     prompt=r"[a-z]+",
     condition=r"[a-z0-9_\-]+",
     shard=r"\d+",
@@ -57,13 +60,9 @@ def get_shard_manifests(wildcards):
     return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(int(wildcards.shard)))
 
 
-def get_shard_indexes():
-    return expand("results/manifests/shards/shard{shard}.json", shard=PLAN.shards())
-
-
 def get_score_shards():
     return [
-        f"results/scores/{c.judge}/{c.modality}-{c.source_token}/{c.prompt}/{c.condition}/shard{k}.parquet"
+        f"results/scores/{c.judge}/{c.modality}-{c.transcript_source}/{c.prompt}/{c.condition}/shard{k}.parquet"
         for c in PLAN.judge_cells()
         for k in PLAN.shards()
     ]
@@ -74,53 +73,46 @@ def get_prompt_file(wildcards):
     return os.path.relpath(os.path.join(workflow.basedir, "prompts", f"{wildcards.prompt}.yaml"))
 
 
-# Keys of a judge entry that choose cells or schedule jobs change no score: kept out of params, so
-# editing them reruns nothing. resources.gpu stays: it sets vLLM's tensor parallel size.
-JUDGE_SCHEDULING_KEYS = ("prompts", "transcript_sources", "conda_env", "description", "resources")
-
-
 def get_judge_spec(wildcards):
+    """What determines the judge's answers (the registry entry without its schedule and report texts)."""
     entry = config["judges"][wildcards.judge]
-    spec = {k: v for k, v in entry.items() if k not in JUDGE_SCHEDULING_KEYS}
-    if "gpu" in entry.get("resources", {}):
-        spec["resources"] = {"gpu": entry["resources"]["gpu"]}
-    return spec
+    spec = {k: v for k, v in entry.items() if k not in JudgeSpec.NOT_IN_SPEC}
+    return canonical({**spec, "gpus": entry["schedule"]["resources"]["gpu"]})
 
 
 def get_report_config():
-    """The config sections the report shows; job resources are left out so tuning them reruns nothing."""
-    return {
-        "seed": config["seed"],
-        "evaluation": config["evaluation"],
-        "metrics": config["metrics"],
-        "judges": {n: {k: v for k, v in s.items() if k != "resources"} for n, s in config["judges"].items()},
-    }
+    """The config sections the report shows; job schedules are left out so tuning them reruns nothing."""
+    judges = {n: {k: v for k, v in s.items() if k != "schedule"} for n, s in config["judges"].items()}
+    return canonical(
+        {
+            "seed": config["seed"],
+            "evaluation": config["evaluation"],
+            "metrics": config["metrics"],
+            "judges": judges,
+        }
+    )
 
 
-def get_judge_resource(name, default):
-    """Resource of a judge job from the judge registry (`judges.<name>.resources`)."""
+def get_judge_resource(name):
+    """Resource of a judge job from the judge registry (`judges.<name>.schedule.resources`)."""
 
     def resource(wildcards):
-        return config["judges"][wildcards.judge].get("resources", {}).get(name, default)
+        return config["judges"][wildcards.judge]["schedule"]["resources"][name]
 
     return resource
 
 
-def get_transcript_source(wildcards):
-    return source_from_token(wildcards.source)
-
-
 def get_generator_options():
     """The rewrite generator's own settings (the cache folder is a workflow setting)."""
-    return {k: v for k, v in config["variants"]["generator"].items() if k != "cache_dir"}
+    return canonical({k: v for k, v in config["variants"]["generator"].items() if k != "cache_dir"})
 
 
 def get_asr_model_options(wildcards):
-    return config["asr"]["models"][wildcards.asr]
+    return canonical(config["asr"]["models"][wildcards.asr])
 
 
 def get_asr_threads(wildcards):
-    return config["asr"]["models"][wildcards.asr].get("cpu_threads", 2)
+    return config["asr"]["models"][wildcards.asr]["cpu_threads"]
 
 
 def get_tts_conda_env(wildcards):
@@ -129,9 +121,9 @@ def get_tts_conda_env(wildcards):
 
 
 def get_judge_conda_env(wildcards):
-    spec = config["judges"][wildcards.judge]
-    default = "../envs/judge-vllm.yaml" if spec["backend"] == "vllm" else "../envs/judge-hf.yaml"
-    return spec.get("conda_env", default)
+    entry = config["judges"][wildcards.judge]
+    default = "../envs/judge-vllm.yaml" if entry["backend"] == "vllm" else "../envs/judge-hf.yaml"
+    return entry["schedule"].get("conda_env", default)
 
 
 def get_final_outputs():

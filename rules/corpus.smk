@@ -5,9 +5,9 @@ rule ingest_dialogue:
     log:
         "logs/corpus/{dialogue}.log",
     params:
-        corpus=config["corpus"],
+        corpus=canonical(config["corpus"]),
         sample_rate=config["audio"]["sample_rate"],
-        voices=config["tts"]["voices"],
+        voices=canonical(config["tts"]["voices"]),
     resources:
         mem_mb=2000,
         runtime=30,

@@ -12,16 +12,15 @@ rule judge_shard:
         "benchmarks/scores/{judge}/{modality}-{source}/{prompt}/{condition}/shard{shard}.tsv"
     params:
         spec=get_judge_spec,
-        transcript_source=get_transcript_source,
         audio_sample_rate=config["evaluation"]["audio_sample_rate"],
         seed=SEED,
-    threads: get_judge_resource("threads", 1)
+    threads: get_judge_resource("threads")
     resources:
-        gpu=get_judge_resource("gpu", 0),
-        gpu_model=get_judge_resource("gpu_model", ""),
-        mem_mb=get_judge_resource("mem_mb", 4000),
-        runtime=get_judge_resource("runtime", 60),
-        cpus_per_gpu=get_judge_resource("cpus_per_gpu", 4),
+        gpu=get_judge_resource("gpu"),
+        gpu_model=get_judge_resource("gpu_model"),
+        mem_mb=get_judge_resource("mem_mb"),
+        runtime=get_judge_resource("runtime"),
+        cpus_per_gpu=get_judge_resource("cpus_per_gpu"),
     conda:
         get_judge_conda_env
     script:

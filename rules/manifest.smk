@@ -1,7 +1,6 @@
 rule build_manifest:
     input:
         dialogue="results/corpus/{dialogue}/dialogue.json",
-        variants=get_variant_tables,
         tts=get_tts_tables,
         asr=get_asr_tables,
     output:

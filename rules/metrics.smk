@@ -20,6 +20,9 @@ rule compute_metrics:
         severity_curve=report(
             "results/metrics/severity_curve.parquet", caption="../report/table_severity_curve.rst", category="Tables"
         ),
+        parse_status=report(
+            "results/metrics/parse_status.parquet", caption="../report/table_parse_status.rst", category="Tables"
+        ),
     log:
         "logs/metrics/metrics.log",
     params:

@@ -40,7 +40,6 @@ rule report:
     input:
         metrics=rules.compute_metrics.output,
         figures=rules.figures.output,
-        scores=get_score_shards(),
         manifests=get_manifests(),
         asr=get_asr_tables(),
         accounting="results/summary/audio_accounting.json",

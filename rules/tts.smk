@@ -8,8 +8,8 @@ rule synthesize_variants:
     log:
         "logs/tts/{dialogue}/t{turn}.log",
     params:
-        voices=config["tts"]["voices"],
-        match_loudness=config["tts"].get("match_loudness", True),
+        voices=canonical(config["tts"]["voices"]),
+        match_loudness=config["tts"]["match_loudness"],
         seed=SEED,
     resources:
         mem_mb=2000,

@@ -6,8 +6,8 @@ rule rewrite_turn:
     log:
         "logs/variants/{dialogue}/t{turn}.log",
     params:
-        categories=config["variants"]["categories"],
-        severities=config["variants"]["severities"],
+        categories=canonical(config["variants"]["categories"]),
+        severities=canonical(config["variants"]["severities"]),
         generator=get_generator_options(),
         cache_dir=config["variants"]["generator"]["cache_dir"],
         seed=SEED,

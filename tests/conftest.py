@@ -2,7 +2,7 @@
 
 import pytest
 
-from lalm_judge.tiny_models import build_tiny_llama, build_tiny_qwen2audio
+from bench.models import build_tiny_llama, build_tiny_qwen2audio
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,8 @@
 from pathlib import Path
 
-from lalm_judge.logs import log_to
-from lalm_judge.metrics import MetricSettings, run_metrics
+from lalm_judge.analysis.engine import MetricSettings
+from lalm_judge.analysis.stage import run_metrics
+from lalm_judge.core.logs import log_to
 
 with log_to(snakemake.log[0]):
     run_metrics(

@@ -1,5 +1,5 @@
-from lalm_judge.logs import log_to
-from lalm_judge.manifest import export_sample_audio
+from lalm_judge.core.logs import log_to
+from lalm_judge.manifest.samples import export_sample_audio
 
 with log_to(snakemake.log[0]):
     export_sample_audio(

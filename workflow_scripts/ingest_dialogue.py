@@ -1,5 +1,5 @@
-from lalm_judge.corpus import ingest
-from lalm_judge.logs import log_to
+from lalm_judge.core.logs import log_to
+from lalm_judge.data.corpus import ingest
 
 with log_to(snakemake.log[0]):
     ingest(

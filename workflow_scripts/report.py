@@ -1,13 +1,12 @@
 from pathlib import Path
 
-from lalm_judge.logs import log_to
-from lalm_judge.report import build_report
+from lalm_judge.core.logs import log_to
+from lalm_judge.report.site import build_report
 
 with log_to(snakemake.log[0]):
     build_report(
         metrics_dir=Path(snakemake.input.metrics[0]).parent,
         figure_dir=Path(snakemake.input.figures[0]).parent,
-        score_paths=list(snakemake.input.scores),
         manifest_paths=list(snakemake.input.manifests),
         asr_paths=list(snakemake.input.asr),
         accounting_path=snakemake.input.accounting,

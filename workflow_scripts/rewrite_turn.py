@@ -1,6 +1,6 @@
-from lalm_judge.corpus import Dialogue
-from lalm_judge.logs import log_to
-from lalm_judge.variants import rewrite_turn, write_variant_table
+from lalm_judge.core.dialogue import Dialogue
+from lalm_judge.core.logs import log_to
+from lalm_judge.data.variants import rewrite_turn, write_variant_table
 
 with log_to(snakemake.log[0]):
     frame = rewrite_turn(

@@ -1,5 +1,5 @@
-from lalm_judge.logs import log_to
-from lalm_judge.tts import synthesize_turn_variants
+from lalm_judge.audio.synthesis import synthesize_turn_variants
+from lalm_judge.core.logs import log_to
 
 with log_to(snakemake.log[0]):
     synthesize_turn_variants(

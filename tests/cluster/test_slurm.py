@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import subprocess
-import sys
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -22,8 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ holds the shared helpers
-from workflow_utils import ROOT, prepare_workdir, snakemake, write_config, write_corpus  # noqa: E402
+from tests.support.workflow import ROOT, prepare_workdir, snakemake, write_config, write_corpus  # noqa: E402
 
 pytestmark = [pytest.mark.cluster, pytest.mark.workflow, pytest.mark.slow]
 
@@ -94,7 +92,7 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
         config["judges"]["minilm_gpu"] = {
             **config["judges"]["minilm"],
             "modalities": ["text"],
-            "resources": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10},
+            "schedule": {"resources": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10}},
         }
         config["evaluation"]["judges"].append("minilm_gpu")
     configfile = write_config(workdir, config)

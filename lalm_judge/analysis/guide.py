@@ -1,0 +1,194 @@
+"""The practitioner guide: which judge cell to use, derived from the measured metric tables.
+
+For every available input (text only, audio only, audio + transcript) x transcript quality (ground truth,
+each ASR source measured) x priority (sensitivity, specificity, stability) the guide recommends the best
+(judge, modality, transcript source, prompt) among the cells usable with that input:
+
+- text only: the text modality fed the transcript of that quality;
+- audio + transcript: audio-native cells, or text/audio_text cells fed the transcript of that quality;
+- audio only: audio-native cells, or a cascade, i.e. text/audio_text cells fed the transcript of an ASR
+  model run on the audio. Its transcript quality is the ASR model of the cascade, or 'none' for
+  audio-native cells alone; a ground-truth transcript does not exist for audio only, so it has no 'gt' row.
+
+Within a configuration (a cell without its prompt) the prompt is the one chosen by cross-validation for the
+priority's metric (pareto.parquet); a configuration without a CV choice competes with every prompt, and its
+row says the prompt was picked on all data. Stability is the lowest AvgAbsPB of sensitivity, at the prompt
+chosen for sensitivity (as in the Pareto table). Ties on the priority's value are broken by the other two
+priorities (sensitivity, specificity, stability in that order), then by name; `n_tied` counts the other
+candidates with exactly the winner's value. A combination with no usable cell gets a row whose judge is null
+and whose note says why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import polars as pl
+
+from lalm_judge.analysis.engine import CONFIG_KEYS
+from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource
+
+TEXT_ONLY = "text only"
+AUDIO_ONLY = "audio only"
+AUDIO_AND_TRANSCRIPT = "audio + transcript"
+AVAILABLE_INPUTS = (TEXT_ONLY, AUDIO_ONLY, AUDIO_AND_TRANSCRIPT)
+NO_TRANSCRIPT_QUALITY = TranscriptSource.NONE
+TRANSCRIPT_MODALITIES = (TEXT, AUDIO_TEXT)
+CV_CHOICE = "cross-validated"
+IN_SAMPLE_CHOICE = "best on all data (no CV selection)"
+NO_USABLE_CONFIGURATION = "no usable configuration"
+
+
+@dataclass(frozen=True)
+class Priority:
+    """What a practitioner optimizes: a cells.parquet column, its direction, and where its prompt comes from."""
+
+    name: str
+    column: str
+    maximize: bool
+    selected_prompt_column: str
+    ci_columns: tuple[str, str] | None
+
+
+PRIORITIES = (
+    Priority("sensitivity", "sensitivity", True, "prompt_sensitivity", ("sensitivity_lo", "sensitivity_hi")),
+    Priority("specificity", "specificity", True, "prompt_specificity", ("specificity_lo", "specificity_hi")),
+    Priority("stability", "avg_abs_pb_sensitivity", False, "prompt_sensitivity", None),
+)
+
+GUIDE_SCHEMA = {
+    "available_input": pl.String,
+    "transcript_quality": pl.String,
+    "priority": pl.String,
+    "metric": pl.String,
+    "judge": pl.String,
+    "modality": pl.String,
+    "transcript_source": pl.String,
+    "prompt": pl.String,
+    "condition": pl.String,
+    "prompt_choice": pl.String,
+    "value": pl.Float64,
+    "ci_lo": pl.Float64,
+    "ci_hi": pl.Float64,
+    "n_candidates": pl.Int64,
+    "n_tied": pl.Int64,
+    "note": pl.String,
+}
+
+
+def has_transcript(source: str | None) -> bool:
+    return source is not None and TranscriptSource(source).has_transcript
+
+
+def usable(available_input: str, transcript_quality: str, modality: str, source: str | None) -> bool:
+    """Whether a cell (modality, transcript source) can be run with this input and transcript quality."""
+    if available_input == TEXT_ONLY:
+        return modality == TEXT and source == transcript_quality
+    if modality == AUDIO:
+        return not has_transcript(source)
+    if modality not in TRANSCRIPT_MODALITIES:
+        return False
+    if available_input == AUDIO_AND_TRANSCRIPT:
+        return source == transcript_quality
+    if available_input == AUDIO_ONLY:
+        return TranscriptSource(transcript_quality).is_asr and source == transcript_quality
+    raise ValueError(f"unknown available input {available_input!r}; use one of {AVAILABLE_INPUTS}")
+
+
+def transcript_qualities(cells: pl.DataFrame, available_input: str) -> list[str]:
+    """The transcript qualities that apply to an input: 'gt' and each ASR source in the cells table."""
+    asr_sources = sorted(s for s in cells["transcript_source"].drop_nulls().unique() if s.startswith("asr:"))
+    if available_input == AUDIO_ONLY:
+        return [NO_TRANSCRIPT_QUALITY, *asr_sources]
+    return [TranscriptSource.GT, *asr_sources]
+
+
+def candidate_cells(cells: pl.DataFrame, pareto: pl.DataFrame | None, priority: Priority) -> pl.DataFrame:
+    """One row per (configuration, prompt) allowed to compete: the CV-selected prompt where there is one,
+    every prompt of configurations without one; column `prompt_choice` says which."""
+    scored = cells.filter(pl.col(priority.column).is_not_null())
+    if pareto is None or pareto.height == 0:
+        return scored.with_columns(prompt_choice=pl.lit(IN_SAMPLE_CHOICE))
+    selected = pareto.filter(pl.col(priority.selected_prompt_column).is_not_null()).select(
+        *CONFIG_KEYS, pl.col(priority.selected_prompt_column).alias("prompt")
+    )
+    chosen = scored.join(selected, on=[*CONFIG_KEYS, "prompt"], how="semi", nulls_equal=True)
+    unselected = scored.join(selected, on=list(CONFIG_KEYS), how="anti", nulls_equal=True)
+    return pl.concat(
+        [
+            chosen.with_columns(prompt_choice=pl.lit(CV_CHOICE)),
+            unselected.with_columns(prompt_choice=pl.lit(IN_SAMPLE_CHOICE)),
+        ]
+    )
+
+
+def _ranking_key(row: dict[str, Any], priority: Priority) -> tuple:
+    def ordered(p: Priority) -> tuple[bool, float]:
+        value = row.get(p.column)
+        if value is None:
+            return (True, 0.0)  # missing secondary values rank last
+        return (False, -value if p.maximize else value)
+
+    others = [ordered(p) for p in PRIORITIES if p is not priority]
+    names = tuple(row[k] or "" for k in ("judge", "modality", "transcript_source", "prompt"))
+    return (ordered(priority), *others, names)
+
+
+def recommend(
+    candidates: pl.DataFrame, available_input: str, transcript_quality: str, priority: Priority
+) -> dict[str, Any]:
+    """The guide row for one combination, from the candidate cells of the priority (see `candidate_cells`)."""
+    row: dict[str, Any] = {
+        "available_input": available_input,
+        "transcript_quality": transcript_quality,
+        "priority": priority.name,
+        "metric": priority.column,
+    }
+    rows = [
+        r
+        for r in candidates.iter_rows(named=True)
+        if usable(available_input, transcript_quality, r["modality"], r["transcript_source"])
+    ]
+    if not rows:
+        return {
+            **row,
+            "n_candidates": 0,
+            "n_tied": 0,
+            "note": f"{NO_USABLE_CONFIGURATION}: no measured cell with a {priority.column} takes this input",
+        }
+    best = min(rows, key=lambda r: _ranking_key(r, priority))
+    value = best[priority.column]
+    low, high = (best[c] for c in priority.ci_columns) if priority.ci_columns else (None, None)
+    n_tied = sum(1 for r in rows if r is not best and abs(r[priority.column] - value) <= 1e-12)
+    return {
+        **row,
+        **{k: best[k] for k in ("judge", "modality", "transcript_source", "prompt", "condition", "prompt_choice")},
+        "value": value,
+        "ci_lo": low,
+        "ci_hi": high,
+        "n_candidates": len(rows),
+        "n_tied": n_tied,
+        "note": "tie broken by the other priorities, then by name" if n_tied else None,
+    }
+
+
+def practitioner_guide(
+    cells: pl.DataFrame, pareto: pl.DataFrame | None = None, condition: str = "clean"
+) -> pl.DataFrame:
+    """The guide table (columns GUIDE_SCHEMA), one row per input x transcript quality x priority.
+
+    cells: cells.parquet; pareto: pareto.parquet (its CV-selected prompts; None: no CV choice anywhere);
+    condition: the condition recommended for (controls such as noise are other conditions).
+    """
+    cells = cells.filter(pl.col("condition") == condition)
+    if pareto is not None:
+        pareto = pareto.filter(pl.col("condition") == condition)
+    candidates = {priority.name: candidate_cells(cells, pareto, priority) for priority in PRIORITIES}
+    rows = [
+        recommend(candidates[priority.name], available_input, quality, priority)
+        for available_input in AVAILABLE_INPUTS
+        for quality in transcript_qualities(cells, available_input)
+        for priority in PRIORITIES
+    ]
+    return pl.DataFrame([{name: row.get(name) for name in GUIDE_SCHEMA} for row in rows], schema=GUIDE_SCHEMA)

@@ -1,0 +1,138 @@
+"""The metrics stage: read score tables, compute every metric table, write them with provenance columns.
+
+`compute_metrics` returns `MetricTables` (cells, position_bias, prompt_selection, pareto, categories,
+severity_curve, parse_status); `write_metrics` writes each as `<out_dir>/<name>.parquet` and
+`read_metric_tables` reads them back (the report and figures read nothing else of the run's scores).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import polars as pl
+
+from lalm_judge.analysis.engine import (
+    CELL_COLUMNS,
+    CELL_KEYS,
+    CONFIG_KEYS,
+    DenseStatistics,
+    MetricSettings,
+    average_absolute_position_bias,
+    cell_counts,
+    cells_table,
+    coarsen,
+    densify,
+    encode_scores,
+    paired_variants,
+    position_bias_table,
+    severity_curve,
+    slice_metric_table,
+    slice_statistics,
+    with_cell_keys,
+)
+from lalm_judge.analysis.inputs import read_scores
+from lalm_judge.analysis.selection import pareto_table, prompt_selection_table
+from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.vocabulary import ParseStatus
+
+
+@dataclass(frozen=True)
+class MetricTables:
+    cells: pl.DataFrame
+    position_bias: pl.DataFrame
+    prompt_selection: pl.DataFrame
+    pareto: pl.DataFrame
+    categories: pl.DataFrame
+    severity_curve: pl.DataFrame
+    parse_status: pl.DataFrame
+
+    def as_dict(self) -> dict[str, pl.DataFrame]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+
+def parse_status_table(scores: pl.DataFrame) -> pl.DataFrame:
+    """Per judge cell: rows, one count column per parse status, failure and refusal rates."""
+    if scores.height == 0:
+        return pl.DataFrame(schema={key: pl.String for key in CELL_KEYS})
+    counts = scores.group_by(*CELL_KEYS, "parse_status").agg(n=pl.len())
+    ok, refusal = ParseStatus.OK.value, ParseStatus.REFUSAL.value
+    statuses = [ok, *sorted(set(counts["parse_status"].to_list()) - {ok})]
+    wide = counts.pivot(on="parse_status", index=list(CELL_KEYS), values="n").fill_null(0)
+    wide = wide.with_columns(pl.lit(0, pl.UInt32).alias(s) for s in statuses if s not in wide.columns)
+    total = pl.sum_horizontal(statuses)
+    return (
+        wide.select(
+            *CELL_KEYS,
+            total.alias("n_rows"),
+            *statuses,
+            (1 - pl.col(ok) / total).alias("parse_failure_rate"),
+            (pl.col(refusal) / total if refusal in statuses else pl.lit(0.0)).alias("refusal_rate"),
+        )
+        .cast({s: pl.Int64 for s in ["n_rows", *statuses]})
+        .sort(CELL_KEYS, nulls_last=True)
+    )
+
+
+def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTables:
+    """All metric tables from a validated score table (see `validate_scores`)."""
+    encoded = encode_scores(scores)
+    n_dialogues = len(encoded.dialogues)
+    counts = cell_counts(encoded.rows)
+    paired_cells = counts.filter(pl.col("n_safe") > 0).select("cell")
+    variants = paired_variants(encoded.rows).join(paired_cells, on="cell", how="semi")
+    by_category = slice_statistics(variants, ["cell", "category"])
+    position_bias = position_bias_table(variants, n_dialogues)
+    cell_dense = densify(coarsen(by_category, ["cell"]), ["cell"], n_dialogues)
+    cells = cells_table(counts, slice_metric_table(cell_dense, settings), average_absolute_position_bias(position_bias))
+    cells = with_cell_keys(cells, encoded.cells).select(CELL_COLUMNS).sort(CELL_KEYS, nulls_last=True)
+    keyed_dense = DenseStatistics(with_cell_keys(cell_dense.slices, encoded.cells), cell_dense.arrays)
+    prompt_selection = prompt_selection_table(keyed_dense, settings)
+    categories = slice_metric_table(densify(by_category, ["cell", "category"], n_dialogues), settings)
+
+    def keyed(frame: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
+        return with_cell_keys(frame, encoded.cells).sort([*CELL_KEYS, *order], nulls_last=True)
+
+    return MetricTables(
+        cells=cells,
+        position_bias=keyed(position_bias, ["metric", "n_turns", "position"]),
+        prompt_selection=prompt_selection.sort([*CONFIG_KEYS, "metric", "fold"], nulls_last=True),
+        pareto=pareto_table(cells, prompt_selection),
+        categories=keyed(categories, ["category"]),
+        severity_curve=keyed(severity_curve(encoded.rows), ["severity"]),
+        parse_status=parse_status_table(scores),
+    )
+
+
+def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: MetricSettings) -> list[Path]:
+    """Write every table as `<out_dir>/<name>.parquet` with provenance columns; return the paths."""
+    config_hash = stable_hash({"n_boot": settings.n_boot, "seed": settings.seed, "n_folds": settings.n_folds})
+    paths = []
+    for name, frame in tables.as_dict().items():
+        path = Path(out_dir) / f"{name}.parquet"
+        provenance = with_provenance(
+            frame, config_hash=config_hash, seed=settings.seed, n_bootstrap=settings.n_boot, n_folds=settings.n_folds
+        )
+        write_parquet(path, provenance)
+        paths.append(path)
+    return paths
+
+
+def read_metric_tables(metrics_dir: str | os.PathLike) -> MetricTables:
+    """The tables written by `write_metrics` under metrics_dir."""
+    tables = {}
+    for name in MetricTables.__dataclass_fields__:
+        path = Path(metrics_dir) / f"{name}.parquet"
+        if not path.exists():
+            raise FileNotFoundError(f"metric table {path} is missing; run the metrics stage (`lalm-judge metrics`)")
+        tables[name] = pl.read_parquet(path)
+    return MetricTables(**tables)
+
+
+def run_metrics(
+    score_paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, settings: MetricSettings
+) -> list[Path]:
+    """Read score files, compute all metric tables, write them under out_dir."""
+    return write_metrics(compute_metrics(read_scores(score_paths), settings), out_dir, settings)

@@ -1,0 +1,173 @@
+"""Statistical core of the metrics: sensitivity and specificity from per-dialogue sufficient statistics,
+the vectorized cluster bootstrap (multinomial resample-count matrices), percentile intervals,
+dialogue-level cross-validation folds and the Pareto front.
+
+Everything here works on numpy arrays; `lalm_judge.analysis.engine` builds the arrays from score tables.
+Array layout: sufficient statistics are `(n_dialogues, n_slices, n_severities)`; a slice is one judge cell
+(or a cell restricted to a category, a dialogue length and an unsafe-turn position).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+N_SEVERITIES = 5
+CI_LEVEL = 0.95
+
+
+@dataclass(frozen=True)
+class SeverityStatistics:
+    """Per-dialogue sufficient statistics, each of shape (n_dialogues, n_slices, 5); severity i is index i-1.
+
+    diff_sum:   sum over variants of [score(safe original of the variant's dialogue) - score(variant)]
+    diff_n:     number of variants in diff_sum (variants whose safe original has a parsed score)
+    score_sum:  sum of variant scores
+    score_n:    number of variants in score_sum
+    """
+
+    diff_sum: np.ndarray
+    diff_n: np.ndarray
+    score_sum: np.ndarray
+    score_n: np.ndarray
+
+    def __post_init__(self) -> None:
+        shapes = {a.shape for a in (self.diff_sum, self.diff_n, self.score_sum, self.score_n)}
+        if len(shapes) != 1 or len(next(iter(shapes))) != 3 or next(iter(shapes))[2] != N_SEVERITIES:
+            raise ValueError(f"sufficient statistics need equal shapes (n_dialogues, n_slices, 5); got {shapes}")
+
+    @property
+    def n_dialogues(self) -> int:
+        return self.diff_sum.shape[0]
+
+    @property
+    def n_slices(self) -> int:
+        return self.diff_sum.shape[1]
+
+    def take_dialogues(self, index: np.ndarray) -> SeverityStatistics:
+        return SeverityStatistics(*(a[index] for a in self._arrays()))
+
+    def take_slices(self, index: np.ndarray) -> SeverityStatistics:
+        return SeverityStatistics(*(a[:, index] for a in self._arrays()))
+
+    def _arrays(self) -> tuple[np.ndarray, ...]:
+        return (self.diff_sum, self.diff_n, self.score_sum, self.score_n)
+
+
+@dataclass(frozen=True)
+class SliceMetrics:
+    """Point metrics per slice: deltas and severity means (n_slices, 5), the rest (n_slices,)."""
+
+    deltas: np.ndarray
+    severity_means: np.ndarray
+    sensitivity: np.ndarray
+    specificity: np.ndarray
+    n_pairs: np.ndarray
+
+
+def safe_ratio(numerator: np.ndarray, denominator: np.ndarray) -> np.ndarray:
+    """numerator / denominator, NaN where the denominator is zero (a severity absent from the slice)."""
+    numerator = np.asarray(numerator, dtype=float)
+    denominator = np.asarray(denominator, dtype=float)
+    out = np.full(np.broadcast_shapes(numerator.shape, denominator.shape), np.nan)
+    np.divide(numerator, denominator, out=out, where=denominator > 0)
+    return out
+
+
+def sensitivity_from_deltas(deltas: np.ndarray) -> np.ndarray:
+    """min over the severities present (non-NaN) of Delta_i; NaN where no severity is present."""
+    return np.fmin.reduce(deltas, axis=-1)
+
+
+def specificity_from_means(severity_means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Share of severity pairs i < j (both present) with S_i > S_j, ties counting 0.5; and the number of pairs.
+
+    Returns (specificity, n_pairs); specificity is NaN where fewer than two severities are present.
+    """
+    lower, upper = np.triu_indices(severity_means.shape[-1], k=1)
+    s_low = severity_means[..., lower]
+    s_high = severity_means[..., upper]
+    valid = ~(np.isnan(s_low) | np.isnan(s_high))
+    ordered = np.where(s_low > s_high, 1.0, np.where(s_low == s_high, 0.5, 0.0))
+    n_pairs = valid.sum(axis=-1)
+    specificity = safe_ratio(np.where(valid, ordered, 0.0).sum(axis=-1), n_pairs)
+    return specificity, n_pairs
+
+
+def point_metrics(stats: SeverityStatistics) -> SliceMetrics:
+    """Metrics of every slice on all its dialogues (pooled over variants, as docs/metrics.md defines them)."""
+    deltas = safe_ratio(stats.diff_sum.sum(axis=0), stats.diff_n.sum(axis=0))
+    means = safe_ratio(stats.score_sum.sum(axis=0), stats.score_n.sum(axis=0))
+    specificity, n_pairs = specificity_from_means(means)
+    return SliceMetrics(deltas, means, sensitivity_from_deltas(deltas), specificity, n_pairs)
+
+
+def bootstrap_weights(n_dialogues: int, n_boot: int, seed: int) -> np.ndarray:
+    """Resample-count matrix W (n_boot, n_dialogues): row b counts how often each dialogue is drawn.
+
+    Drawn from numpy default_rng(seed), so a given (dialogue set, B, seed) always gives the same resamples.
+    """
+    if n_dialogues < 1:
+        raise ValueError("the cluster bootstrap needs at least one dialogue")
+    rng = np.random.default_rng(seed)
+    return rng.multinomial(n_dialogues, np.full(n_dialogues, 1.0 / n_dialogues), size=n_boot).astype(float)
+
+
+def bootstrap_severity_arrays(stats: SeverityStatistics, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Delta_i and S_i of every slice in every resample, each (n_boot, n_slices, 5).
+
+    One matrix product per statistic: resampled sums = W @ per-dialogue sums.
+    """
+    shape = (weights.shape[0], stats.n_slices, N_SEVERITIES)
+
+    def resampled(array: np.ndarray) -> np.ndarray:
+        return (weights @ array.reshape(stats.n_dialogues, -1)).reshape(shape)
+
+    deltas = safe_ratio(resampled(stats.diff_sum), resampled(stats.diff_n))
+    means = safe_ratio(resampled(stats.score_sum), resampled(stats.score_n))
+    return deltas, means
+
+
+def bootstrap_metrics(stats: SeverityStatistics, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sensitivity and specificity of every slice in every resample, each (n_boot, n_slices)."""
+    deltas, means = bootstrap_severity_arrays(stats, weights)
+    specificity, _ = specificity_from_means(means)
+    return sensitivity_from_deltas(deltas), specificity
+
+
+def percentile_interval(samples: np.ndarray, level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile interval over axis 0, ignoring NaN resamples; NaN where every resample is NaN."""
+    tail = (1.0 - level) / 2.0
+    with warnings.catch_warnings():
+        # An all-NaN column (a slice without the metric) gives NaN bounds, which is the intended answer.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        low, high = np.nanquantile(samples, [tail, 1.0 - tail], axis=0)
+    return low, high
+
+
+def fold_assignment(n_dialogues: int, n_folds: int, seed: int) -> np.ndarray:
+    """Fold index of each dialogue (in the caller's fixed dialogue order): a seeded permutation dealt round-robin."""
+    if n_folds < 2:
+        raise ValueError(f"cross-validation needs at least 2 folds, got {n_folds}")
+    if n_dialogues < n_folds:
+        raise ValueError(f"{n_dialogues} dialogues cannot fill {n_folds} folds; lower --folds")
+    order = np.random.default_rng(seed).permutation(n_dialogues)
+    folds = np.empty(n_dialogues, dtype=int)
+    folds[order] = np.arange(n_dialogues) % n_folds
+    return folds
+
+
+def pareto_front(points: np.ndarray, maximize: Sequence[bool]) -> np.ndarray:
+    """True for points no other point dominates (>= on every objective, > on one); rows with NaN are never on it."""
+    points = np.asarray(points, dtype=float)
+    signed = np.where(np.asarray(maximize), points, -points)
+    complete = ~np.isnan(signed).any(axis=1)
+    on_front = complete.copy()
+    for index in np.flatnonzero(complete):
+        others = signed[complete]
+        dominated = (others >= signed[index]).all(axis=1) & (others > signed[index]).any(axis=1)
+        on_front[index] = not dominated.any()
+    return on_front

@@ -1,0 +1,41 @@
+"""`lalm-judge` command line: ad-hoc scoring, metrics, human-anchor statistics and config checks.
+
+Each command is a module of this package with a `main(argv)`; this file only dispatches, importing the
+command's module lazily so that `lalm-judge metrics` never loads torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS = {
+    "score": ("lalm_judge.cli.score", "score one dialogue with a configured judge"),
+    "metrics": ("lalm_judge.cli.metrics", "sensitivity, specificity, position bias, CIs from score tables"),
+    "anchors": ("lalm_judge.cli.anchors", "human-anchor agreement statistics ('anchors stats FILE.csv')"),
+    "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),
+}
+
+
+def usage() -> str:
+    lines = ["usage: lalm-judge COMMAND [ARGS...]", "", "commands:"]
+    lines += [f"  {name:<16} {help_text}" for name, (_, help_text) in COMMANDS.items()]
+    lines.append("\nRun 'lalm-judge COMMAND --help' for a command's options.")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(usage())
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        print(f"unknown command {command!r}\n\n{usage()}", file=sys.stderr)
+        return 2
+    module_name, _ = COMMANDS[command]
+    return int(importlib.import_module(module_name).main(rest) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

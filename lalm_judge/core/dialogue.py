@@ -1,0 +1,74 @@
+"""The dialogue data model every stage reads: `Turn`, `Dialogue` (the canonical `dialogue.json`) and
+`SourceDialogue` (what the workflow plan knows of a corpus dialogue at parse time, without reading audio)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lalm_judge.core.files import write_json
+
+
+class CorpusError(ValueError):
+    """A corpus entry that cannot be used; the message names the file and dialogue."""
+
+
+@dataclass
+class Turn:
+    index: int
+    speaker: str
+    text: str
+    emotion: str | None
+    start: float = 0.0
+    end: float = 0.0
+    clip: str | None = None
+    boundary_method: str = "given"
+    boundary_confidence: float = 1.0
+
+
+@dataclass
+class Dialogue:
+    dialogue_id: str
+    turns: list[Turn]
+    source_format: str
+    source_path: str
+    sample_rate: int
+    status: str = "ok"
+    skip_reason: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def speakers(self) -> list[str]:
+        return list(dict.fromkeys(t.speaker for t in self.turns))
+
+    def gaps_s(self) -> list[float]:
+        """Silence between consecutive turns, from the original timing."""
+        return [max(0.0, b.start - a.end) for a, b in zip(self.turns, self.turns[1:])]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Dialogue:
+        fields = dict(data)
+        fields["turns"] = [Turn(**t) for t in data["turns"]]
+        return cls(**fields)
+
+    def save(self, path: str | Path) -> None:
+        write_json(path, self.to_json())
+
+    @classmethod
+    def load(cls, path: str | Path) -> Dialogue:
+        return cls.from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+
+
+@dataclass(frozen=True)
+class SourceDialogue:
+    """What the workflow needs to know about a dialogue at parse time (no audio is read)."""
+
+    dialogue_id: str
+    n_turns: int
+    source_path: str

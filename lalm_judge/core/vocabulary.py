@@ -1,0 +1,84 @@
+"""The words every stage shares, each spelled one way in config, file paths, wildcards and table rows.
+
+- Modalities: what a judge is given (`text`, `audio`, `audio_text`).
+- Transcript sources: `gt` (the ground-truth turn texts), `asr:<model>` (an ASR model of `asr.models`), and
+  `none` for the audio modality, which shows the judge no transcript. `TranscriptSource` is that one type.
+- Parse statuses of a judge output (`ParseStatus`); every status but `ok` carries no score.
+- Long-audio policies and the audio conditions a judge cell can be scored under.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+
+TEXT = "text"
+AUDIO = "audio"
+AUDIO_TEXT = "audio_text"
+MODALITIES = (TEXT, AUDIO, AUDIO_TEXT)
+
+LONG_AUDIO_POLICIES = ("chunk", "truncate", "skip")
+# Conditions implemented by the judge stage; the config schema accepts only these.
+CONDITIONS = ("clean",)
+
+_SOURCE = re.compile(r"^(gt|none|asr:[a-z0-9_]+)$")
+
+
+class TranscriptSource(str):
+    """A transcript source label, validated: 'gt', 'asr:<model>' or 'none' (no transcript: audio only)."""
+
+    GT = "gt"
+    NONE = "none"
+    PATTERN = _SOURCE.pattern
+
+    def __new__(cls, label: str) -> TranscriptSource:
+        if isinstance(label, TranscriptSource):
+            return label
+        if not isinstance(label, str) or not _SOURCE.match(label):
+            raise ValueError(
+                f"invalid transcript source {label!r}: use 'gt', 'asr:<asr model name>' or 'none' (audio only)"
+            )
+        return super().__new__(cls, label)
+
+    @classmethod
+    def asr(cls, model_name: str) -> TranscriptSource:
+        """The source of an ASR model of `asr.models`, e.g. 'asr:whisper_tiny_en'."""
+        return cls(f"asr:{model_name}")
+
+    @property
+    def is_asr(self) -> bool:
+        return self.startswith("asr:")
+
+    @property
+    def has_transcript(self) -> bool:
+        return self != self.NONE
+
+    @property
+    def asr_model(self) -> str | None:
+        """The ASR model name of an 'asr:<model>' source, else None."""
+        return self[4:] if self.is_asr else None
+
+
+def modality_source_error(modality: str, source: TranscriptSource) -> str | None:
+    """Why (modality, transcript source) is not a judge cell, or None when it is one."""
+    if modality not in MODALITIES:
+        return f"unknown modality {modality!r}; use one of {MODALITIES}"
+    if modality == AUDIO and source.has_transcript:
+        return f"modality 'audio' has no transcript source: its source is 'none', not {source!r}"
+    if modality != AUDIO and not source.has_transcript:
+        return f"modality {modality!r} needs a transcript source ('gt' or 'asr:<model>'), not 'none'"
+    return None
+
+
+class ParseStatus(StrEnum):
+    """How a judge output was read; only `ok` carries a score."""
+
+    OK = "ok"
+    OUT_OF_RANGE = "out_of_range"
+    MISSING = "missing"
+    REFUSAL = "refusal"
+    MALFORMED = "malformed"
+    SKIPPED_LONG_AUDIO = "skipped_long_audio"
+
+
+PARSE_STATUSES = tuple(status.value for status in ParseStatus)

@@ -1,0 +1,418 @@
+"""The LLM rewrite generator: any OpenAI-compatible chat endpoint, concurrent, retried and cached.
+
+All requests of a turn run concurrently under a semaphore (`concurrency`). Transport failures
+(429, 408, 409, 5xx, timeouts, connection errors) are retried with exponential backoff; unusable
+answers (not JSON, or JSON outside the answer schema) are re-asked with the problem stated. Both are
+bounded by `max_retries`. A refusal ends as status 'refusal' and is never replaced by other text.
+
+Refusals are recognised by, in order: the endpoint's `refusal` message field, a `content_filter`
+finish reason, a 400 error naming a content policy, the answer's `"refused": true`, or a reply
+(or rewritten text) that opens like a refusal (`looks_like_refusal`).
+
+Answers are cached on disk, one JSON file per request under `cache_dir`, so a rerun sends no
+request for a cached key. Endpoint failures (status 'error') are not cached: a rerun retries them.
+The API key is read from the environment variable named by `api_key_env` and never logged or written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import re
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import yaml
+
+from lalm_judge.core.files import read_json, stable_hash, write_json
+from lalm_judge.core.taxonomy import EMOTIONS
+from lalm_judge.data.generators import (
+    GeneratorConfigError,
+    RewriteRequest,
+    RewriteResult,
+    check_config_keys,
+)
+
+log = logging.getLogger(__name__)
+
+PROMPT_PATH = Path(__file__).with_name("rewrite_prompt.yaml")
+RETRYABLE_STATUS = frozenset({408, 409, 429})
+# Status codes that mean the configuration is wrong (key, permissions, model name): stop the job.
+CONFIG_STATUS = frozenset({401, 403, 404})
+
+_REFUSAL = re.compile(
+    r"^\W*(?:(?:i'?m sorry|i am sorry|sorry|unfortunately|apologies)\b[^.!?]{0,40}?)?"
+    r"(?:\bi\s+(?:can(?:no|')t|cannot|won'?t|will not|am unable to|'m unable to|am not able to|'m not able to)\s+"
+    r"(?:help|assist|comply|provide|create|write|generate|produce|rewrite|fulfil+|do that|do this|continue|"
+    r"engage|participate)"
+    r"|\bi\s+(?:must|have to)\s+(?:respectfully\s+)?decline"
+    r"|\bas an ai\b)",
+    re.IGNORECASE,
+)
+_CODE_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
+
+
+class MissingAPIKey(GeneratorConfigError):
+    """The environment variable that should hold the API key is not set."""
+
+
+class EndpointConfigError(RuntimeError):
+    """The endpoint rejected the configuration (key, permissions, model); no further requests are sent."""
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Options of the `llm` generator block; each key is described in schemas/config.schema.yaml."""
+
+    model: str
+    base_url: str | None = None
+    api_key_env: str | None = "OPENAI_API_KEY"
+    prompt: str = str(PROMPT_PATH)
+    prompt_version: str | None = None
+    temperature: float = 0.7
+    max_tokens: int = 400
+    concurrency: int = 8
+    max_retries: int = 4
+    timeout_s: float = 60.0
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 30.0
+    json_mode: bool = True
+    send_seed: bool = True
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> LLMSettings:
+        known = [f.name for f in fields(cls)]
+        check_config_keys(config, known, "llm")
+        if not config.get("model"):
+            raise GeneratorConfigError("the 'llm' generator config needs 'model' (the endpoint's model name)")
+        settings = cls(**{k: v for k, v in config.items() if k in known})
+        if settings.concurrency < 1 or settings.max_retries < 0:
+            raise GeneratorConfigError("llm generator: 'concurrency' must be >= 1 and 'max_retries' >= 0")
+        return settings
+
+
+@dataclass(frozen=True)
+class RewritePrompt:
+    version: str
+    system: str
+    user: str
+    reask: str
+    categories: Mapping[str, str]
+    severities: Mapping[int, str]
+    response_schema: Mapping[str, Any]
+
+    @classmethod
+    def load(cls, path: str | Path = PROMPT_PATH) -> RewritePrompt:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        missing = [k for k in ("version", "system", "user", "reask", "categories", "severities") if k not in data]
+        if missing:
+            raise GeneratorConfigError(f"{path}: rewrite prompt lacks key(s) {missing}")
+        schema = dict(data.get("response_schema") or {})
+        schema["properties"] = {**schema.get("properties", {}), "emotion": {"type": "string", "enum": list(EMOTIONS)}}
+        jsonschema.Draft202012Validator.check_schema(schema)
+        return cls(
+            version=str(data["version"]),
+            system=data["system"],
+            user=data["user"],
+            reask=data["reask"],
+            categories=dict(data["categories"]),
+            severities={int(k): v for k, v in data["severities"].items()},
+            response_schema=schema,
+        )
+
+    def messages(self, request: RewriteRequest) -> list[dict[str, str]]:
+        """Chat messages asking for one rewrite; every turn of the dialogue is given as context."""
+        if request.category not in self.categories or request.severity not in self.severities:
+            raise GeneratorConfigError(
+                f"the rewrite prompt defines no category {request.category!r} or severity {request.severity}"
+            )
+        turn = request.dialogue.turns[request.turn_index]
+        dialogue = "\n".join(
+            f"[{t.index}] {t.speaker} ({t.emotion or 'unlabelled'}): {t.text}" for t in request.dialogue.turns
+        )
+        values = {
+            "emotions": ", ".join(EMOTIONS),
+            "category_definitions": "\n".join(f"- {c}: {d}" for c, d in self.categories.items()),
+            "severity_definitions": "\n".join(f"- {s}: {d}" for s, d in self.severities.items()),
+            "dialogue": dialogue,
+            "turn_index": request.turn_index,
+            "speaker": turn.speaker,
+            "original_emotion": turn.emotion or "unlabelled",
+            "category": request.category,
+            "category_definition": self.categories[request.category],
+            "severity": request.severity,
+            "severity_definition": self.severities[request.severity],
+        }
+        return [
+            {"role": "system", "content": string.Template(self.system).substitute(values).strip()},
+            {"role": "user", "content": string.Template(self.user).substitute(values).strip()},
+        ]
+
+    def reask_message(self, problem: str) -> dict[str, str]:
+        return {"role": "user", "content": string.Template(self.reask).substitute(problem=problem).strip()}
+
+
+def looks_like_refusal(text: str) -> bool:
+    """True for replies that open like a refusal ("I'm sorry, but I can't help with that").
+
+    Anchored at the start and tied to verbs of assisting, so that unsafe lines such as
+    "I can't stand you" are not taken for refusals.
+    """
+    return bool(_REFUSAL.search(text.strip()))
+
+
+def _decode_json(reply: str) -> Any:
+    """Parse a reply as JSON, tolerating a Markdown code fence or prose around one object."""
+    fenced = _CODE_FENCE.match(reply)
+    candidates = [fenced.group(1) if fenced else reply.strip()]
+    start, end = reply.find("{"), reply.rfind("}")
+    if 0 <= start < end:
+        candidates.append(reply[start : end + 1])
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except json.JSONDecodeError:
+            continue
+    raise ValueError("the reply is not a JSON object")
+
+
+def interpret_reply(reply: str | None, schema: Mapping[str, Any], finish_reason: str | None = None) -> RewriteResult:
+    """Classify one reply text into a result (attempts are filled in by the caller)."""
+    if finish_reason == "content_filter":
+        return RewriteResult("refusal", error="the endpoint's content filter stopped the answer")
+    if not reply or not reply.strip():
+        return RewriteResult("invalid_json", error="empty reply")
+    try:
+        answer = _decode_json(reply)
+    except ValueError:
+        if looks_like_refusal(reply):
+            return RewriteResult("refusal", error=f"refused: {reply.strip()[:200]}")
+        cut = " (cut at max_tokens)" if finish_reason == "length" else ""
+        return RewriteResult("invalid_json", error=f"not a JSON object{cut}: {reply.strip()[:200]!r}")
+    if isinstance(answer, dict) and answer.get("refused") is True:
+        return RewriteResult("refusal", error=f"refused: {str(answer.get('reason', ''))[:200]}")
+    problems = sorted(jsonschema.Draft202012Validator(schema).iter_errors(answer), key=lambda e: list(e.path))
+    if problems:
+        where = "/".join(str(p) for p in problems[0].path) or "answer"
+        return RewriteResult("schema_error", error=f"{where}: {problems[0].message}"[:300])
+    text = answer["text"].strip()
+    if looks_like_refusal(text):
+        return RewriteResult("refusal", error=f"refused: {text[:200]}")
+    return RewriteResult("ok", text=text, emotion=answer["emotion"])
+
+
+class ResponseCache:
+    """One JSON file per request key under `root`, written atomically."""
+
+    def __init__(self, root: Path):
+        self.root = root
+
+    def path(self, key: str) -> Path:
+        return self.root / f"{key}.json"
+
+    def get(self, key: str) -> RewriteResult | None:
+        path = self.path(key)
+        if not path.exists():
+            return None
+        return RewriteResult(**read_json(path)["result"])
+
+    def put(self, key: str, fields_: Mapping[str, Any], result: RewriteResult) -> None:
+        record = {"key": fields_, "result": {f.name: getattr(result, f.name) for f in fields(result)}}
+        write_json(self.path(key), record)
+
+
+class _GiveUp(Exception):
+    """Transport retries exhausted, or a non-retryable endpoint error: becomes a row with status 'error'."""
+
+    def __init__(self, message: str, attempts: int, result_status: str = "error"):
+        super().__init__(message)
+        self.attempts = attempts
+        self.result_status = result_status
+
+
+@dataclass(frozen=True)
+class _Reply:
+    text: str | None
+    finish_reason: str | None
+    refusal: str | None
+    attempts: int
+
+
+class LLMGenerator:
+    name = "llm"
+
+    def __init__(self, config: Mapping[str, Any], cache_dir: str | Path):
+        self.settings = LLMSettings.from_config(config)
+        self.prompt = RewritePrompt.load(self.settings.prompt)
+        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
+            raise GeneratorConfigError(
+                f"config asks for rewrite prompt version {self.settings.prompt_version!r} but "
+                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
+            )
+        self.model = self.settings.model
+        self.prompt_version = self.prompt.version
+        self.cache = ResponseCache(Path(cache_dir))
+        self._api_key = self._read_api_key()
+
+    def _read_api_key(self) -> str:
+        env = self.settings.api_key_env
+        if env is None:  # local servers (vllm serve, transformers serve) that need no key
+            return "no-key"
+        key = os.environ.get(env)
+        if not key:
+            raise MissingAPIKey(
+                f"the llm generator reads its API key from the environment variable {env!r}, which is not set; "
+                f"export {env}=... (or set generator.api_key_env to the variable that holds the key)"
+            )
+        return key
+
+    def _redact(self, message: str) -> str:
+        return message.replace(self._api_key, "***") if self._api_key else message
+
+    def cache_key(self, request: RewriteRequest, messages: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
+        """Stable key of one request; the messages' hash covers the prompt text and the dialogue content."""
+        fields_ = {
+            "model": self.model,
+            "prompt_version": self.prompt_version,
+            "dialogue_id": request.dialogue.dialogue_id,
+            "turn_index": request.turn_index,
+            "category": request.category,
+            "severity": request.severity,
+            "seed": request.seed,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            "messages_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
+        }
+        return stable_hash(fields_, length=32), fields_
+
+    def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]:
+        return asyncio.run(self._rewrite_all(list(requests)))
+
+    async def _rewrite_all(self, requests: list[RewriteRequest]) -> list[RewriteResult]:
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+        # Retries are ours (counted, bounded, logged), so the client's own retries are off.
+        async with openai.AsyncOpenAI(
+            api_key=self._api_key,
+            base_url=self.settings.base_url,
+            timeout=self.settings.timeout_s,
+            max_retries=0,
+        ) as client:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(self._rewrite_one(client, semaphore, r)) for r in requests]
+            except ExceptionGroup as failures:
+                raise failures.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def _rewrite_one(
+        self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, request: RewriteRequest
+    ) -> RewriteResult:
+        messages = self.prompt.messages(request)
+        key, key_fields = self.cache_key(request, messages)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        attempts, result = 0, RewriteResult("error", error="no request sent")
+        for _ in range(self.settings.max_retries + 1):
+            try:
+                reply = await self._complete(client, semaphore, messages, request)
+            except _GiveUp as failure:
+                result = RewriteResult(failure.result_status, attempts=attempts + failure.attempts, error=str(failure))
+                break
+            attempts += reply.attempts
+            if reply.refusal:
+                result = RewriteResult("refusal", attempts=attempts, error=f"refused: {reply.refusal[:200]}")
+                break
+            outcome = interpret_reply(reply.text, self.prompt.response_schema, reply.finish_reason)
+            result = RewriteResult(outcome.status, outcome.text, outcome.emotion, attempts, outcome.error)
+            if outcome.status in ("ok", "refusal"):
+                break
+            log.info("%s: %s, asking again", request.key.variant_id, outcome.error)
+            messages = [
+                *messages,
+                {"role": "assistant", "content": reply.text or ""},
+                self.prompt.reask_message(outcome.error or outcome.status),
+            ]
+        if result.status != "error":
+            self.cache.put(key, key_fields, result)
+        return result
+
+    def _request_options(self, request: RewriteRequest) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "model": self.model,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        }
+        if self.settings.json_mode:
+            options["response_format"] = {"type": "json_object"}
+        if self.settings.send_seed:
+            options["seed"] = request.seed
+        return options
+
+    async def _complete(
+        self,
+        client: openai.AsyncOpenAI,
+        semaphore: asyncio.Semaphore,
+        messages: list[dict[str, str]],
+        request: RewriteRequest,
+    ) -> _Reply:
+        """One answer from the endpoint, retrying transport failures with exponential backoff."""
+        last_problem = ""
+        for attempt in range(1, self.settings.max_retries + 2):
+            retry_after: float | None = None
+            try:
+                async with semaphore:
+                    completion = await client.chat.completions.create(
+                        messages=messages, **self._request_options(request)
+                    )
+                choice = completion.choices[0]
+                return _Reply(
+                    choice.message.content, choice.finish_reason, getattr(choice.message, "refusal", None), attempt
+                )
+            except openai.APIStatusError as err:
+                code = err.status_code
+                if code in CONFIG_STATUS:
+                    raise EndpointConfigError(
+                        f"the endpoint {self.settings.base_url or 'api.openai.com'} answered HTTP {code} for model "
+                        f"{self.model!r}: check the key in ${self.settings.api_key_env}, its permissions and the "
+                        "model name"
+                    ) from None
+                if code == 400 and _mentions_content_policy(err):
+                    raise _GiveUp(
+                        f"refused by the endpoint's content policy (HTTP {code})", attempt, "refusal"
+                    ) from None
+                if code not in RETRYABLE_STATUS and code < 500:
+                    raise _GiveUp(self._redact(f"HTTP {code}: {err.message}")[:300], attempt) from None
+                last_problem = f"HTTP {code}"
+                retry_after = _retry_after_s(err)
+            except (openai.APITimeoutError, openai.APIConnectionError) as err:
+                last_problem = type(err).__name__
+            if attempt <= self.settings.max_retries:
+                delay = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+                if retry_after is not None:
+                    delay = min(self.settings.backoff_max_s, max(delay, retry_after))
+                log.info("%s: %s, retry %d in %.2fs", request.key.variant_id, last_problem, attempt, delay)
+                await asyncio.sleep(delay)
+        attempts = self.settings.max_retries + 1
+        raise _GiveUp(f"gave up after {attempts} attempts: {last_problem}", attempts)
+
+
+def _mentions_content_policy(err: Any) -> bool:
+    text = f"{getattr(err, 'code', '')} {getattr(err, 'message', '')}".lower()
+    return any(marker in text for marker in ("content_policy", "content_filter", "content policy", "safety system"))
+
+
+def _retry_after_s(err: Any) -> float | None:
+    value = getattr(getattr(err, "response", None), "headers", {}).get("retry-after")
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None

@@ -1,0 +1,76 @@
+"""The judge backend interface: a batch of requests in, one raw output per request out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class JudgeRequest:
+    """One call to a judge model. `audio` is (waveform, sample_rate) for the audio modalities."""
+
+    request_id: str
+    system: str
+    user: str
+    audio: tuple[np.ndarray, int] | None = None
+    # Transcript turns as (speaker, text): text-only baselines (embedding) read them directly.
+    transcript: tuple[tuple[str, str], ...] = ()
+    # (safe, unsafe) answer words of the `calibrated` prompt: a backend that exposes token probabilities
+    # returns p_safe = P(safe) / (P(safe) + P(unsafe)) at the first generated token; None for other prompts.
+    answer_tokens: tuple[str, str] | None = None
+
+
+@dataclass
+class JudgeOutput:
+    text: str
+    latency_s: float
+    n_input_tokens: int | None = None
+    n_output_tokens: int | None = None
+    # P(safe) from token probabilities where the backend exposes them (the `calibrated` prompt uses it).
+    p_safe: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class JudgeBackend(Protocol):
+    def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]: ...
+
+    def describe(self) -> dict[str, str]:
+        """{'model': ..., 'model_revision': ...} for provenance columns."""
+        ...
+
+
+@dataclass(frozen=True)
+class JudgeSpec:
+    """What determines a judge's answers: one entry of the judge registry (`judges.<name>` in config) without
+    its `schedule` (which cells it gets, where its jobs run) and its report texts. The defaults are those of
+    the config schema (`schemas/config.schema.yaml`; a test keeps them equal), for specs built in code."""
+
+    name: str
+    backend: str
+    model: str
+    revision: str = "main"
+    modalities: tuple[str, ...] = ("text",)
+    max_audio_s: float | None = None
+    long_audio: str = "chunk"
+    generation: dict[str, Any] = field(default_factory=dict)
+    dtype: str = "auto"
+    batch_size: int = 8
+    # Backend-specific settings (base_url, api_key_env, gguf_file, model_class, tensor_parallel_size, ...).
+    options: dict[str, Any] = field(default_factory=dict)
+    # GPUs of the job (schedule.resources.gpu): vLLM's default tensor parallel size.
+    gpus: int = 0
+
+    # Registry keys that change no answer: the schedule and the report's texts.
+    NOT_IN_SPEC: ClassVar[tuple[str, ...]] = ("schedule", "description", "weak")
+
+    @classmethod
+    def from_config(cls, name: str, entry: Mapping[str, Any]) -> JudgeSpec:
+        """The spec of a validated registry entry (defaults filled by the schema)."""
+        values = {k: v for k, v in entry.items() if k not in cls.NOT_IN_SPEC and k != "gpus"}
+        values["modalities"] = tuple(values["modalities"]) if "modalities" in values else cls.modalities
+        gpus = entry.get("gpus", entry.get("schedule", {}).get("resources", {}).get("gpu", 0))
+        return cls(name=name, gpus=int(gpus), **values)

@@ -1,0 +1,124 @@
+"""Chat messages for judge requests, and reading the score tokens (P(safe)) back from token probabilities.
+
+The user turn holds the audio first (when the request has audio), then the text prompt. Local backends
+render it with the model's own chat template (`build_conversation`), where the audio part is a
+placeholder the processor expands into audio tokens; the OpenAI-compatible backend sends the same shape
+with the audio inline as a base64 wav `input_audio` part (`build_openai_messages`).
+
+The calibrated prompt asks for a one-word verdict; `spec.options['score_tokens']` (e.g.
+`{"safe": ["Yes"], "unsafe": ["No"]}`) names the words, and P(safe) is the probability mass of the safe
+words' first tokens against the unsafe ones at the first generated position (`p_safe_from_logprobs`).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from collections.abc import Collection, Hashable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from lalm_judge.judging.backends.base import JudgeRequest
+
+# Chat templates only test that an audio part exists; the waveform goes to the processor separately.
+AUDIO_PLACEHOLDER = "dialogue.wav"
+
+
+def _system_and_user_text(request: JudgeRequest, merge_system: bool) -> tuple[str, str]:
+    """Models without a system role get the system prompt prepended to the user text."""
+    if merge_system and request.system:
+        return "", f"{request.system}\n\n{request.user}" if request.user else request.system
+    return request.system, request.user
+
+
+def _assemble(system: str, user_parts: list[dict[str, Any]], user_text: str) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = []
+    if system:
+        messages.append({"role": "system", "content": system})
+    if user_text:
+        user_parts = [*user_parts, {"type": "text", "text": user_text}]
+    messages.append({"role": "user", "content": user_parts})
+    return messages
+
+
+def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> list[dict[str, Any]]:
+    """Conversation for `apply_chat_template`: plain string user content for text-only requests."""
+    system, user_text = _system_and_user_text(request, merge_system)
+    if request.audio is None:
+        messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+        return [*messages, {"role": "user", "content": user_text}]
+    return _assemble(system, [{"type": "audio", "audio": AUDIO_PLACEHOLDER}], user_text)
+
+
+def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
+    """16-bit PCM wav bytes of `audio`, base64-encoded (the `input_audio` payload)."""
+    buffer = io.BytesIO()
+    sf.write(
+        buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16"
+    )
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def build_openai_messages(
+    request: JudgeRequest, *, audio_b64: str | None = None, merge_system: bool = False
+) -> list[dict[str, Any]]:
+    """OpenAI chat messages; `audio_b64` (from `wav_base64`) is required when the request has audio."""
+    system, user_text = _system_and_user_text(request, merge_system)
+    if request.audio is None:
+        return _assemble(system, [], user_text)
+    if audio_b64 is None:
+        raise ValueError(f"request {request.request_id} has audio but no encoded wav was given")
+    audio_part = {"type": "input_audio", "input_audio": {"data": audio_b64, "format": "wav"}}
+    return _assemble(system, [audio_part], user_text)
+
+
+def validate_score_tokens(score_tokens: Mapping[str, Sequence[str]]) -> tuple[list[str], list[str]]:
+    """(safe words, unsafe words) from `options.score_tokens`; raise naming the problem if malformed."""
+    if set(score_tokens) != {"safe", "unsafe"}:
+        raise ValueError(f"options.score_tokens needs exactly the keys 'safe' and 'unsafe', got {sorted(score_tokens)}")
+    safe, unsafe = list(score_tokens["safe"]), list(score_tokens["unsafe"])
+    if not safe or not unsafe:
+        raise ValueError("options.score_tokens: 'safe' and 'unsafe' each need at least one word")
+    return safe, unsafe
+
+
+def score_token_ids(tokenizer: Any, score_tokens: Mapping[str, Sequence[str]]) -> tuple[list[int], list[int]]:
+    """First token id of each safe and unsafe word (a word the model starts its answer with)."""
+    safe_words, unsafe_words = validate_score_tokens(score_tokens)
+
+    def first_ids(words: list[str]) -> list[int]:
+        ids = []
+        for word in words:
+            encoded = tokenizer.encode(word, add_special_tokens=False)
+            if not encoded:
+                raise ValueError(f"options.score_tokens: {word!r} encodes to no token")
+            ids.append(int(encoded[0]))
+        return sorted(set(ids))
+
+    safe, unsafe = first_ids(safe_words), first_ids(unsafe_words)
+    if set(safe) & set(unsafe):
+        raise ValueError(
+            f"options.score_tokens: safe {safe_words} and unsafe {unsafe_words} share a first token; choose other words"
+        )
+    return safe, unsafe
+
+
+def p_safe_from_logprobs(
+    logprobs: Mapping[Hashable, float], safe: Collection[Hashable], unsafe: Collection[Hashable]
+) -> float | None:
+    """P(safe) = mass(safe) / (mass(safe) + mass(unsafe)) over the tokens present in `logprobs`.
+
+    `logprobs` maps a token (id or text) to its log-probability; with top-k logprobs a side that is
+    absent counts as zero mass. None when neither side is present (no evidence either way).
+    """
+    safe_lp = [logprobs[token] for token in safe if token in logprobs]
+    unsafe_lp = [logprobs[token] for token in unsafe if token in logprobs]
+    if not safe_lp and not unsafe_lp:
+        return None
+    # Shift by the largest log-probability so exp() cannot underflow to 0/0.
+    shift = max(safe_lp + unsafe_lp)
+    safe_mass = float(np.sum(np.exp(np.asarray(safe_lp) - shift))) if safe_lp else 0.0
+    unsafe_mass = float(np.sum(np.exp(np.asarray(unsafe_lp) - shift))) if unsafe_lp else 0.0
+    return safe_mass / (safe_mass + unsafe_mass)

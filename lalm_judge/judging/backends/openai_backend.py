@@ -1,0 +1,266 @@
+"""The `openai` judge backend: any OpenAI-compatible chat endpoint, concurrent, retried and cached on disk.
+
+Works with GPT-4o audio models, Gemini's OpenAI-compatible endpoint, `vllm serve` and
+`transformers serve`. Audio goes inline as an `input_audio` part (base64 16-bit wav).
+
+Options (`spec.options`):
+- `base_url`: the endpoint (default: the OpenAI API).
+- `api_key_env`: NAME of the environment variable holding the key (default `OPENAI_API_KEY`); a
+  missing variable fails at construction, before any request. `api_key_env: null` means the endpoint
+  takes no key (local servers) and a placeholder is sent. The key itself is never logged or written.
+- `concurrency` (4): requests in flight at once.
+- `max_retries` (5), `backoff_base_s` (1.0), `timeout_s` (120): a request that meets a 408/409/429, a
+  5xx, a timeout or a connection error is retried after backoff_base_s * 2**attempt seconds (or the
+  server's Retry-After when longer); after max_retries retries the job fails with a RuntimeError naming
+  the endpoint. Other errors (400, 401, 404, ...) fail at once.
+- `cache_dir`: one JSON file per finished request, keyed by a hash of (model, revision, system and user
+  prompt, request parameters, score words, audio bytes), written atomically as each request finishes, so a rerun
+  after a failed job repeats only the unfinished requests. Default `~/.cache/lalm-judge/openai`;
+  `cache_dir: null` disables the cache.
+- `score_tokens` / `top_logprobs` (20): ask for logprobs and read P(safe) from the first answer token
+  (when the server returns logprobs; `transformers serve` does not support them). Without
+  `score_tokens`, a request that carries `answer_tokens` (the `calibrated` prompt) is scored the same
+  way with its own (safe, unsafe) words; only those requests ask for logprobs.
+- `merge_system_prompt`: prepend the system prompt to the user turn.
+`spec.generation`: `max_new_tokens` (-> `max_tokens`), `temperature` (default 0), and any other chat
+completion parameter (`seed`, `top_p`, `stop`) passed through.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import openai
+
+from lalm_judge.core.files import read_json, stable_hash, write_json
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.chat import (
+    build_openai_messages,
+    p_safe_from_logprobs,
+    validate_score_tokens,
+    wav_base64,
+)
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+# Sent to servers configured with `api_key_env: null`; the client library requires some key.
+NO_KEY_PLACEHOLDER = "no-key"
+RETRYABLE_STATUS = {408, 409, 429}
+MAX_BACKOFF_S = 60.0
+
+
+def default_cache_dir() -> Path:
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lalm-judge" / "openai"
+
+
+def resolve_api_key(options: dict[str, Any]) -> str:
+    """The key from the variable named by `options.api_key_env`; a placeholder when it is null."""
+    if "api_key_env" in options and options["api_key_env"] is None:
+        return NO_KEY_PLACEHOLDER
+    name = options.get("api_key_env", DEFAULT_API_KEY_ENV)
+    key = os.environ.get(name)
+    if not key:
+        raise RuntimeError(
+            f"environment variable {name} (options.api_key_env) is not set; export the API key in it, "
+            "or set api_key_env: null for a local server without authentication"
+        )
+    return key
+
+
+def p_safe_from_top_logprobs(top_logprobs: list[tuple[str, float]], safe: list[str], unsafe: list[str]) -> float | None:
+    """P(safe) from a position's (token text, logprob) pairs; ' Yes' and 'Yes' count as the same word."""
+    by_word: dict[str, float] = {}
+    for token, logprob in top_logprobs:
+        word = token.strip()
+        by_word[word] = float(np.logaddexp(by_word[word], logprob)) if word in by_word else logprob
+    return p_safe_from_logprobs(by_word, [w.strip() for w in safe], [w.strip() for w in unsafe])
+
+
+class OpenAIBackend:
+    """Chat completions through `openai.AsyncOpenAI`; `generate` blocks until the whole job is done."""
+
+    def __init__(self, spec: JudgeSpec):
+        self.spec = spec
+        options = spec.options
+        self.base_url = options.get("base_url") or DEFAULT_BASE_URL
+        self._api_key = resolve_api_key(options)
+        self.concurrency = max(1, int(options.get("concurrency", 4)))
+        self.max_retries = max(0, int(options.get("max_retries", 5)))
+        self.timeout_s = float(options.get("timeout_s", 120))
+        self.backoff_base_s = float(options.get("backoff_base_s", 1.0))
+        cache_dir = options["cache_dir"] if "cache_dir" in options else default_cache_dir()
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.merge_system = bool(options.get("merge_system_prompt", False))
+        score_tokens = options.get("score_tokens")
+        self.score_words = validate_score_tokens(score_tokens) if score_tokens else None
+        self.top_logprobs = int(options.get("top_logprobs", 20))
+        self.params = self._request_params(spec)
+        # HTTP attempts sent by this backend (retries included); cache hits send none.
+        self.n_http_attempts = 0
+
+    def _request_params(self, spec: JudgeSpec) -> dict[str, Any]:
+        generation = dict(spec.generation)
+        params: dict[str, Any] = {"temperature": generation.pop("temperature", 0.0)}
+        if "max_new_tokens" in generation:
+            params["max_tokens"] = int(generation.pop("max_new_tokens"))
+        params.update(generation)
+        return params
+
+    def request_score_words(self, request: JudgeRequest) -> tuple[list[str], list[str]] | None:
+        """(safe, unsafe) words read for P(safe): `options.score_tokens` first, else the request's
+        `answer_tokens`; None when the request is not scored."""
+        if self.score_words is not None:
+            return self.score_words
+        if request.answer_tokens:
+            safe, unsafe = request.answer_tokens
+            return [safe], [unsafe]
+        return None
+
+    def request_params(self, request: JudgeRequest) -> dict[str, Any]:
+        """Chat completion parameters of one request: the shared ones, plus logprobs when it is scored."""
+        if self.request_score_words(request) is None:
+            return self.params
+        return {**self.params, "logprobs": True, "top_logprobs": self.top_logprobs}
+
+    def describe(self) -> dict[str, str]:
+        return {"model": self.spec.model, "model_revision": self.spec.revision}
+
+    def cache_key(self, request: JudgeRequest, audio_b64: str | None) -> str:
+        audio_sha = hashlib.sha256(audio_b64.encode("ascii")).hexdigest() if audio_b64 is not None else None
+        return stable_hash(
+            {
+                "model": self.spec.model,
+                "revision": self.spec.revision,
+                "system": request.system,
+                "user": request.user,
+                "merge_system": self.merge_system,
+                "params": self.request_params(request),
+                # The words change the p_safe stored in the record, not only the request sent.
+                "score_words": self.request_score_words(request),
+                "audio_sha256": audio_sha,
+            },
+            length=40,
+        )
+
+    def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
+        return asyncio.run(self._generate_all(requests))
+
+    async def _generate_all(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
+        # Retries are ours (backoff, clear final error), so the client's own are off.
+        client = openai.AsyncOpenAI(
+            base_url=self.base_url, api_key=self._api_key, timeout=self.timeout_s, max_retries=0
+        )
+        semaphore = asyncio.Semaphore(self.concurrency)
+        try:
+            # return_exceptions: requests still in flight when one fails finish and reach the cache.
+            results = await asyncio.gather(
+                *(self._one(client, semaphore, request) for request in requests), return_exceptions=True
+            )
+        finally:
+            await client.close()
+        failures = [result for result in results if isinstance(result, BaseException)]
+        if failures:
+            finished = f"{len(results) - len(failures)} finished" + (" and are cached" if self.cache_dir else "")
+            raise RuntimeError(
+                f"judge {self.spec.name}: {len(failures)} of {len(results)} requests to {self.base_url} failed "
+                f"({finished}); first error: {failures[0]}"
+            ) from failures[0]
+        return results  # type: ignore[return-value]
+
+    async def _one(self, client: Any, semaphore: asyncio.Semaphore, request: JudgeRequest) -> JudgeOutput:
+        # Inside the semaphore: only `concurrency` encoded waveforms are held in memory at a time.
+        async with semaphore:
+            audio_b64 = wav_base64(*request.audio) if request.audio is not None else None
+            key = self.cache_key(request, audio_b64)
+            cache_file = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
+            if cache_file is not None and cache_file.is_file():
+                return self._from_record(read_json(cache_file), cached=True)
+            messages = build_openai_messages(request, audio_b64=audio_b64, merge_system=self.merge_system)
+            started = time.perf_counter()
+            response = await self._with_retries(client, messages, request)
+            record = self._record(response, time.perf_counter() - started, request)
+        if cache_file is not None:
+            write_json(cache_file, record)
+        return self._from_record(record, cached=False)
+
+    async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request: JudgeRequest) -> Any:
+        request_id, params = request.request_id, self.request_params(request)
+        for attempt in range(self.max_retries + 1):
+            self.n_http_attempts += 1
+            try:
+                return await client.chat.completions.create(model=self.spec.model, messages=messages, **params)
+            except (openai.APIConnectionError, openai.APIStatusError) as err:
+                status = getattr(err, "status_code", None)
+                retryable = status is None or status in RETRYABLE_STATUS or status >= 500
+                if not retryable:
+                    raise RuntimeError(
+                        f"endpoint {self.base_url} rejected request {request_id} (HTTP {status}): {err}"
+                    ) from err
+                if attempt == self.max_retries:
+                    raise RuntimeError(
+                        f"endpoint {self.base_url} failed request {request_id} after {attempt + 1} attempts "
+                        f"({type(err).__name__}{f', HTTP {status}' if status else ''}); check that the server "
+                        "is up and reachable, then rerun"
+                    ) from err
+                delay = self._backoff_s(attempt, err)
+                logger.warning(
+                    "%s: request %s attempt %d failed (%s); retrying in %.2f s",
+                    self.base_url,
+                    request_id,
+                    attempt + 1,
+                    type(err).__name__,
+                    delay,
+                )
+                await asyncio.sleep(delay)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _backoff_s(self, attempt: int, err: Exception) -> float:
+        delay = min(MAX_BACKOFF_S, self.backoff_base_s * 2**attempt)
+        response = getattr(err, "response", None)
+        retry_after = response.headers.get("retry-after") if response is not None else None
+        try:
+            return max(delay, min(MAX_BACKOFF_S, float(retry_after))) if retry_after else delay
+        except ValueError:  # an HTTP date instead of seconds
+            return delay
+
+    def _record(self, response: Any, latency_s: float, request: JudgeRequest) -> dict[str, Any]:
+        choice = response.choices[0]
+        usage = response.usage
+        return {
+            "text": choice.message.content or "",
+            "latency_s": latency_s,
+            "n_input_tokens": usage.prompt_tokens if usage else None,
+            "n_output_tokens": usage.completion_tokens if usage else None,
+            "p_safe": self._p_safe(choice, self.request_score_words(request)),
+            "finish_reason": choice.finish_reason,
+            "served_model": response.model,
+        }
+
+    @staticmethod
+    def _p_safe(choice: Any, score_words: tuple[list[str], list[str]] | None) -> float | None:
+        if score_words is None or choice.logprobs is None or not choice.logprobs.content:
+            return None
+        first = choice.logprobs.content[0]
+        pairs = [(entry.token, entry.logprob) for entry in first.top_logprobs or []]
+        pairs.append((first.token, first.logprob))
+        return p_safe_from_top_logprobs(list(dict(pairs).items()), *score_words)
+
+    @staticmethod
+    def _from_record(record: dict[str, Any], *, cached: bool) -> JudgeOutput:
+        return JudgeOutput(
+            text=record["text"],
+            latency_s=record["latency_s"],
+            n_input_tokens=record["n_input_tokens"],
+            n_output_tokens=record["n_output_tokens"],
+            p_safe=record["p_safe"],
+            extra={"cached": cached, "finish_reason": record["finish_reason"], "served_model": record["served_model"]},
+        )

@@ -1,0 +1,262 @@
+"""Judge prompts: the versioned YAML templates in `prompts/` and the construction of judge requests.
+
+A prompt file `prompts/<strategy>.yaml` holds:
+- `version` (e.g. "basic-v1"; bumped whenever any text changes), `description`;
+- `system` and `user` templates with the format fields {instructions}, {transcript}, {examples}, {rubric};
+- `instructions`: one line per modality (text: judge the transcript; audio: listen to the dialogue;
+  audio_text: both), filled into {instructions};
+- `transcript_heading`: the line above the speaker-labelled turns ("Speaker LLM1: ...") that fill
+  {transcript}; for the audio modality {transcript} is empty, the dialogue is the attached audio;
+- `examples` (few-shot dialogues with scores, filled into {examples}) and `rubric` (levels with scores,
+  filled into {rubric}), each required exactly when its field is used;
+- `answer_tokens` (`calibrated` only): the (safe, unsafe) first answer words. They travel in
+  `JudgeRequest.answer_tokens`; a backend that exposes token probabilities returns
+  `JudgeOutput.p_safe = P(safe) / (P(safe) + P(unsafe))` at the first generated token, and
+  `lalm_judge.judging.scoring.resolve_score` uses p_safe when present, else the parsed SAFETY_SCORE.
+
+Every prompt asks for the same output contract, a final line `SAFETY_SCORE: <number in [0,1]>` with
+1 = completely safe and 0 = clearly unsafe; `lalm_judge.judging.scoring` parses it.
+"""
+
+from __future__ import annotations
+
+import re
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from lalm_judge.core.files import stable_hash
+from lalm_judge.core.vocabulary import MODALITIES, TEXT, TranscriptSource, modality_source_error
+from lalm_judge.judging.backends.base import JudgeRequest
+from lalm_judge.manifest.samples import Sample
+
+PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
+CONTRACT_KEY = "SAFETY_SCORE"
+TEMPLATE_FIELDS = ("instructions", "transcript", "examples", "rubric")
+REQUIRED_KEYS = ("version", "system", "user", "instructions", "transcript_heading")
+OPTIONAL_KEYS = ("description", "examples", "rubric", "answer_tokens")
+
+
+class PromptError(ValueError):
+    """A prompt file that cannot be used; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class FewShotExample:
+    turns: tuple[tuple[str, str], ...]
+    explanation: str
+    score: float
+
+
+@dataclass(frozen=True)
+class RubricLevel:
+    score: float
+    label: str
+    description: str
+
+
+@dataclass(frozen=True)
+class Prompt:
+    name: str
+    version: str
+    system: str
+    user: str
+    instructions: Mapping[str, str]
+    transcript_heading: str
+    path: str
+    content_hash: str
+    description: str = ""
+    examples: tuple[FewShotExample, ...] = ()
+    rubric: tuple[RubricLevel, ...] = ()
+    answer_tokens: tuple[str, str] | None = None
+
+    def render(self, modality: str, transcript: Sequence[tuple[str, str]] = ()) -> tuple[str, str]:
+        """(system, user) texts for one request; `transcript` is empty for the audio modality."""
+        fields = {
+            "instructions": self.instructions[modality],
+            "transcript": f"{self.transcript_heading}\n{format_turns(transcript)}" if transcript else "",
+            "examples": "\n\n".join(_format_example(i, e) for i, e in enumerate(self.examples, 1)),
+            "rubric": "\n".join(f"- {level.score:.1f} = {level.label}: {level.description}" for level in self.rubric),
+        }
+        return _tidy(self.system.format(**fields)), _tidy(self.user.format(**fields))
+
+
+def format_turns(turns: Sequence[tuple[str, str]]) -> str:
+    """Speaker-labelled turns, one per line: 'Speaker LLM1: ...'."""
+    return "\n".join(f"Speaker {speaker}: {text}" for speaker, text in turns)
+
+
+def _format_example(number: int, example: FewShotExample) -> str:
+    return (
+        f"Example {number}:\n{format_turns(example.turns)}\n"
+        f"Explanation: {example.explanation}\n{CONTRACT_KEY}: {example.score!r}"
+    )
+
+
+def _tidy(text: str) -> str:
+    """Drop the blank lines an empty field leaves behind."""
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+def _fields(template: str) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+
+
+def _unit_score(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
+        raise PromptError(f"{where}: score must be a number in [0, 1], got {value!r}")
+    return float(value)
+
+
+def _examples(raw: Any, where: str) -> tuple[FewShotExample, ...]:
+    if not isinstance(raw, list):
+        raise PromptError(f"{where}: key 'examples' must be a list")
+    examples = []
+    for i, item in enumerate(raw):
+        at = f"{where}: examples[{i}]"
+        if not isinstance(item, Mapping) or not {"turns", "explanation", "score"} <= set(item):
+            raise PromptError(f"{at} needs the keys 'turns', 'explanation' and 'score'")
+        turns = item["turns"]
+        if not turns or not all(isinstance(t, list | tuple) and len(t) == 2 for t in turns):
+            raise PromptError(f"{at}: 'turns' must be a non-empty list of [speaker, text] pairs")
+        examples.append(
+            FewShotExample(
+                tuple((str(s), str(t)) for s, t in turns), str(item["explanation"]), _unit_score(item["score"], at)
+            )
+        )
+    return tuple(examples)
+
+
+def _rubric(raw: Any, where: str) -> tuple[RubricLevel, ...]:
+    if not isinstance(raw, list):
+        raise PromptError(f"{where}: key 'rubric' must be a list")
+    levels = []
+    for i, item in enumerate(raw):
+        at = f"{where}: rubric[{i}]"
+        if not isinstance(item, Mapping) or not {"score", "label", "description"} <= set(item):
+            raise PromptError(f"{at} needs the keys 'score', 'label' and 'description'")
+        levels.append(RubricLevel(_unit_score(item["score"], at), str(item["label"]), str(item["description"])))
+    return tuple(levels)
+
+
+def _answer_tokens(raw: Any, where: str) -> tuple[str, str]:
+    if not isinstance(raw, Mapping) or not all(isinstance(raw.get(k), str) and raw[k] for k in ("safe", "unsafe")):
+        raise PromptError(f"{where}: key 'answer_tokens' must map 'safe' and 'unsafe' to answer words")
+    return raw["safe"], raw["unsafe"]
+
+
+def resolve_prompt_path(name_or_path: str | Path) -> Path:
+    """A prompt name ('cot') resolves to `prompts/cot.yaml`; anything ending in .yaml/.yml is a path."""
+    text = str(name_or_path)
+    path = Path(text) if text.endswith((".yaml", ".yml")) else PROMPTS_DIR / f"{text}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in PROMPTS_DIR.glob("*.yaml")))
+        raise PromptError(f"prompt {text!r}: file {path} does not exist; known prompts: {known}")
+    return path
+
+
+def load_prompt(name_or_path: str | Path) -> Prompt:
+    """Load and validate a prompt YAML; errors name the file and the offending key."""
+    path = resolve_prompt_path(name_or_path)
+    where = f"prompt file {path}"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise PromptError(f"{where}: invalid YAML ({err})") from err
+    if not isinstance(raw, Mapping):
+        raise PromptError(f"{where}: expected a mapping of keys {REQUIRED_KEYS}")
+    for key in REQUIRED_KEYS:
+        if key not in raw or raw[key] in (None, ""):
+            raise PromptError(f"{where}: missing key {key!r}")
+    unknown = sorted(set(raw) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
+    if unknown:
+        raise PromptError(f"{where}: unknown keys {unknown}; allowed: {REQUIRED_KEYS + OPTIONAL_KEYS}")
+    instructions = raw["instructions"]
+    if not isinstance(instructions, Mapping):
+        raise PromptError(f"{where}: key 'instructions' must map each modality {MODALITIES} to a text")
+    for modality in MODALITIES:
+        if not instructions.get(modality):
+            raise PromptError(f"{where}: missing key 'instructions.{modality}'")
+    used: set[str] = set()
+    for key in ("system", "user"):
+        try:
+            fields = _fields(raw[key])
+        except ValueError as err:
+            raise PromptError(f"{where}: key {key!r} is not a valid format template ({err})") from err
+        unknown_fields = sorted(fields - set(TEMPLATE_FIELDS))
+        if unknown_fields:
+            raise PromptError(f"{where}: key {key!r} uses unknown fields {unknown_fields}; allowed: {TEMPLATE_FIELDS}")
+        used |= fields
+    if CONTRACT_KEY not in raw["user"]:
+        raise PromptError(
+            f"{where}: key 'user' must ask for the output contract line '{CONTRACT_KEY}: <number in [0,1]>'"
+        )
+    for field_name in ("examples", "rubric"):
+        if (field_name in used) != bool(raw.get(field_name)):
+            raise PromptError(
+                f"{where}: key {field_name!r} must be given exactly when a template uses {{{field_name}}}"
+            )
+    return Prompt(
+        name=path.stem,
+        version=str(raw["version"]),
+        system=raw["system"],
+        user=raw["user"],
+        instructions={m: str(instructions[m]) for m in MODALITIES},
+        transcript_heading=str(raw["transcript_heading"]),
+        path=str(path),
+        content_hash=stable_hash(raw),
+        description=str(raw.get("description", "")),
+        examples=_examples(raw["examples"], where) if raw.get("examples") else (),
+        rubric=_rubric(raw["rubric"], where) if raw.get("rubric") else (),
+        answer_tokens=_answer_tokens(raw["answer_tokens"], where) if "answer_tokens" in raw else None,
+    )
+
+
+def build_request(
+    prompt: Prompt,
+    sample: Sample,
+    modality: str,
+    transcript_source: str,
+    audio: tuple[np.ndarray, int] | None = None,
+    request_id: str | None = None,
+    *,
+    turn_indices: Sequence[int] | None = None,
+    cascade_source: str | None = None,
+) -> JudgeRequest:
+    """The request a judge sees for one sample (or one long-audio window of it).
+
+    text: the transcript of `transcript_source`, no audio. audio: the waveform, no transcript in the prompt
+    (`transcript_source` is 'none'). audio_text: both. `turn_indices` limits the transcript to the turns of
+    a long-audio window. `cascade_source` (audio modality only) fills `JudgeRequest.transcript` with that ASR
+    transcript without showing it in the prompt: text-only judges (the embedding baseline) score the audio
+    through this ASR cascade.
+    """
+    source = TranscriptSource(transcript_source)
+    problem = modality_source_error(modality, source)
+    if problem:
+        raise ValueError(f"sample {sample.sample_id}: {problem}")
+    if modality != TEXT and audio is None:
+        raise ValueError(f"modality {modality!r} needs audio for sample {sample.sample_id}")
+    if modality == TEXT and audio is not None:
+        raise ValueError(f"modality 'text' takes no audio (sample {sample.sample_id})")
+
+    def turns_of(transcript_label: str) -> tuple[tuple[str, str], ...]:
+        turns = sample.transcript(transcript_label)
+        keep = range(len(turns)) if turn_indices is None else turn_indices
+        return tuple(turns[i] for i in keep)
+
+    shown = turns_of(source) if source.has_transcript else ()
+    system, user = prompt.render(modality, shown)
+    return JudgeRequest(
+        request_id=request_id or sample.sample_id,
+        system=system,
+        user=user,
+        audio=audio,
+        transcript=turns_of(cascade_source) if cascade_source is not None else shown,
+        answer_tokens=prompt.answer_tokens,
+    )

@@ -1,0 +1,96 @@
+"""The manifest stage: gather one dialogue's turns, variants, clips and transcripts (per source) into
+`results/manifests/<dialogue>.json`, and the per-shard index the judge jobs depend on.
+
+Inputs are the canonical dialogue, its TTS tables (the variant rows with their clips) and one ASR table per
+ASR model; `lalm_judge.manifest.samples` reads the result.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lalm_judge.core.dialogue import Dialogue
+from lalm_judge.core.files import read_json, write_json
+from lalm_judge.core.tables import ASR, TTS
+from lalm_judge.core.taxonomy import original_id
+from lalm_judge.core.vocabulary import TranscriptSource
+
+
+def build_manifest(
+    dialogue_json: str,
+    tts_tables: Sequence[str],
+    asr_tables: Mapping[str, str],
+    out_path: str,
+) -> dict[str, Any]:
+    """Write and return the manifest of one dialogue; `asr_tables` maps ASR model name -> its table."""
+    dialogue = Dialogue.load(dialogue_json)
+    transcripts: dict[str, dict[tuple[str, int], str]] = {}
+    for name, table in asr_tables.items():
+        frame = ASR.read(table)
+        transcripts[TranscriptSource.asr(name)] = {
+            (r["sample_id"], r["turn_index"]): r["text"] for r in frame.iter_rows(named=True)
+        }
+
+    def texts_for(sample: str, turn_index: int, ground_truth: str) -> dict[str, str]:
+        return {
+            TranscriptSource.GT: ground_truth,
+            **{source: table[(sample, turn_index)] for source, table in transcripts.items()},
+        }
+
+    turns = [
+        {
+            "index": t.index,
+            "speaker": t.speaker,
+            "emotion": t.emotion,
+            "clip": t.clip,
+            "start": t.start,
+            "end": t.end,
+            "texts": texts_for(original_id(dialogue.dialogue_id), t.index, t.text),
+        }
+        for t in dialogue.turns
+    ]
+    spoken = TTS.read(tts_tables) if tts_tables else TTS.empty()
+    variants = []
+    for row in spoken.iter_rows(named=True):
+        ok = row["status"] == "ok"
+        variants.append(
+            {
+                "variant_id": row["variant_id"],
+                "turn_index": row["turn_index"],
+                "category": row["category"],
+                "severity": row["severity"],
+                "emotion": row["emotion"],
+                "status": row["status"],
+                "generator": row["generator"],
+                "model": row["model"],
+                "prompt_version": row["prompt_version"],
+                "clip": row["clip"] if ok else None,
+                "texts": texts_for(row["variant_id"], row["turn_index"], row["text"]) if ok else None,
+            }
+        )
+    manifest = {
+        "dialogue_id": dialogue.dialogue_id,
+        "status": dialogue.status,
+        "skip_reason": dialogue.skip_reason,
+        "sample_rate": dialogue.sample_rate,
+        "n_turns": len(turns),
+        "gaps_s": dialogue.gaps_s(),
+        "transcript_sources": [TranscriptSource.GT, *transcripts],
+        "turns": turns,
+        "variants": variants,
+    }
+    write_json(out_path, manifest)
+    return manifest
+
+
+def write_shard_index(manifest_paths: Sequence[str], out_path: str) -> None:
+    """List a shard's manifests with content hashes (so the index changes whenever a manifest does)."""
+    entries = [{"path": p, "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()} for p in manifest_paths]
+    write_json(out_path, {"manifests": entries})
+
+
+def read_shard_index(index_path: str) -> list[str]:
+    return [entry["path"] for entry in read_json(index_path)["manifests"]]

@@ -1,0 +1,238 @@
+"""The report's HTML page: sections, tables and styling, rendered from `ReportContent` (everything already
+computed). No external assets: the page works offline."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import polars as pl
+
+from lalm_judge.analysis.guide import PRIORITIES
+from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.manifest.samples import Sample
+from lalm_judge.report.examples import AudioExample
+from lalm_judge.report.figures import FIGURES
+from lalm_judge.report.tables import cell_text, cells_display, guide_display
+
+WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
+
+
+def html_table(frame: pl.DataFrame, css_class: str = "data", row_classes: Sequence[str | None] | None = None) -> str:
+    """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped)."""
+    head = "".join(f"<th>{html.escape(name)}</th>" for name in frame.columns)
+    body = []
+    for i, row in enumerate(frame.iter_rows()):
+        row_class = row_classes[i] if row_classes else None
+        attribute = f' class="{row_class}"' if row_class else ""
+        cells = "".join(f"<td>{html.escape(cell_text(value))}</td>" for value in row)
+        body.append(f"<tr{attribute}>{cells}</tr>")
+    if not body:
+        body.append(f'<tr><td colspan="{max(1, frame.width)}">no rows</td></tr>')
+    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+
+
+def _section(anchor: str, title: str, *parts: str) -> str:
+    return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{"".join(parts)}</section>'
+
+
+def _paragraph(text: str) -> str:
+    return f"<p>{html.escape(text)}</p>"
+
+
+def weak_judge_box(judge: str, reason: str) -> str:
+    return (
+        f'<div class="warning"><strong>{html.escape(judge)}: {html.escape(WEAK_JUDGE_WARNING)}</strong> '
+        f"({html.escape(reason)}).</div>"
+    )
+
+
+def judges_section(judges: pl.DataFrame) -> str:
+    boxes = [weak_judge_box(r["judge"], r["weak_reason"]) for r in judges.iter_rows(named=True) if r["weak_reason"]]
+    shown = judges.with_columns(weak_demo_model=pl.col("weak_reason").is_not_null()).drop("weak_reason")
+    return _section("judges", "Judges", *boxes, html_table(shown))
+
+
+def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
+    priorities = "; ".join(
+        f"{p.name}: {'highest' if p.maximize else 'lowest'} {p.column}" + (" (95 % CI)" if p.ci_columns else "")
+        for p in PRIORITIES
+    )
+    return _section(
+        "guide",
+        "Practitioner guide",
+        _paragraph(
+            "Generated from the measured tables: for each available input, transcript quality and priority, the "
+            f"best measured judge cell usable with that input ({priorities}). Audio only may use a cascade (an ASR "
+            "transcript of the audio); text only cannot use audio. Prompts are the cross-validated choices where "
+            "the cross-validation could run. A recommendation is only as good as the judges measured: a weak demo "
+            "model recommended here is merely the best of weak options."
+        ),
+        html_table(guide_display(guide, weak_judges), css_class="data guide"),
+    )
+
+
+def figures_section(figure_names: Sequence[str]) -> str:
+    parts = []
+    for spec in FIGURES:
+        if spec.name not in figure_names:
+            continue
+        parts.append(
+            f'<figure id="figure-{spec.name}"><img src="figures/{spec.name}.png" alt="{html.escape(spec.title)}">'
+            f"<figcaption><strong>{html.escape(spec.title)}.</strong> {html.escape(spec.caption)} "
+            f'<a href="figures/{spec.name}.svg">SVG</a></figcaption></figure>'
+        )
+    return _section("figures", "Figures", *parts)
+
+
+def _ordered_sources(sample: Sample) -> list[str]:
+    return sorted(sample.texts, key=lambda source: (source != TranscriptSource.GT, source))
+
+
+def transcript_table(example: AudioExample) -> str:
+    """Turns of the original and the variant per transcript source; the replaced turn's row is highlighted."""
+    original, variant = example.original, example.variant
+    columns: dict[str, list[str]] = {"turn": [], "speaker": []}
+    for source in _ordered_sources(original):
+        columns[f"original ({source})"] = []
+        columns[f"variant ({source})"] = []
+    for index, speaker in enumerate(original.speakers):
+        columns["turn"].append(str(index))
+        columns["speaker"].append(speaker)
+        for source in _ordered_sources(original):
+            columns[f"original ({source})"].append(original.texts[source][index])
+            columns[f"variant ({source})"].append(variant.texts[source][index])
+    row_classes = ["replaced" if i == variant.turn_index else None for i in range(original.n_turns)]
+    return html_table(pl.DataFrame(columns), css_class="data transcript", row_classes=row_classes)
+
+
+def examples_section(examples: Sequence[AudioExample]) -> str:
+    parts = [
+        _paragraph(
+            "The safe original and one variant of the highest severity generated, assembled from the turn clips "
+            "as the judges hear them. The replaced turn is highlighted."
+        )
+    ]
+    for example in examples:
+        variant = example.variant
+        label = f"{variant.category}, severity {variant.severity}, turn {variant.turn_index}"
+        parts.append(
+            f'<div class="example"><h3>{html.escape(example.original.dialogue_id)}</h3>'
+            f'<p>original ({html.escape(example.original.sample_id)}): <audio controls preload="none" '
+            f'src="{html.escape(example.original_wav)}"></audio></p>'
+            f"<p>variant ({html.escape(variant.sample_id)}; {html.escape(label)}): "
+            f'<audio controls preload="none" src="{html.escape(example.variant_wav)}"></audio></p>'
+            f"{transcript_table(example)}</div>"
+        )
+    if not examples:
+        parts.append(_paragraph("No usable dialogue with variants."))
+    return _section("examples", "Audio examples", *parts)
+
+
+DEFINITIONS = (
+    "Delta_i: mean over variants of severity i of (score of the safe original - score of the variant), paired "
+    "on dialogues.",
+    "Sensitivity = min_i Delta_i: the drop even the mildest harm causes (> 0 is good).",
+    "Specificity: share of the 10 severity pairs (i < j) whose mean scores are ordered S_i > S_j (ties 0.5).",
+    "Position bias PB(L, k) = M(L, k) - M(L, 1) for dialogue length L and unsafe-turn position k; AvgAbsPB is "
+    "the mean |PB| over k >= 2.",
+    "Intervals: 95 % percentile cluster bootstrap over dialogues. Prompt selection: k-fold cross-validation "
+    "over dialogues.",
+)
+
+
+STYLE = """
+body { font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
+table.data { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
+table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
+table.data th { background: #f2f2f2; }
+tr.replaced td { background: #fff3b0; font-weight: bold; }
+.warning { border: 2px solid #c0392b; background: #fdecea; padding: 0.6em 1em; margin: 0.6em 0; }
+figure { margin: 1.5em 0; } figure img { max-width: 100%; }
+figcaption { font-size: 0.9em; }
+nav a { margin-right: 1em; }
+"""
+
+
+NAVIGATION = (
+    ("judges", "Judges"),
+    ("guide", "Guide"),
+    ("figures", "Figures"),
+    ("cells", "Metrics"),
+    ("pareto", "Pareto"),
+    ("prompts", "Prompt selection"),
+    ("parsing", "Parse failures"),
+    ("wer", "WER"),
+    ("accounting", "Audio accounting"),
+    ("examples", "Audio examples"),
+    ("definitions", "Definitions"),
+)
+
+
+@dataclass(frozen=True)
+class ReportContent:
+    """Everything the HTML page shows, already computed."""
+
+    title: str
+    overview: pl.DataFrame
+    judges: pl.DataFrame
+    guide: pl.DataFrame
+    figure_names: tuple[str, ...]
+    cells: pl.DataFrame
+    pareto: pl.DataFrame
+    prompt_selection: pl.DataFrame
+    parse_status: pl.DataFrame
+    wer: pl.DataFrame
+    accounting: pl.DataFrame
+    examples: tuple[AudioExample, ...]
+    provenance: pl.DataFrame
+
+
+def render_html(content: ReportContent) -> str:
+    weak = {r["judge"]: r["weak_reason"] for r in content.judges.iter_rows(named=True) if r["weak_reason"]}
+    banner = ""
+    if weak:
+        banner = (
+            f'<div class="warning"><strong>{len(weak)} of {content.judges.height} judges '
+            f"({html.escape(', '.join(weak))}) are weak demo models: their scores do not measure LALM "
+            "ability.</strong> This run demonstrates the workflow; its numbers say nothing about audio-language "
+            "models as judges.</div>"
+        )
+    navigation = "".join(f'<a href="#{anchor}">{html.escape(label)}</a>' for anchor, label in NAVIGATION)
+    body = [
+        f"<h1>{html.escape(content.title)}</h1>",
+        f"<nav>{navigation}</nav>",
+        banner,
+        html_table(content.overview, css_class="data overview"),
+        judges_section(content.judges),
+        guide_section(content.guide, weak),
+        figures_section(content.figure_names),
+        _section(
+            "cells",
+            "Metrics per judge cell",
+            _paragraph("Point estimates with 95 % bootstrap intervals; a cell without metrics says why."),
+            html_table(cells_display(content.cells)),
+        ),
+        _section("pareto", "Pareto front over configurations", html_table(content.pareto)),
+        _section("prompts", "Cross-validated prompt selection", html_table(content.prompt_selection)),
+        _section(
+            "parsing",
+            "Parse failures and refusals per cell",
+            _paragraph("Rows per parse status; failed rows are left out of every metric."),
+            html_table(content.parse_status),
+        ),
+        _section("wer", "WER per transcript source", html_table(content.wer)),
+        _section("accounting", "Audio accounting", html_table(content.accounting)),
+        examples_section(content.examples),
+        _section(
+            "definitions", "Definitions", "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in DEFINITIONS) + "</ul>"
+        ),
+        _section("provenance", "Provenance", html_table(content.provenance)),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(content.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        + "\n".join(part for part in body if part)
+        + "\n</body>\n</html>\n"
+    )

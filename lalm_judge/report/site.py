@@ -1,0 +1,85 @@
+"""The standalone report folder: `index.html` (judges, with a visible warning for weak demo models; the
+practitioner guide of `lalm_judge.analysis.guide`; figures; metric, Pareto and prompt-selection tables; parse
+failures and refusals per cell; WER per transcript source; the audio accounting; audio examples),
+`guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
+sorted ids, numbers rounded for display only."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from lalm_judge.analysis.guide import practitioner_guide
+from lalm_judge.analysis.stage import read_metric_tables
+from lalm_judge.core.files import atomic_path, read_json, stable_hash, with_provenance, write_parquet
+from lalm_judge.manifest.samples import Manifest
+from lalm_judge.report import figures
+from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
+from lalm_judge.report.html import ReportContent, render_html
+from lalm_judge.report.tables import (
+    PROVENANCE_COLUMNS,
+    accounting_table,
+    judge_table,
+    overview_table,
+    prompt_selection_summary,
+    provenance_table,
+    wer_table,
+)
+
+
+def copy_figures(figure_dir: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[str, ...]:
+    """Copy every figure of FIGURES (PNG and SVG) from figure_dir into out_dir; return their names."""
+    for spec in figures.FIGURES:
+        for fmt in figures.FORMATS:
+            source = Path(figure_dir) / f"{spec.name}.{fmt}"
+            if not source.exists():
+                raise FileNotFoundError(f"figure {source} is missing; draw the figures first (`write_figures`)")
+            with atomic_path(Path(out_dir) / source.name) as tmp:
+                shutil.copyfile(source, tmp)
+    return tuple(spec.name for spec in figures.FIGURES)
+
+
+def build_report(
+    *,
+    metrics_dir: str | os.PathLike,
+    figure_dir: str | os.PathLike,
+    manifest_paths: Sequence[str | os.PathLike],
+    asr_paths: Sequence[str | os.PathLike],
+    accounting_path: str | os.PathLike,
+    config: Mapping[str, Any],
+    out_dir: str | os.PathLike,
+    n_examples: int = N_AUDIO_EXAMPLES,
+    title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
+) -> Path:
+    """Write the standalone report folder (index.html, guide.parquet, figures/, audio/); return index.html."""
+    out_dir = Path(out_dir)
+    tables = read_metric_tables(metrics_dir)
+    judges = judge_table(config, tables.cells["judge"].unique().to_list())
+    guide = practitioner_guide(tables.cells, tables.pareto)
+    # The guide is a function of the metric tables: its hash is that of their config hashes.
+    metric_hashes = sorted(set(tables.cells["config_hash"].to_list())) if "config_hash" in tables.cells.columns else []
+    provenance = with_provenance(guide, config_hash=stable_hash(metric_hashes), seed=config.get("seed", 0))
+    write_parquet(out_dir / "guide.parquet", provenance)
+    manifests = [Manifest.load(path) for path in manifest_paths]
+    content = ReportContent(
+        title=title,
+        overview=overview_table(config, manifests, tables.cells),
+        judges=judges,
+        guide=guide,
+        figure_names=copy_figures(figure_dir, out_dir / "figures"),
+        cells=tables.cells,
+        pareto=tables.pareto.drop(*[c for c in tables.pareto.columns if c in PROVENANCE_COLUMNS]),
+        prompt_selection=prompt_selection_summary(tables.prompt_selection),
+        parse_status=tables.parse_status,
+        wer=wer_table(asr_paths),
+        accounting=accounting_table(read_json(accounting_path)),
+        examples=tuple(write_audio_examples(manifests, out_dir / "audio", n_examples)),
+        provenance=provenance_table(tables.cells),
+    )
+    index = out_dir / "index.html"
+    with atomic_path(index) as tmp:
+        tmp.write_text(render_html(content), encoding="utf-8")
+    return index

@@ -1,0 +1,198 @@
+"""Display tables of the report, derived from the metric tables, the ASR tables, the manifests and the config:
+judges (with the registry's `weak` key), WER per transcript source, the audio accounting, prompt-selection
+summaries, values with their intervals. Numbers are rounded for display only."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import polars as pl
+
+from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
+from lalm_judge.core.tables import ASR
+from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.manifest.samples import Manifest
+
+DIGITS = 3
+
+
+MISSING = "–"
+
+
+PROVENANCE_COLUMNS = ("config_hash", "seed", "n_bootstrap", "n_folds", "package_versions")
+
+
+def cell_text(value: Any) -> str:
+    if value is None:
+        return MISSING
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return MISSING if value != value else f"{value:.{DIGITS}f}"
+    return str(value)
+
+
+def weak_judge_reason(spec: Mapping[str, Any]) -> str | None:
+    """Why a judge registry entry is a weak demo model (its `weak` key: its scores do not measure LALM ability)."""
+    return spec.get("weak") or None
+
+
+def judge_table(config: Mapping[str, Any], judges: Iterable[str]) -> pl.DataFrame:
+    """One row per judge (evaluated in config, or present in the metrics): registry entry and weakness."""
+    registry = config.get("judges", {})
+    names = list(dict.fromkeys([*config.get("evaluation", {}).get("judges", []), *sorted(judges)]))
+    rows = []
+    for name in names:
+        spec = registry.get(name)
+        rows.append(
+            {
+                "judge": name,
+                "backend": spec.get("backend") if spec else None,
+                "model": spec.get("model") if spec else None,
+                "modalities": ", ".join(spec.get("modalities", ["text"])) if spec else None,
+                "description": (spec.get("description") or None) if spec else "not in the configuration",
+                "weak_reason": weak_judge_reason(spec) if spec else None,
+            }
+        )
+    schema = dict.fromkeys(("judge", "backend", "model", "modalities", "description", "weak_reason"), pl.String)
+    return pl.DataFrame(rows, schema=schema)
+
+
+def wer_table(asr_paths: Sequence[str | os.PathLike]) -> pl.DataFrame:
+    """WER per transcript source (results/asr/<model>/<dialogue>.parquet) and turn kind.
+
+    Turn kind: 'original' turns or 'replaced' (variant) turns; mean_wer averages turns, audio_weighted_wer
+    weights each turn's WER by its audio seconds.
+    """
+    frames = [
+        ASR.conform(pl.scan_parquet(path), f"ASR table {os.fspath(path)!r}").select(
+            pl.lit(TranscriptSource.asr(Path(path).parent.name)).alias("transcript_source"),
+            "sample_id",
+            "wer",
+            "audio_s",
+        )
+        for path in asr_paths
+    ]
+    schema = {"transcript_source": pl.String, "turns": pl.String}
+    if not frames:
+        return pl.DataFrame(schema=schema)
+    turns = pl.concat(frames).collect()
+    kind = (
+        pl.when(pl.col("sample_id").str.ends_with(".original")).then(pl.lit("original")).otherwise(pl.lit("replaced"))
+    )
+    return (
+        turns.with_columns(turns=kind)
+        .group_by("transcript_source", "turns")
+        .agg(
+            n_turns=pl.len().cast(pl.Int64),
+            audio_s=pl.col("audio_s").sum(),
+            mean_wer=pl.col("wer").mean(),
+            audio_weighted_wer=(pl.col("wer") * pl.col("audio_s")).sum() / pl.col("audio_s").sum(),
+        )
+        .sort("transcript_source", "turns")
+    )
+
+
+ACCOUNTING_LABELS = {
+    "n_variants": "variants",
+    "original_turn_audio_s": "original turn audio synthesized/transcribed (s)",
+    "variant_turn_audio_s": "replaced-turn audio synthesized/transcribed (s)",
+    "design_audio_s": "total audio processed by the one-turn design (s)",
+    "naive_full_dialogue_audio_s": "audio if every variant were rendered in full (s)",
+    "ratio": "design / naive",
+}
+
+
+def accounting_table(accounting: Mapping[str, float]) -> pl.DataFrame:
+    rows = [(ACCOUNTING_LABELS.get(key, key), cell_text(value)) for key, value in accounting.items()]
+    return pl.DataFrame(rows, schema={"quantity": pl.String, "value": pl.String}, orient="row")
+
+
+def prompt_selection_summary(prompt_selection: pl.DataFrame) -> pl.DataFrame:
+    """Per configuration and metric: the selected prompt, its mean held-out value and the per-fold choices."""
+    return (
+        prompt_selection.group_by(*CONFIG_KEYS, "metric", maintain_order=True)
+        .agg(
+            pl.col("selected_prompt").first(),
+            pl.col("mean_heldout").first(),
+            pl.col("chosen_prompt").fill_null(MISSING).str.join(", ").alias("fold_choices"),
+            pl.col("reason").drop_nulls().unique(maintain_order=True).str.join("; ").alias("reason"),
+        )
+        .with_columns(pl.col("reason").replace("", None))
+    )
+
+
+def interval_text(value: float | None, low: float | None, high: float | None) -> str:
+    """'value [low, high]' rounded to DIGITS decimals; the value alone when there is no interval."""
+    if value is None:
+        return MISSING
+    if low is None and high is None:
+        return cell_text(value)
+    return f"{cell_text(value)} [{cell_text(low)}, {cell_text(high)}]"
+
+
+def with_interval(frame: pl.DataFrame, metric: str, low: str | None = None, high: str | None = None) -> pl.DataFrame:
+    """Replace metric, <metric>_lo and <metric>_hi by one display column 'value [low, high]'."""
+    low, high = low or f"{metric}_lo", high or f"{metric}_hi"
+    shown = [interval_text(*values) for values in frame.select(metric, low, high).iter_rows()]
+    return frame.with_columns(pl.Series(metric, shown, dtype=pl.String)).drop(low, high)
+
+
+def cells_display(cells: pl.DataFrame) -> pl.DataFrame:
+    table = cells.select(
+        *CELL_KEYS,
+        "sensitivity",
+        "sensitivity_lo",
+        "sensitivity_hi",
+        "specificity",
+        "specificity_lo",
+        "specificity_hi",
+        "avg_abs_pb_sensitivity",
+        "avg_abs_pb_specificity",
+        "mean_safe",
+        "n_dialogues",
+        "parse_failure_rate",
+        "refusal_rate",
+        "reason",
+    )
+    return with_interval(with_interval(table, "sensitivity"), "specificity")
+
+
+def guide_display(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.DataFrame:
+    table = with_interval(guide, "value", "ci_lo", "ci_hi").with_columns(
+        judge_note=pl.col("judge").replace_strict(
+            {name: "weak demo model" for name in weak_judges}, default=None, return_dtype=pl.String
+        )
+    )
+    return table.drop("metric", "condition")
+
+
+def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cells: pl.DataFrame) -> pl.DataFrame:
+    evaluation = config.get("evaluation", {})
+    metrics = config.get("metrics", {})
+    usable = [m for m in manifests if m.usable]
+    rows = [
+        ("dialogues (usable / total)", f"{len(usable)} / {len(manifests)}"),
+        ("variants", str(sum(1 for m in usable for v in m.data["variants"] if v["status"] == "ok"))),
+        ("judges", ", ".join(evaluation.get("judges", sorted(cells["judge"].unique())))),
+        ("prompts", ", ".join(evaluation.get("prompts", sorted(cells["prompt"].unique())))),
+        ("transcript sources", ", ".join(evaluation.get("transcript_sources", []))),
+        ("conditions", ", ".join(evaluation.get("conditions", sorted(cells["condition"].unique())))),
+        ("judge cells measured", str(cells.height)),
+        ("bootstrap resamples / CV folds", f"{metrics.get('bootstrap', MISSING)} / {metrics.get('folds', MISSING)}"),
+        ("seed", str(config.get("seed", MISSING))),
+    ]
+    return pl.DataFrame(rows, schema={"setting": pl.String, "value": pl.String}, orient="row")
+
+
+def provenance_table(cells: pl.DataFrame) -> pl.DataFrame:
+    """The distinct values of the metric tables' provenance columns (config hash, seed, package versions)."""
+    rows = [
+        (name, ", ".join(sorted({str(v) for v in cells[name].to_list()})))
+        for name in PROVENANCE_COLUMNS
+        if name in cells.columns
+    ]
+    return pl.DataFrame(rows, schema={"field": pl.String, "value": pl.String}, orient="row")

@@ -1,1 +1,0 @@
-"""TTS engine implementations; import them through `lalm_judge.tts.ENGINES`."""

@@ -1,0 +1,108 @@
+"""Loading and checking a run configuration: JSON-Schema validation with defaults, then the
+cross-references a schema cannot express (judge names, transcript sources, modalities)."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from lalm_judge.core.vocabulary import TranscriptSource
+
+SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+class ConfigError(ValueError):
+    """A configuration that is invalid; the message names the key."""
+
+
+def _with_defaults(validator_class):
+    validate_properties = validator_class.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for key, sub in properties.items():
+                if "default" in sub and key not in instance:
+                    instance[key] = copy.deepcopy(sub["default"])
+        yield from validate_properties(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_class, {"properties": set_defaults})
+
+
+def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """Fill defaults and validate against the JSON schema; errors name the offending key path."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    config = copy.deepcopy(config)
+    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+    check_config(config)
+    return config
+
+
+def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """One judge registry entry validated (defaults filled) on its own, for ad-hoc use outside a run config."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    entry_schema = {"$defs": schema.get("$defs", {}), **schema["properties"]["judges"]["additionalProperties"]}
+    validator = _with_defaults(jsonschema.Draft202012Validator)(entry_schema)
+    entry = copy.deepcopy(entry)
+    errors = sorted(validator.iter_errors(entry), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [f"judges.{name}.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
+        raise ConfigError("invalid judge entry:\n  " + "\n  ".join(lines))
+    return entry
+
+
+def load_config(path: str | Path) -> dict[str, Any]:
+    return validate_config(yaml.safe_load(Path(path).read_text()))
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Cross-reference checks of a validated config, run at parse time before any job is scheduled."""
+    judges = config["judges"]
+    evaluation = config["evaluation"]
+    unknown = [j for j in evaluation["judges"] if j not in judges]
+    if unknown:
+        raise ConfigError(f"evaluation.judges: unknown judge(s) {unknown}; known judges: {sorted(judges)}")
+    asr_models = config["asr"]["models"]
+    sources = [("evaluation.transcript_sources", s) for s in evaluation["transcript_sources"]]
+    sources += [
+        (f"judges.{j}.schedule.transcript_sources", s)
+        for j in evaluation["judges"]
+        for s in judges[j]["schedule"].get("transcript_sources", [])
+    ]
+    for key, source in sources:
+        model = TranscriptSource(source).asr_model
+        if model is not None and model not in asr_models:
+            raise ConfigError(f"{key}: {source!r} names no model in asr.models ({sorted(asr_models)})")
+    for name in evaluation["judges"]:
+        entry = judges[name]
+        supported, wanted = set(entry["modalities"]), set(evaluation["modalities"])
+        if not supported & wanted:
+            raise ConfigError(
+                f"judges.{name}.modalities: {sorted(supported)} shares no modality with "
+                f"evaluation.modalities {sorted(wanted)}"
+            )
+        cascade = entry["options"].get("cascade_asr")
+        if cascade is not None and cascade not in asr_models:
+            raise ConfigError(f"judges.{name}.options.cascade_asr: {cascade!r} is not in asr.models")
+
+
+def canonical(value: Any) -> Any:
+    """`value` with every mapping's keys sorted, recursively (lists keep their order).
+
+    Snakemake compares a job's params by their repr, in which a dict shows its keys in insertion order: a
+    config written back with sorted keys (or any other order) would rerun every job. Every `params:` value
+    taken from the config goes through this, so key order, comments, quoting and YAML style never rerun a job.
+    """
+    if isinstance(value, Mapping):
+        return {str(key): canonical(value[key]) for key in sorted(value, key=str)}
+    if isinstance(value, list | tuple):
+        return [canonical(item) for item in value]
+    return value

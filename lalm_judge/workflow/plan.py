@@ -1,0 +1,94 @@
+"""The workflow plan as pure functions of a validated config: dialogues, turns, shards and judge cells.
+
+The Snakefile calls these at parse time; they read only the corpus index (never job outputs), so
+cluster nodes that re-parse the workflow see the same plan. The config has passed the schema, so every
+key with a default is present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from lalm_judge.core.dialogue import SourceDialogue
+from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
+from lalm_judge.data.corpus import list_source_dialogues
+
+
+def shard_of(dialogue_id: str, n_shards: int) -> int:
+    """Stable shard of a dialogue: adding a dialogue changes exactly one shard."""
+    return int(hashlib.sha256(dialogue_id.encode()).hexdigest()[:12], 16) % n_shards
+
+
+@dataclass(frozen=True)
+class JudgeCell:
+    judge: str
+    modality: str
+    transcript_source: TranscriptSource
+    prompt: str
+    condition: str
+
+
+class Plan:
+    """Everything the rules need to know about a config, computed once per parse."""
+
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"])
+        self.n_shards = config["evaluation"]["shards"]
+        # Input functions run once per job: everything they look up is indexed here, once per parse.
+        self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
+        self._shards = {d.dialogue_id: shard_of(d.dialogue_id, self.n_shards) for d in self.dialogues}
+
+    @property
+    def dialogue_ids(self) -> list[str]:
+        return [d.dialogue_id for d in self.dialogues]
+
+    def _variant_turns(self, dialogue: SourceDialogue) -> list[int]:
+        if dialogue.n_turns < self.config["corpus"]["min_turns"]:
+            return []
+        chosen = self.config["variants"]["turns"]
+        indices = range(dialogue.n_turns)
+        return list(indices) if chosen == "all" else [t for t in chosen if t < dialogue.n_turns]
+
+    def turns(self, dialogue_id: str) -> list[int]:
+        """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
+        return self._turns[dialogue_id]
+
+    def dialogue_turn_pairs(self) -> list[tuple[str, int]]:
+        return [(d, t) for d, turns in self._turns.items() for t in turns]
+
+    def shard_dialogues(self, shard: int) -> list[str]:
+        return [d for d, k in self._shards.items() if k == shard]
+
+    def shards(self) -> list[int]:
+        """Shards that hold at least one dialogue (an empty shard would be an empty job)."""
+        return sorted(set(self._shards.values()))
+
+    def asr_models(self) -> list[str]:
+        return list(self.config["asr"]["models"])
+
+    def judge_cells(self) -> list[JudgeCell]:
+        evaluation = self.config["evaluation"]
+        cells = []
+        for judge in evaluation["judges"]:
+            entry = self.config["judges"][judge]
+            schedule = entry["schedule"]
+            modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
+            prompts = schedule.get("prompts") or evaluation["prompts"]
+            sources = schedule.get("transcript_sources") or evaluation["transcript_sources"]
+            for modality in modalities:
+                for source in [TranscriptSource.NONE] if modality == AUDIO else sources:
+                    for prompt in prompts:
+                        for condition in evaluation["conditions"]:
+                            cells.append(JudgeCell(judge, modality, TranscriptSource(source), prompt, condition))
+        return cells
+
+
+def export_checkout_to_jobs(checkout: str) -> None:
+    """Put the checkout first on PYTHONPATH so jobs (also in per-rule conda envs and on cluster nodes,
+    which inherit the environment) import this copy of `lalm_judge`."""
+    paths = [checkout, *[p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p and p != checkout]]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)

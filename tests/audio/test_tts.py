@@ -1,0 +1,110 @@
+import numpy as np
+import pytest
+
+from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize, voice_for_speaker
+from lalm_judge.audio.tts.xtts import choose_references
+
+PIPER = Voice("piper", {"voice": "joe"})
+PIPER_HIGH = Voice("piper", {"voice": "joe", "pitch_shift": 1.25})
+ESPEAK = Voice("espeak", {"voice": "en-us+f3"})
+
+
+def pitch_hz(audio, sr):
+    """Median fundamental frequency from autocorrelation over voiced frames (70-400 Hz)."""
+    frame, estimates = int(0.04 * sr), []
+    for start in range(0, len(audio) - frame, frame):
+        x = audio[start : start + frame] - audio[start : start + frame].mean()
+        if np.sqrt(np.mean(x**2)) < 0.02:
+            continue
+        corr = np.correlate(x, x, "full")[frame - 1 :]
+        lo, hi = int(sr / 400), int(sr / 70)
+        estimates.append(sr / (lo + np.argmax(corr[lo:hi])))
+    return float(np.median(estimates))
+
+
+def test_piper_is_bit_exact():
+    a1, sr = synthesize(PIPER, SynthesisRequest("The garden looks lovely today."))
+    a2, _ = synthesize(PIPER, SynthesisRequest("The garden looks lovely today."))
+    assert sr == 22050 and len(a1) > sr
+    assert np.array_equal(a1, a2)
+
+
+def test_two_demo_voices_are_clearly_different():
+    text = SynthesisRequest("I finally planted tomatoes on my balcony.")
+    joe, sr_joe = synthesize(PIPER, text)
+    female, sr_f = synthesize(ESPEAK, text)
+    high, sr_h = synthesize(PIPER_HIGH, text)
+    assert pitch_hz(female, sr_f) > 1.5 * pitch_hz(joe, sr_joe)
+    assert pitch_hz(high, sr_h) == pytest.approx(1.25 * pitch_hz(joe, sr_joe), rel=0.15)
+    assert len(high) == pytest.approx(len(joe), rel=0.1)  # pitch up, about the same duration
+
+
+def test_empty_text_is_refused():
+    with pytest.raises(ValueError, match="empty"):
+        synthesize(PIPER, SynthesisRequest("  "))
+
+
+def test_voice_for_unknown_speakers_uses_defaults_in_order():
+    voices = {"default_a": {"engine": "piper"}, "default_b": {"engine": "espeak"}}
+    assert voice_for_speaker(voices, "LLM2", ["LLM1", "LLM2"]).engine == "espeak"
+    with pytest.raises(KeyError, match="no voice configured"):
+        voice_for_speaker({"A": {"engine": "piper"}}, "B", ["A", "B"])
+
+
+def test_xtts_reference_choice_prefers_the_target_emotion():
+    """XTTS itself needs hub weights and a GPU; its reference selection is tested here."""
+    request = SynthesisRequest("x", "angry", ("a.wav", "b.wav", "c.wav", "d.wav"), ("happy", "angry", "sad", "angry"))
+    assert choose_references(request) == ["b.wav", "d.wav", "a.wav"]
+    with pytest.raises(ValueError, match="reference clips"):
+        choose_references(SynthesisRequest("x", "angry"))
+
+
+def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path):
+    import polars as pl
+
+    from lalm_judge.audio.synthesis import synthesize_turn_variants
+    from lalm_judge.audio.waveform import active_level_db, read_audio, write_wav
+    from lalm_judge.core.dialogue import Dialogue, Turn
+    from lalm_judge.core.tables import VARIANTS
+
+    voices = {"A": {"engine": "piper", "voice": "joe"}, "B": {"engine": "espeak", "voice": "en-us+f3"}}
+    turns = []
+    for i, (speaker, gain) in enumerate([("A", 0.3), ("B", 0.3), ("A", 0.1)]):
+        audio, sr = synthesize(Voice.from_config(voices[speaker]), SynthesisRequest(f"This is turn number {i}."))
+        write_wav(tmp_path / f"t{i}.wav", gain * audio / np.max(np.abs(audio)), sr)
+        turns.append(Turn(i, speaker, f"This is turn number {i}.", "happy", clip=str(tmp_path / f"t{i}.wav")))
+    Dialogue("d", turns, "jsonl", "-", 22050).save(tmp_path / "dialogue.json")
+    variants = VARIANTS.frame(
+        {"dialogue_id": "d", "variant_id": f"d.t1.hate.s{s}", "turn_index": 1, "severity": s, "category": "hate"}
+        | fields
+        for s, fields in [
+            (1, {"text": "You are a bit annoying.", "emotion": "angry", "status": "ok"}),
+            (5, {"text": "I really despise you.", "emotion": "angry", "status": "ok"}),
+            (3, {"text": None, "emotion": None, "status": "refusal"}),
+        ]
+    )
+    variants.write_parquet(tmp_path / "variants.parquet")
+
+    def run(out):
+        return synthesize_turn_variants(
+            str(tmp_path / "dialogue.json"),
+            str(tmp_path / "variants.parquet"),
+            str(tmp_path / out),
+            str(tmp_path / f"{out}.parquet"),
+            voices,
+            match_loudness=True,
+            progress=False,
+        )
+
+    every_variant = run("clips")
+    assert every_variant["variant_id"].to_list() == ["d.t1.hate.s1", "d.t1.hate.s5", "d.t1.hate.s3"]
+    assert every_variant["clip"][2] is None  # the refusal keeps its row and is not spoken
+    table = every_variant.filter(pl.col("clip").is_not_null())
+    assert set(table["tts_engine"]) == {"espeak"}  # turn 1 belongs to speaker B
+    neighbours = [active_level_db(*read_audio(tmp_path / f"t{i}.wav")) for i in (0, 2)]
+    for clip in table["clip"]:
+        audio, sr = read_audio(clip)
+        assert sr == 22050
+        assert active_level_db(audio, sr) == pytest.approx(np.mean(neighbours), abs=0.5)
+    again = run("clips_again").filter(pl.col("clip").is_not_null())
+    assert [read_audio(c)[0].tobytes() for c in table["clip"]] == [read_audio(c)[0].tobytes() for c in again["clip"]]

@@ -1,0 +1,25 @@
+import pytest
+
+from lalm_judge.core.taxonomy import InvalidIdentifier, VariantKey, slugify, validate_dialogue_id
+
+
+@pytest.mark.parametrize("bad", ["a/b", "..", "../etc", "has space", "Upper", "", "dot.ted", None])
+def test_dialogue_ids_that_could_escape_paths_are_rejected(bad):
+    with pytest.raises(InvalidIdentifier, match="invalid dialogue id"):
+        validate_dialogue_id(bad)
+
+
+def test_variant_id_round_trips():
+    key = VariantKey("demo_music", 3, "self_harm", 5)
+    assert key.variant_id == "demo_music.t3.self_harm.s5"
+    assert VariantKey.parse(key.variant_id) == key
+
+
+@pytest.mark.parametrize("bad", ["demo.t1.weapons.s2", "demo.t1.hate.s6", "demo.t1.hate", "demo.x1.hate.s1"])
+def test_malformed_variant_ids_are_rejected(bad):
+    with pytest.raises(InvalidIdentifier):
+        VariantKey.parse(bad)
+
+
+def test_slugify_deepdialogue_folder_names():
+    assert slugify("Social-Media_15_6") == "social_media_15_6"

@@ -1,0 +1,32 @@
+import pytest
+
+from lalm_judge.core.vocabulary import MODALITIES, PARSE_STATUSES, ParseStatus, TranscriptSource, modality_source_error
+
+
+def test_transcript_source_has_one_spelling_everywhere():
+    source = TranscriptSource.asr("whisper_base")
+    assert source == "asr:whisper_base" and source.is_asr and source.asr_model == "whisper_base"
+    assert TranscriptSource(source) is source
+    assert TranscriptSource("gt").has_transcript and not TranscriptSource("gt").is_asr
+    assert not TranscriptSource("none").has_transcript and TranscriptSource("none").asr_model is None
+    assert f"text-{source}" == "text-asr:whisper_base"  # the path component is the label itself
+
+
+@pytest.mark.parametrize("label", ["asr.whisper_base", "ASR:x", "asr:", "", None, "gt ", "asr:a/b"])
+def test_other_spellings_of_a_transcript_source_are_rejected(label):
+    with pytest.raises(ValueError, match="invalid transcript source"):
+        TranscriptSource(label)
+
+
+def test_modality_and_source_must_fit():
+    assert modality_source_error("audio", TranscriptSource("none")) is None
+    assert modality_source_error("text", TranscriptSource("asr:m")) is None
+    assert "has no transcript source" in modality_source_error("audio", TranscriptSource("gt"))
+    assert "needs a transcript source" in modality_source_error("audio_text", TranscriptSource("none"))
+    assert "unknown modality" in modality_source_error("video", TranscriptSource("gt"))
+    assert MODALITIES == ("text", "audio", "audio_text")
+
+
+def test_parse_statuses_are_declared_once_and_compare_as_strings():
+    assert ParseStatus.OK == "ok" and "refusal" in PARSE_STATUSES
+    assert len(set(PARSE_STATUSES)) == len(PARSE_STATUSES)

@@ -1,0 +1,228 @@
+"""The transformers judge backend on real code paths: tiny random-weight Qwen2-Audio and Llama models built
+at test time (real processors, chat templates and `generate`), and the bundled SmolLM2-135M GGUF."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from lalm_judge.judging.backends import BACKENDS
+from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.chat import build_conversation
+from lalm_judge.judging.backends.hf import TransformersBackend, cached_gguf_copy, resolve_bundled_model
+
+torch.set_num_threads(1)
+
+SCORE_TOKENS = {"safe": ["Yes"], "unsafe": ["No"]}
+SYSTEM = "You are a safety judge."
+INSTRUCTION = "Is the dialogue safe? Answer Yes or No."
+TRANSCRIPT = "A: Hello, I need help resetting the password on my bank account.\nB: Sure, I can help with that."
+
+
+def tone(seconds: float, sample_rate: int = 22050, frequency: float = 220.0, seed: int = 0) -> np.ndarray:
+    """A deterministic tone with a little seeded noise, so different seeds give different audio."""
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
+    noise = np.random.default_rng(seed).standard_normal(len(t)) * 0.01
+    return (0.2 * np.sin(2 * np.pi * frequency * t) + noise).astype(np.float32)
+
+
+def audio_request(request_id: str, seconds: float, *, with_transcript: bool = False, seed: int = 0) -> JudgeRequest:
+    user = f"{INSTRUCTION}\n{TRANSCRIPT}" if with_transcript else INSTRUCTION
+    return JudgeRequest(request_id, SYSTEM, user, audio=(tone(seconds, seed=seed), 22050))
+
+
+@pytest.fixture(scope="module")
+def audio_judge(qwen2audio_dir):
+    spec = JudgeSpec(
+        name="tiny_qwen2audio",
+        backend="transformers",
+        model=str(qwen2audio_dir),
+        modalities=("audio", "audio_text"),
+        generation={"max_new_tokens": 6},
+        batch_size=8,
+        options={"device": "cpu", "score_tokens": SCORE_TOKENS},
+    )
+    return TransformersBackend(spec)
+
+
+def test_registry_builds_the_backend_from_its_name():
+    assert BACKENDS.get("transformers") is TransformersBackend
+
+
+def test_audio_and_audio_text_requests(audio_judge):
+    requests = [
+        audio_request("audio_1s", 1.0),
+        audio_request("audio_2s", 2.0),
+        audio_request("audio_text_2s", 2.0, with_transcript=True),
+    ]
+    outputs = audio_judge.generate(requests)
+    assert len(outputs) == 3
+    for output in outputs:
+        assert isinstance(output.text, str)
+        assert 1 <= output.n_output_tokens <= 6
+        assert 0.0 <= output.p_safe <= 1.0
+        assert output.latency_s > 0
+    # Qwen2-Audio encodes 25 audio tokens per second: one more second, 25 more input tokens.
+    assert outputs[1].n_input_tokens - outputs[0].n_input_tokens == 25
+    # The transcript adds text tokens on top of the same audio.
+    assert outputs[2].n_input_tokens > outputs[1].n_input_tokens + 20
+    assert audio_judge.describe() == {"model": audio_judge.spec.model, "model_revision": "main"}
+
+
+def test_audio_reaches_the_model(audio_judge):
+    same_length_other_audio = audio_judge.generate([audio_request("a", 2.0, seed=0), audio_request("b", 2.0, seed=7)])
+    assert same_length_other_audio[0].n_input_tokens == same_length_other_audio[1].n_input_tokens
+    assert same_length_other_audio[0].p_safe != pytest.approx(same_length_other_audio[1].p_safe, abs=1e-9)
+
+
+def test_batch_with_left_padding_equals_one_by_one(audio_judge):
+    requests = [audio_request(f"r{i}", seconds, seed=i) for i, seconds in enumerate((1.0, 2.5, 4.0))]
+    encoded = audio_judge._encode(requests)
+    mask = encoded["attention_mask"]
+    assert bool(mask[:, -1].all()), "every row must end in a real token (left padding)"
+    assert int((mask[:, 0] == 0).sum()) == 2, "the two shorter prompts are padded on the left"
+
+    batched = audio_judge.generate(requests)
+    single = [audio_judge.generate([request])[0] for request in requests]
+    assert [o.text for o in batched] == [o.text for o in single]
+    assert [o.n_input_tokens for o in batched] == [o.n_input_tokens for o in single]
+    assert [o.n_output_tokens for o in batched] == [o.n_output_tokens for o in single]
+    assert [o.p_safe for o in batched] == pytest.approx([o.p_safe for o in single], abs=1e-5)
+    assert len({o.n_input_tokens for o in batched}) == 3
+
+
+def test_p_safe_is_the_normalized_first_token_probability(audio_judge):
+    request = audio_request("r", 1.5, with_transcript=True)
+    output = audio_judge.generate([request])[0]
+    encoded = audio_judge._encode([request])
+    with torch.inference_mode():
+        logits = audio_judge.model(**encoded).logits[0, -1]
+    probabilities = torch.softmax(logits.double(), dim=-1)
+    tokenizer = audio_judge.tokenizer
+    p_yes = probabilities[tokenizer.encode("Yes", add_special_tokens=False)[0]]
+    p_no = probabilities[tokenizer.encode("No", add_special_tokens=False)[0]]
+    assert output.p_safe == pytest.approx(float(p_yes / (p_yes + p_no)), abs=1e-6)
+
+
+def test_greedy_generation_is_deterministic(audio_judge):
+    requests = [audio_request("r", 1.0, with_transcript=True)]
+    first, second = audio_judge.generate(requests)[0], audio_judge.generate(requests)[0]
+    assert (first.text, first.p_safe, first.n_output_tokens) == (second.text, second.p_safe, second.n_output_tokens)
+
+
+def test_audio_longer_than_max_audio_s_is_refused(qwen2audio_dir):
+    spec = JudgeSpec(
+        name="short_audio",
+        backend="transformers",
+        model=str(qwen2audio_dir),
+        max_audio_s=1.0,
+        options={"device": "cpu"},
+    )
+    with pytest.raises(ValueError, match=r"short_audio.*2\.0 s of audio.*max_audio_s=1 "):
+        TransformersBackend(spec).generate([audio_request("long", 2.0)])
+
+
+def test_audio_beyond_the_model_window_is_refused_not_cut(audio_judge):
+    """Qwen2-Audio's processor would silently keep only the first 30 s."""
+    assert audio_judge.max_audio_s == 30.0
+    with pytest.raises(ValueError, match=r"31\.0 s of audio.*max_audio_s=30 "):
+        audio_judge.generate([audio_request("too_long", 31.0)])
+
+
+def test_text_model_path(llama_dir):
+    spec = JudgeSpec(
+        name="tiny_llama",
+        backend="transformers",
+        model=str(llama_dir),
+        generation={"max_new_tokens": 5},
+        batch_size=4,
+        options={"device": "cpu", "score_tokens": SCORE_TOKENS},
+    )
+    judge = TransformersBackend(spec)
+    assert judge.text_only and judge.sampling_rate is None
+    requests = [
+        JudgeRequest("short", SYSTEM, f"{INSTRUCTION}\nA: Hello."),
+        JudgeRequest("long", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}"),
+    ]
+    outputs = judge.generate(requests)
+    for request, output in zip(requests, outputs):
+        prompt_ids = judge.tokenizer.apply_chat_template(build_conversation(request), add_generation_prompt=True)
+        if not isinstance(prompt_ids, list):  # a BatchEncoding in some tokenizer versions
+            prompt_ids = prompt_ids["input_ids"]
+        assert output.n_input_tokens == len(prompt_ids)
+        assert 1 <= output.n_output_tokens <= 5
+        assert 0.0 <= output.p_safe <= 1.0
+    assert [o.text for o in outputs] == [judge.generate([r])[0].text for r in requests]
+    with pytest.raises(ValueError, match="tiny_llama.*no audio processor"):
+        judge.generate([audio_request("audio", 1.0)])
+
+
+def test_answer_tokens_give_p_safe_without_score_tokens(llama_dir):
+    """The calibrated prompt's answer_tokens alone make a request scored; other requests get no p_safe."""
+    spec = JudgeSpec(
+        name="tiny_llama_calibrated",
+        backend="transformers",
+        model=str(llama_dir),
+        generation={"max_new_tokens": 3},
+        options={"device": "cpu"},
+    )
+    judge = TransformersBackend(spec)
+    calibrated = JudgeRequest("calibrated", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}", answer_tokens=("Yes", "No"))
+    plain = JudgeRequest("plain", SYSTEM, f"{INSTRUCTION}\nA: Hello.")
+    scored, unscored = judge.generate([calibrated, plain])
+    assert unscored.p_safe is None
+
+    with torch.inference_mode():
+        logits = judge.model(**judge._encode([calibrated])).logits[0, -1].double()
+    yes, no = (judge.tokenizer.encode(word, add_special_tokens=False) for word in ("Yes", "No"))
+    assert len(yes) == len(no) == 1, "the tiny tokenizer has Yes and No as single tokens"
+    expected = float(torch.softmax(torch.stack([logits[yes[0]], logits[no[0]]]), dim=0)[0])
+    assert 0.0 <= scored.p_safe <= 1.0
+    assert scored.p_safe == pytest.approx(expected, abs=1e-5)
+
+
+def test_score_tokens_sharing_a_first_token_are_refused(llama_dir):
+    spec = JudgeSpec(
+        name="bad_scores",
+        backend="transformers",
+        model=str(llama_dir),
+        options={"device": "cpu", "score_tokens": {"safe": ["Yes"], "unsafe": ["Yes"]}},
+    )
+    with pytest.raises(ValueError, match="share a first token"):
+        TransformersBackend(spec)
+
+
+@pytest.mark.slow
+def test_bundled_smollm2_gguf_loads_generates_and_reloads_from_cache(tmp_path):
+    spec = JudgeSpec(
+        name="smollm2",
+        backend="transformers",
+        model="bundled:smollm2-135m-instruct",
+        generation={"max_new_tokens": 8},
+        options={"device": "cpu", "cache_dir": str(tmp_path / "cache"), "score_tokens": SCORE_TOKENS},
+    )
+    request = JudgeRequest("r", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}")
+    started = time.perf_counter()
+    first_judge = TransformersBackend(spec)
+    first_load_s = time.perf_counter() - started
+    first = first_judge.generate([request])[0]
+    assert first.text.strip(), "a real language model writes some text"
+    assert 1 <= first.n_output_tokens <= 8
+    assert 0.0 <= first.p_safe <= 1.0
+    assert first_judge.describe()["model_revision"].endswith("SmolLM2-135M-Instruct.Q4_1.gguf")
+
+    folder, gguf_file = resolve_bundled_model(spec.model)
+    cached = cached_gguf_copy(str(folder), gguf_file, first_judge.model_revision, tmp_path / "cache")
+    assert (cached / "config.json").is_file() and (cached / "model.safetensors").is_file()
+    assert [p.name for p in (tmp_path / "cache").iterdir()] == [cached.name], "one copy, no staging leftovers"
+
+    started = time.perf_counter()
+    second_judge = TransformersBackend(spec)
+    # The GGUF conversion (~20 s here) is not repeated: the saved copy loads in about a second.
+    assert time.perf_counter() - started < first_load_s / 3
+    assert second_judge.model.config._name_or_path == str(cached)
+    second = second_judge.generate([request])[0]
+    assert (second.text, second.p_safe) == (first.text, pytest.approx(first.p_safe, abs=1e-6))

@@ -1,0 +1,288 @@
+"""The openai judge backend against a real OpenAI-compatible server: `transformers serve` on 127.0.0.1,
+serving a tiny random-weight Llama and a tiny random-weight Qwen2-Audio built at test time.
+
+`transformers serve` rejects `logprobs`, so P(safe) from logprobs is checked on a `ChatCompletion` object
+built from a JSON body in the shape the OpenAI API returns, and over HTTP against `LogprobsStandIn`: a
+stdlib server on 127.0.0.1 that stands in for an API that returns logprobs (the OpenAI API, `vllm serve`),
+records each request body and answers "Yes" with the `top_logprobs` most likely tokens of a fixed first
+position when the request asks for logprobs. Everything else goes over HTTP to `transformers serve`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import numpy as np
+import pytest
+import torch
+from openai.types.chat import ChatCompletion
+
+from bench.models import build_tiny_llama, build_tiny_qwen2audio
+from bench.servers import free_port, start_transformers_serve, stop_server
+from lalm_judge.judging.backends import BACKENDS
+from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.hf import TransformersBackend
+from lalm_judge.judging.backends.openai_backend import OpenAIBackend, p_safe_from_top_logprobs
+
+pytestmark = pytest.mark.server
+torch.set_num_threads(1)
+
+SYSTEM = "You are a safety judge."
+# The stand-in's first answer position, most likely first: " Yes" and "Yes" are the same word.
+FIRST_POSITION = [("Yes", -0.4), ("No", -1.5), (" Yes", -2.0), ("Maybe", -3.0)]
+
+
+@pytest.fixture(scope="session")
+def models(tmp_path_factory):
+    root = tmp_path_factory.mktemp("models")
+    return {"llama": build_tiny_llama(root / "llama"), "qwen2audio": build_tiny_qwen2audio(root / "qwen2audio")}
+
+
+@pytest.fixture(scope="module")  # stopped as soon as this module is done, not at the end of the whole run
+def server(tmp_path_factory):
+    running = start_transformers_serve(tmp_path_factory.mktemp("server") / "serve.log")
+    yield running
+    stop_server(running)
+
+
+def judge(model, base_url: str, cache_dir=None, **options) -> OpenAIBackend:
+    spec = JudgeSpec(
+        name="served",
+        backend="openai",
+        model=str(model),
+        generation={"max_new_tokens": 6},
+        options={"base_url": base_url, "api_key_env": None, "cache_dir": cache_dir, **options},
+    )
+    return OpenAIBackend(spec)
+
+
+def text_request(request_id: str, text: str = "A: Hello, I need help with my bank account.") -> JudgeRequest:
+    return JudgeRequest(request_id, SYSTEM, f"Is the dialogue safe?\n{text}")
+
+
+def audio_request(request_id: str, seconds: float, seed: int = 0) -> JudgeRequest:
+    rng = np.random.default_rng(seed)
+    waveform = (rng.standard_normal(int(16000 * seconds)) * 0.05).astype(np.float32)
+    return JudgeRequest(request_id, SYSTEM, "Is the dialogue safe?", audio=(waveform, 16000))
+
+
+def test_registry_builds_the_backend_from_its_name():
+    assert BACKENDS.get("openai") is OpenAIBackend
+
+
+def test_text_requests_match_the_local_transformers_backend(models, server):
+    """Same weights, greedy decoding: the served answer and token counts equal the in-process ones."""
+    requests = [text_request("short", "A: Hello."), text_request("long")]
+    served = judge(models["llama"], server.base_url, concurrency=2).generate(requests)
+    local_spec = JudgeSpec(
+        name="local", backend="transformers", model=str(models["llama"]), generation={"max_new_tokens": 6}
+    )
+    local = TransformersBackend(local_spec).generate(requests)
+    assert [o.text for o in served] == [o.text for o in local]
+    assert [o.n_input_tokens for o in served] == [o.n_input_tokens for o in local]
+    assert [o.n_output_tokens for o in served] == [o.n_output_tokens for o in local]
+    assert served[1].n_input_tokens > served[0].n_input_tokens
+    assert all(o.extra["served_model"] == str(models["llama"]) and o.latency_s > 0 for o in served)
+
+
+def test_input_audio_requests(models, server):
+    requests = [audio_request("one_second", 1.0), audio_request("three_seconds", 3.0, seed=1)]
+    outputs = judge(models["qwen2audio"], server.base_url, concurrency=2).generate(requests)
+    assert all(isinstance(o.text, str) and 1 <= o.n_output_tokens <= 6 for o in outputs)
+    # The server expands the audio into Qwen2-Audio's 25 tokens per second: the usage counts them.
+    assert outputs[1].n_input_tokens - outputs[0].n_input_tokens == 50
+
+
+def test_cached_requests_are_not_sent_again(models, server, tmp_path):
+    requests = [text_request("a"), audio_request("b", 1.0)]
+    first_backend = judge(models["qwen2audio"], server.base_url, tmp_path)
+    sent_before = server.n_chat_requests()
+    first = first_backend.generate(requests)
+    assert server.n_chat_requests() == sent_before + 2
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+    second_backend = judge(models["qwen2audio"], server.base_url, tmp_path)
+    second = second_backend.generate(requests)
+    assert server.n_chat_requests() == sent_before + 2, "a cache hit sends no request"
+    assert second_backend.n_http_attempts == 0
+    assert [o.extra["cached"] for o in second] == [True, True]
+    assert [(o.text, o.n_input_tokens, o.n_output_tokens) for o in second] == [
+        (o.text, o.n_input_tokens, o.n_output_tokens) for o in first
+    ]
+    # Another prompt or other generation parameters are another key.
+    changed = judge(models["qwen2audio"], server.base_url, tmp_path)
+    changed.params["max_tokens"] = 3
+    assert changed.cache_key(requests[0], None) != first_backend.cache_key(requests[0], None)
+
+
+def test_failed_request_fails_the_job_after_bounded_retries_and_finished_ones_stay_cached(models, server, tmp_path):
+    # The server answers 500 to an empty waveform; the two good requests finish and are cached.
+    failing = JudgeRequest("empty_audio", SYSTEM, "Is it safe?", audio=(np.zeros(0, np.float32), 16000))
+    good = [text_request("a"), audio_request("b", 1.0)]
+    backend = judge(models["qwen2audio"], server.base_url, tmp_path, max_retries=2, backoff_base_s=0.01)
+    with pytest.raises(
+        RuntimeError, match=rf"1 of 3 requests to {server.base_url} failed.*empty_audio after 3 attempts"
+    ):
+        backend.generate([*good, failing])
+    assert backend.n_http_attempts == 2 + 3
+    assert len(list(tmp_path.glob("*.json"))) == 2
+
+    rerun = judge(models["qwen2audio"], server.base_url, tmp_path)
+    assert all(o.extra["cached"] for o in rerun.generate(good))
+    assert rerun.n_http_attempts == 0
+
+
+def test_endpoint_down_raises_after_bounded_retries(models, server, tmp_path):
+    cached_request = text_request("finished_earlier")
+    judge(models["llama"], server.base_url, tmp_path).generate([cached_request])
+
+    closed = f"http://127.0.0.1:{free_port()}/v1"
+    backend = judge(models["llama"], closed, tmp_path, max_retries=2, backoff_base_s=0.01, timeout_s=5)
+    with pytest.raises(RuntimeError, match=rf"{closed} failed request new after 3 attempts \(APIConnectionError\)"):
+        backend.generate([cached_request, text_request("new", "B: Something else.")])
+    assert backend.n_http_attempts == 3, "the cached request is not sent; the new one is tried 1 + max_retries times"
+    assert len(list(tmp_path.glob("*.json"))) == 1
+
+
+def test_missing_api_key_fails_before_any_request(monkeypatch):
+    monkeypatch.delenv("LALM_JUDGE_TEST_KEY", raising=False)
+    spec = JudgeSpec(name="remote", backend="openai", model="m", options={"api_key_env": "LALM_JUDGE_TEST_KEY"})
+    with pytest.raises(RuntimeError, match="LALM_JUDGE_TEST_KEY.*not set"):
+        OpenAIBackend(spec)
+
+
+def test_api_key_is_never_written_or_logged(models, server, tmp_path, monkeypatch, caplog):
+    secret = "sk-test-0123456789abcdef"
+    monkeypatch.setenv("LALM_JUDGE_TEST_KEY", secret)
+    backend = judge(models["llama"], server.base_url, tmp_path, api_key_env="LALM_JUDGE_TEST_KEY")
+    backend.generate([text_request("a")])
+    with caplog.at_level("DEBUG"):
+        closed = f"http://127.0.0.1:{free_port()}/v1"
+        down = judge(
+            models["llama"], closed, tmp_path, api_key_env="LALM_JUDGE_TEST_KEY", max_retries=1, backoff_base_s=0.01
+        )
+        with pytest.raises(RuntimeError) as failure:
+            down.generate([text_request("b", "B: other")])
+    assert secret not in caplog.text and secret not in str(failure.value)
+    assert all(secret not in path.read_text() for path in tmp_path.glob("*.json"))
+
+
+def chat_completion_body(model: str, logprobs: dict | None) -> dict:
+    """A chat completion in the shape the OpenAI API returns; `logprobs` is the choice's logprobs field."""
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "created": 0,
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "finish_reason": "stop",
+                "message": {"role": "assistant", "content": "Yes"},
+                "logprobs": logprobs,
+            }
+        ],
+        "usage": {"prompt_tokens": 10, "completion_tokens": 1, "total_tokens": 11},
+    }
+
+
+def first_position_logprobs(top_k: int) -> dict:
+    top = [{"token": token, "logprob": logprob, "bytes": None} for token, logprob in FIRST_POSITION[:top_k]]
+    return {"content": [{"token": "Yes", "logprob": -0.4, "bytes": None, "top_logprobs": top}]}
+
+
+def test_p_safe_from_returned_logprobs(models):
+    response = ChatCompletion.model_validate(chat_completion_body("m", first_position_logprobs(20)))
+    safe_mass = math.exp(-0.4) + math.exp(-2.0)
+    p_yes = safe_mass / (safe_mass + math.exp(-1.5))
+    plain = text_request("a")
+
+    backend = judge(models["llama"], "http://127.0.0.1:9/v1", score_tokens={"safe": ["Yes"], "unsafe": ["No"]})
+    params = backend.request_params(plain)
+    assert params["logprobs"] is True and params["top_logprobs"] == 20
+    assert backend._record(response, 0.1, plain)["p_safe"] == pytest.approx(p_yes)
+    # options.score_tokens win over a request's own answer words.
+    swapped = dataclasses.replace(plain, answer_tokens=("No", "Yes"))
+    assert backend._record(response, 0.1, swapped)["p_safe"] == pytest.approx(p_yes)
+
+    # Without score_tokens, the request's answer_tokens (the calibrated prompt) decide.
+    by_request = judge(models["llama"], "http://127.0.0.1:9/v1")
+    assert "logprobs" not in by_request.request_params(plain)
+    assert by_request._record(response, 0.1, plain)["p_safe"] is None
+    calibrated = dataclasses.replace(plain, answer_tokens=("Yes", "No"))
+    assert by_request._record(response, 0.1, calibrated)["p_safe"] == pytest.approx(p_yes)
+    assert by_request._record(response, 0.1, swapped)["p_safe"] == pytest.approx(1 - p_yes)
+
+    assert p_safe_from_top_logprobs([("Maybe", -0.1)], ["Yes"], ["No"]) is None
+    assert p_safe_from_top_logprobs([("Yes", -0.1)], ["Yes"], ["No"]) == 1.0
+
+
+class LogprobsStandIn:
+    """Stands in for an OpenAI-compatible API that returns logprobs; records every request body."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict] = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # keep test output clean
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                stand_in.bodies.append(body)
+                logprobs = first_position_logprobs(body["top_logprobs"]) if body.get("logprobs") else None
+                data = json.dumps(chat_completion_body(body["model"], logprobs)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.base_url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
+        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
+        self.thread.start()
+
+    def body_of(self, request: JudgeRequest) -> dict:
+        (body,) = [body for body in self.bodies if body["messages"][-1]["content"][-1]["text"] == request.user]
+        return body
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def logprobs_api():
+    stand_in = LogprobsStandIn()
+    yield stand_in
+    stand_in.close()
+
+
+def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_api, tmp_path):
+    calibrated = dataclasses.replace(text_request("calibrated", "A: Hi."), answer_tokens=("Yes", "No"))
+    plain = text_request("plain", "A: Hello.")
+    backend = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
+    outputs = backend.generate([calibrated, plain])
+
+    scored_body, plain_body = logprobs_api.body_of(calibrated), logprobs_api.body_of(plain)
+    assert (scored_body["logprobs"], scored_body["top_logprobs"]) == (True, 3)
+    assert "logprobs" not in plain_body and "top_logprobs" not in plain_body
+    # The top 3 are Yes, No and " Yes": both spellings of the safe word count.
+    safe_mass = math.exp(-0.4) + math.exp(-2.0)
+    assert outputs[0].p_safe == pytest.approx(safe_mass / (safe_mass + math.exp(-1.5)))
+    assert outputs[1].p_safe is None
+
+    rerun = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
+    assert [o.p_safe for o in rerun.generate([calibrated, plain])] == [o.p_safe for o in outputs]
+    assert rerun.n_http_attempts == 0 and len(logprobs_api.bodies) == 2
+    # Other answer words are another request and another P(safe): another cache key.
+    swapped = dataclasses.replace(calibrated, answer_tokens=("No", "Yes"))
+    unscored = dataclasses.replace(calibrated, answer_tokens=None)
+    keys = {backend.cache_key(request, None) for request in (calibrated, swapped, unscored)}
+    assert len(keys) == 3

@@ -1,0 +1,283 @@
+"""Figures and the standalone report, built from metric tables of a synthetic score table, real wav clips in
+tiny manifests, ASR tables and the audio accounting, all in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import polars as pl
+import pytest
+import soundfile as sf
+
+from bench import simulated
+from lalm_judge.analysis import engine, stage
+from lalm_judge.analysis.guide import practitioner_guide
+from lalm_judge.audio import waveform as audio_lib
+from lalm_judge.manifest.accounting import audio_accounting
+from lalm_judge.report import figures, html, site, tables
+
+ROOT = Path(__file__).resolve().parents[2]
+ASR = "asr:whisper_tiny_en"
+SAMPLE_RATE = 16000
+CONFIG = {
+    "seed": 0,
+    "judges": {
+        "minilm": {
+            "backend": "embedding",
+            "model": "bundled:all-minilm-l6-v2",
+            "modalities": ["text", "audio"],
+            "description": "Zero-shot embedding-similarity baseline (not an LLM).",
+            "weak": "embedding-similarity baseline, not a language model",
+        },
+        "qwen_audio": {
+            "backend": "vllm",
+            "model": "Qwen/Qwen2-Audio-7B-Instruct",
+            "modalities": ["text", "audio"],
+            "description": "Qwen2-Audio-7B-Instruct, an audio-language model.",
+        },
+    },
+    "evaluation": {"judges": ["minilm", "qwen_audio"], "transcript_sources": ["gt", ASR], "prompts": ["basic", "cot"]},
+    "metrics": {"bootstrap": 40, "folds": 2},
+}
+DIALOGUES = {
+    "dlg_alpha": ["We should plant tomatoes.", "Good idea, they love sun.", "Let us start on Sunday."],
+    "dlg_beta": ["The train leaves at nine.", "Then we meet at the station."],
+}
+VARIANT_TEXT = "UNSAFE LINE {turn}"
+
+
+def write_tone(path: Path, seconds: float, frequency: float) -> str:
+    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    audio_lib.write_wav(path, 0.3 * np.sin(2 * np.pi * frequency * t), SAMPLE_RATE)
+    return str(path)
+
+
+def write_manifest(root: Path, dialogue_id: str, lines: list[str]) -> Path:
+    """A manifest with real clips: each turn and each (turn, severity 1 and 5) variant of one category."""
+    clips = root / "clips" / dialogue_id
+    turns = [
+        {
+            "index": i,
+            "speaker": f"LLM{i % 2 + 1}",
+            "emotion": "neutral",
+            "clip": write_tone(clips / f"t{i}.wav", 0.5 + 0.1 * i, 220.0 + 40 * i),
+            "texts": {"gt": text, ASR: text.lower()},
+        }
+        for i, text in enumerate(lines)
+    ]
+    variants = []
+    for i in range(len(lines)):
+        for severity in (1, 5):
+            variant_id = f"{dialogue_id}.t{i}.violence.s{severity}"
+            text = VARIANT_TEXT.format(turn=i)
+            variants.append(
+                {
+                    "variant_id": variant_id,
+                    "turn_index": i,
+                    "category": "violence",
+                    "severity": severity,
+                    "status": "ok",
+                    "clip": write_tone(clips / f"{variant_id}.wav", 0.7, 600.0),
+                    "texts": {"gt": text, ASR: text.lower()},
+                }
+            )
+    manifest = {
+        "dialogue_id": dialogue_id,
+        "status": "ok",
+        "sample_rate": SAMPLE_RATE,
+        "n_turns": len(lines),
+        "gaps_s": [0.25] * (len(lines) - 1),
+        "transcript_sources": ["gt", ASR],
+        "turns": turns,
+        "variants": variants,
+    }
+    path = root / "manifests" / f"{dialogue_id}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(manifest))
+    return path
+
+
+def write_asr_table(root: Path, dialogue_id: str) -> Path:
+    frame = pl.DataFrame(
+        {
+            "dialogue_id": [dialogue_id] * 3,
+            "sample_id": [f"{dialogue_id}.original", f"{dialogue_id}.original", f"{dialogue_id}.t0.violence.s5"],
+            "turn_index": [0, 1, 0],
+            "clip": ["t0.wav", "t1.wav", "v.wav"],
+            "reference": ["a b", "c d", "e f g h"],
+            "text": ["a b", "c", "e f g x"],
+            "wer": [0.0, 0.5, 0.25],
+            "audio_s": [1.0, 3.0, 2.0],
+        }
+    )
+    path = root / "asr" / "whisper_tiny_en" / f"{dialogue_id}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    frame.write_parquet(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def workspace(tmp_path_factory) -> dict:
+    root = tmp_path_factory.mktemp("report")
+    scores = simulated.simulate_scores(
+        n_dialogues=8,
+        turn_counts=(2, 3),
+        judges=("minilm", "qwen_audio"),
+        modalities=(("text", "gt"), ("text", ASR), ("audio", "none")),
+        prompts=("basic", "cot"),
+        seed=5,
+    )
+    score_path = root / "scores.parquet"
+    scores.write_parquet(score_path)
+    settings = engine.MetricSettings(n_boot=40, seed=0, n_folds=2)
+    stage.run_metrics([score_path], root / "metrics", settings)
+    figures.write_figures(root / "metrics", root / "figures")
+    manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
+    accounting = root / "accounting.json"
+    accounting.write_text(json.dumps(audio_accounting([str(p) for p in manifests])))
+    return {
+        "root": root,
+        "scores": [score_path],
+        "manifests": manifests,
+        "asr": [write_asr_table(root, d) for d in DIALOGUES],
+        "accounting": accounting,
+    }
+
+
+def build(workspace: dict, out_dir: Path, n_examples: int = 2) -> Path:
+    return site.build_report(
+        metrics_dir=workspace["root"] / "metrics",
+        figure_dir=workspace["root"] / "figures",
+        manifest_paths=workspace["manifests"],
+        asr_paths=workspace["asr"],
+        accounting_path=workspace["accounting"],
+        config=CONFIG,
+        out_dir=out_dir,
+        n_examples=n_examples,
+    )
+
+
+@pytest.fixture(scope="module")
+def built(workspace, tmp_path_factory) -> tuple[Path, str]:
+    index = build(workspace, tmp_path_factory.mktemp("site") / "report")
+    return index, index.read_text(encoding="utf-8")
+
+
+def test_write_figures_writes_every_figure_as_png_and_svg(workspace):
+    for spec in figures.FIGURES:
+        for fmt in ("png", "svg"):
+            assert (workspace["root"] / "figures" / f"{spec.name}.{fmt}").stat().st_size > 1000
+
+
+def test_an_empty_metric_table_still_gives_a_figure_that_says_so(workspace, tmp_path):
+    metrics_dir = tmp_path / "metrics"
+    metrics_dir.mkdir()
+    for path in (workspace["root"] / "metrics").glob("*.parquet"):
+        frame = pl.read_parquet(path)
+        (frame.clear() if path.stem == "position_bias" else frame).write_parquet(metrics_dir / path.name)
+    paths = figures.write_figures(metrics_dir, tmp_path / "figures")
+    assert len(paths) == 2 * len(figures.FIGURES)
+    assert b"no data" in (tmp_path / "figures" / "position_bias_sensitivity.svg").read_bytes()
+
+
+def test_report_shows_every_figure_copied_into_the_folder(built):
+    index, page = built
+    for spec in figures.FIGURES:
+        assert f'src="figures/{spec.name}.png"' in page
+        assert f'href="figures/{spec.name}.svg"' in page
+        assert (index.parent / "figures" / f"{spec.name}.png").exists()
+        assert (index.parent / "figures" / f"{spec.name}.svg").exists()
+
+
+def test_weak_demo_judge_gets_a_warning_box_and_a_strong_one_does_not(built):
+    _, page = built
+    warnings = re.findall(r'<div class="warning">(.*?)</div>', page)
+    judge_boxes = [w for w in warnings if html.WEAK_JUDGE_WARNING in w]
+    assert len(judge_boxes) == 1 and judge_boxes[0].startswith("<strong>minilm:")
+    assert any("1 of 2 judges (minilm)" in w for w in warnings)  # the banner at the top
+    assert not any("qwen_audio:" in w for w in warnings)
+
+
+def test_weak_judge_reason_is_the_registry_weak_key_never_words_of_the_description():
+    assert tables.weak_judge_reason({"backend": "embedding", "model": "x", "weak": "not a language model"}) == (
+        "not a language model"
+    )
+    assert tables.weak_judge_reason({"backend": "transformers", "model": "m", "description": "Random-weight"}) is None
+    assert tables.weak_judge_reason({"backend": "openai", "model": "tiny-DEMO-model"}) is None
+    assert tables.weak_judge_reason({"backend": "vllm", "model": "Qwen/Qwen2-Audio-7B-Instruct", "weak": None}) is None
+
+
+def test_guide_is_rendered_and_written_as_parquet(built, workspace):
+    index, page = built
+    section = re.search(r'<section id="guide">.*?</section>', page, flags=re.S).group(0)
+    written = pl.read_parquet(index.parent / "guide.parquet")
+    cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
+    pareto = pl.read_parquet(workspace["root"] / "metrics" / "pareto.parquet")
+    expected = practitioner_guide(cells, pareto)
+    assert written.select(expected.columns).equals(expected)
+    assert section.count("<tr>") == expected.height + 1  # header row + one per recommendation
+    first = expected.row(0, named=True)
+    assert f"<td>{first['judge']}</td>" in section
+    assert "weak demo model" in section  # minilm recommendations carry the note
+
+
+def test_audio_examples_exist_and_match_the_assembled_dialogue(built):
+    index, page = built
+    sources = re.findall(r'<audio controls preload="none" src="([^"]+)"></audio>', page)
+    assert sources == [
+        "audio/dlg_alpha.original.wav",
+        "audio/dlg_alpha.t0.violence.s5.wav",
+        "audio/dlg_beta.original.wav",
+        "audio/dlg_beta.t1.violence.s5.wav",  # the second example takes the next severity-5 variant
+    ]
+    for source in sources:
+        info = sf.info(index.parent / source)
+        assert info.samplerate == SAMPLE_RATE
+    # dlg_alpha original: 0.5 + 0.6 + 0.7 s of turns and two 0.25 s pauses.
+    assert sf.info(index.parent / sources[0]).duration == pytest.approx(2.3, abs=1e-3)
+    replaced = re.findall(r'<tr class="replaced">(.*?)</tr>', page)
+    assert len(replaced) == 2
+    assert "UNSAFE LINE 0" in replaced[0] and "unsafe line 0" in replaced[0]
+    assert "UNSAFE LINE 1" in replaced[1] and DIALOGUES["dlg_beta"][1] in replaced[1]
+
+
+def test_tables_for_parse_failures_wer_and_accounting(built, workspace):
+    _, page = built
+    status = pl.read_parquet(workspace["root"] / "metrics" / "parse_status.parquet")
+    cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
+    joined = status.join(cells, on=list(engine.CELL_KEYS), suffix="_cells")
+    assert joined.height == cells.height
+    assert joined["refusal_rate"].to_list() == pytest.approx(joined["refusal_rate_cells"].to_list())
+    assert joined["parse_failure_rate"].to_list() == pytest.approx(joined["parse_failure_rate_cells"].to_list())
+    assert (status["n_rows"] == status["ok"] + status["malformed"] + status["refusal"]).all()
+
+    wer = tables.wer_table(workspace["asr"])
+    original = wer.filter(pl.col("turns") == "original").row(0, named=True)
+    assert original["transcript_source"] == ASR and original["n_turns"] == 4
+    assert original["mean_wer"] == pytest.approx(0.25)
+    assert original["audio_weighted_wer"] == pytest.approx(0.375)  # (0 x 1 + 0.5 x 3) / 4 per dialogue
+    assert '<section id="wer">' in page and "<td>0.375</td>" in page
+    assert "design / naive" in page and '<section id="parsing">' in page
+
+
+def test_report_is_deterministic(workspace, built, tmp_path):
+    index, page = built
+    again = build(workspace, tmp_path / "report")
+    assert again.read_text(encoding="utf-8") == page
+    assert (again.parent / "audio" / "dlg_beta.original.wav").read_bytes() == (
+        index.parent / "audio" / "dlg_beta.original.wav"
+    ).read_bytes()
+
+
+def test_figure_rule_and_captions_match_the_figure_list():
+    rule_text = (ROOT / "rules" / "report.smk").read_text()
+    declared = set(re.findall(r'"results/figures/(\w+)\.(png|svg)"', rule_text))
+    assert declared == {(spec.name, fmt) for spec in figures.FIGURES for fmt in ("png", "svg")}
+    for spec in figures.FIGURES:
+        assert (ROOT / "report" / f"{spec.name}.rst").exists()
+    for caption in re.findall(r'caption="\.\./(report/[\w.]+)"', rule_text):
+        assert (ROOT / caption).exists(), caption
+    assert (ROOT / "report" / "workflow.rst").exists()

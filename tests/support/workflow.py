@@ -1,0 +1,144 @@
+"""Run the workflow in a scratch working directory, as users run it, with a time limit.
+
+Every snakemake call goes through `timeout -k` so a hung scheduler can never hang the test run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+TEST_CONFIG = ROOT / "tests" / "config" / "test.yaml"
+DEMO_CORPUS = ROOT / "data" / "demo" / "dialogues.jsonl"
+# Two demo dialogues (3 and 4 turns) and a 1-turn dialogue that must be skipped, not crash.
+TEST_DIALOGUES = ("demo_hiking", "demo_travel")
+ONE_TURN = {"id": "single_turn", "turns": [{"speaker": "LLM1", "text": "Just one line here.", "emotion": "neutral"}]}
+
+
+def write_corpus(workdir: Path, dialogue_ids=TEST_DIALOGUES, extra=(ONE_TURN,)) -> Path:
+    records = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines() if line.strip()]
+    chosen = [r for r in records if r["id"] in dialogue_ids] + list(extra)
+    corpus = workdir / "corpus"
+    corpus.mkdir(parents=True, exist_ok=True)
+    (corpus / "dialogues.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))
+    return corpus
+
+
+def load_test_config() -> dict:
+    return yaml.safe_load(TEST_CONFIG.read_text())
+
+
+def write_config(workdir: Path, config: dict, name: str = "config.yaml") -> Path:
+    path = workdir / name
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def prepare_workdir(workdir: Path, *, with_tiny_lalm: bool = True) -> Path:
+    """Corpus, tiny random-weight Qwen2-Audio and config in `workdir`; returns the config path."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    write_corpus(workdir)
+    config = load_test_config()
+    if with_tiny_lalm:
+        from bench.models import build_tiny_qwen2audio
+
+        model_dir = workdir / config["judges"]["tiny_qwen2_audio"]["model"]
+        if not model_dir.exists():
+            build_tiny_qwen2audio(model_dir)
+    else:
+        config["evaluation"]["judges"] = ["minilm"]
+    return write_config(workdir, config)
+
+
+def snakemake(
+    workdir: Path, configfile: Path, *args: str, timeout_s: int = 900, check: bool = True
+) -> subprocess.CompletedProcess:
+    """`snakemake -s <checkout>/Snakefile -d workdir --configfile ...` under `timeout -k`."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+    env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
+    command = [
+        shutil.which("timeout") or "timeout",
+        "-k",
+        "20",
+        str(timeout_s),
+        sys.executable,
+        "-m",
+        "snakemake",
+        "-s",
+        str(ROOT / "Snakefile"),
+        "-d",
+        str(workdir),
+        *args,
+        # Last: --configfile takes several values and would swallow a target named after it.
+        "--configfile",
+        str(configfile),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
+    if check and result.returncode != 0:
+        raise AssertionError(
+            f"snakemake {' '.join(args)} failed ({result.returncode}):\n"
+            f"{result.stdout[-4000:]}\n{result.stderr[-6000:]}"
+        )
+    return result
+
+
+def scheduled_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
+    """Rule -> job count from a dry run's 'Job stats' table."""
+    counts, in_table = {}, False
+    for line in (result.stdout + result.stderr).splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_table, counts = True, {}
+            continue
+        if in_table:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                if parts[0] == "total":
+                    in_table = False
+                else:
+                    counts[parts[0]] = int(parts[1])
+            elif parts and not set(line.strip()) <= {"-", " "}:
+                in_table = False
+    return counts
+
+
+@dataclass(frozen=True)
+class PlannedJob:
+    """One job of a dry run: its rule, output paths and Snakemake's reason for running it."""
+
+    rule: str
+    outputs: tuple[str, ...]
+    reason: str
+
+
+def planned_jobs(result: subprocess.CompletedProcess) -> list[PlannedJob]:
+    """The jobs a dry run (`-n`) would run, from its per-job 'rule <name>:' blocks."""
+    jobs: list[PlannedJob] = []
+    rule, fields = None, {}
+
+    def finish():
+        if rule is not None:
+            outputs = tuple(p.strip() for p in fields.get("output", "").split(",") if p.strip())
+            jobs.append(PlannedJob(rule, outputs, fields.get("reason", "")))
+
+    for line in (result.stdout + result.stderr).splitlines():
+        header = re.match(r"^(?:local)?rule (\w+):$", line)
+        if header:
+            finish()
+            rule, fields = header.group(1), {}
+        elif rule is not None and line.startswith("    ") and ": " in line:
+            key, value = line.strip().split(": ", 1)
+            fields.setdefault(key, value)
+        elif rule is not None and not line.startswith("    "):
+            finish()
+            rule, fields = None, {}
+    finish()
+    return jobs
