@@ -92,7 +92,10 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
         config["judges"]["minilm_gpu"] = {
             **config["judges"]["minilm"],
             "modalities": ["text"],
-            "schedule": {"resources": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10}},
+            "schedule": {
+                **config["judges"]["minilm"]["schedule"],
+                "resources": {"gpu": 1, "cpus_per_gpu": 1, "mem_mb": 1000, "runtime": 10},
+            },
         }
         config["evaluation"]["judges"].append("minilm_gpu")
     configfile = write_config(workdir, config)

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lalm_judge.workflow.config import validate_config
 from lalm_judge.workflow.plan import JudgeCell, Plan, shard_of
 from tests.support.workflow import (
     DEMO_CORPUS,
@@ -45,7 +46,7 @@ def score_path(cell: JudgeCell, shard: int) -> str:
 
 def plan_of(workdir: Path, config: dict) -> Plan:
     """The plan the workflow computes for `config` in `workdir` (the corpus path is workdir-relative)."""
-    config = copy.deepcopy(config)
+    config = validate_config(config)
     config["corpus"]["path"] = str(workdir / config["corpus"]["path"])
     return Plan(config)
 
