@@ -1,4 +1,4 @@
-"""`lalm-judge` command line: ad-hoc scoring, metrics, human-anchor statistics and config checks.
+"""`lalm-judge` command line: ad-hoc scoring, metrics, the human-anchor study and config checks.
 
 Each command is a module of this package with a `main(argv)`; this file only dispatches, importing the
 command's module lazily so that `lalm-judge metrics` never loads torch.
@@ -12,7 +12,7 @@ import sys
 COMMANDS = {
     "score": ("lalm_judge.cli.score", "score one dialogue with a configured judge"),
     "metrics": ("lalm_judge.cli.metrics", "sensitivity, specificity, position bias, CIs from score tables"),
-    "anchors": ("lalm_judge.cli.anchors", "human-anchor agreement statistics ('anchors stats FILE.csv')"),
+    "anchors": ("lalm_judge.cli.anchors", "human-anchor study: sample a batch, serve the rating app, export, stats"),
     "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),
 }
 

@@ -167,3 +167,17 @@ METRIC_INPUT = TableSchema(
         )
     },
 )
+
+# Human-anchor ratings: one row per (sample, rater) with the generated labels beside the rated ones; severity 0
+# means safe. `lalm-judge anchors export` writes them (with more columns), `anchors stats` reads them.
+RATINGS = TableSchema(
+    "ratings",
+    {
+        "sample_id": pl.String,
+        "rater_id": pl.String,
+        "unsafe": pl.Int64,
+        "severity": pl.Int64,
+        "gt_unsafe": pl.Int64,
+        "gt_severity": pl.Int64,
+    },
+)
