@@ -303,3 +303,38 @@ PAIRWISE_METRICS = TableSchema(
         "n_items": pl.Int64,
     },
 )
+
+# Pairwise metrics stage: verdict statuses per judge cell and order ('forward', 'swapped', 'combined'), and the
+# length-policy actions ('long_audio' order, status = the action), so the report reads no prediction table.
+PAIRWISE_STATUSES = TableSchema(
+    "pairwise status",
+    {
+        "judge": pl.String,
+        "modality": pl.String,
+        "transcript_source": pl.String,
+        "prompt": pl.String,
+        "order": pl.String,
+        "status": pl.String,
+        "n": pl.Int64,
+    },
+)
+
+# Pairwise metrics stage: per group (an aspect or 'all') and metric, the best audio-native cell against the
+# best cascade cell (best = highest value), with the paired bootstrap interval of their difference.
+PAIRWISE_COMPARISONS = TableSchema(
+    "pairwise comparison",
+    {
+        "group": pl.String,
+        "metric": pl.String,
+        "mode_a": pl.String,
+        "cell_a": pl.String,
+        "value_a": pl.Float64,
+        "mode_b": pl.String,
+        "cell_b": pl.String,
+        "value_b": pl.Float64,
+        "difference": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "n_items": pl.Int64,
+    },
+)

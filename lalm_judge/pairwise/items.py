@@ -17,7 +17,6 @@ refuses them.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -32,7 +31,7 @@ from tqdm import tqdm
 
 from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
-from lalm_judge.core.files import stable_hash, with_provenance, write_json, write_parquet
+from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.pairwise.parsing import normalize_label
 
@@ -217,14 +216,10 @@ def read_jsonl_items(path: str | os.PathLike) -> list[ProjectItem]:
     path = Path(path)
     file = path / "items.jsonl" if path.is_dir() else path
     items, seen = [], set()
-    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
+    for line_no, record in jsonl_records(file, ItemError):
         where = f"{file}:{line_no}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ItemError(f"{where}: invalid JSON ({err})") from err
+        if not isinstance(record, Mapping):
+            raise ItemError(f"{where}: an item is a JSON object")
         item_id = record.get("id")
         if not isinstance(item_id, str) or not ITEM_ID.match(item_id):
             raise ItemError(f"{where}: item id {item_id!r} must match [a-z0-9_]+")
@@ -260,7 +255,7 @@ def read_jsonl_items(path: str | os.PathLike) -> list[ProjectItem]:
             except ValueError as err:
                 raise ItemError(str(err)) from err
             judged[aspect] = (str(text), label, entry.get("rationale"))
-        items.append(ProjectItem(item_id, query, (spoken[0], spoken[1]), judged, line_no))
+        items.append(ProjectItem(item_id, query, (spoken[0], spoken[1]), judged, int(where.rsplit(":", 1)[1])))
     if not items:
         raise ItemError(f"{file} holds no items")
     return items

@@ -131,22 +131,22 @@ def read_transcripts(paths: Sequence[str | os.PathLike]) -> tuple[dict[str, str]
 
 
 @dataclass
-class _ItemAudio:
+class ItemAudio:
     waveforms: tuple[np.ndarray, np.ndarray] | None
     action: str
     limit_s: float | None
 
 
-def _item_audio(row: Mapping[str, Any], cell: PairwiseCell, limit_s: float | None) -> _ItemAudio:
+def _item_audio(row: Mapping[str, Any], cell: PairwiseCell, limit_s: float | None) -> ItemAudio:
     if not cell.hears_audio:
-        return _ItemAudio(None, "none", None)
+        return ItemAudio(None, "none", None)
     waveforms = [read_audio(path, cell.sample_rate)[0] for path in response_paths(row)]
     max_samples = None if limit_s is None else int(round(limit_s * cell.sample_rate))
     if max_samples is None or all(len(w) <= max_samples for w in waveforms):
-        return _ItemAudio((waveforms[0], waveforms[1]), "none", limit_s)
+        return ItemAudio((waveforms[0], waveforms[1]), "none", limit_s)
     if cell.length.policy == "skip":
-        return _ItemAudio(None, "skipped", limit_s)
-    return _ItemAudio((waveforms[0][:max_samples], waveforms[1][:max_samples]), "truncated", limit_s)
+        return ItemAudio(None, "skipped", limit_s)
+    return ItemAudio((waveforms[0][:max_samples], waveforms[1][:max_samples]), "truncated", limit_s)
 
 
 def _response_texts(
@@ -173,7 +173,7 @@ def _response_texts(
 
 
 def build_requests(
-    row: Mapping[str, Any], cell: PairwiseCell, audio: _ItemAudio, texts: tuple[str, str] | None
+    row: Mapping[str, Any], cell: PairwiseCell, audio: ItemAudio, texts: tuple[str, str] | None
 ) -> list[JudgeRequest]:
     """The two requests of one (item, aspect): responses in the item's order ('ab'), then swapped ('ba')."""
     requests = []
@@ -202,7 +202,7 @@ def _sum_or_none(values: Sequence[int | None]) -> int | None:
 def _row(
     row: Mapping[str, Any],
     cell: PairwiseCell,
-    audio: _ItemAudio,
+    audio: ItemAudio,
     outputs: Sequence[JudgeOutput],
     described: Mapping[str, str],
     asr_model: str | None,
@@ -267,7 +267,7 @@ def judge_items(
         raise ItemError(f"{summary.missing_message()}; exclude them (missing-audio policy 'exclude') or fix the audio")
     limit_s = response_limit_s(cell, backend) if cell.hears_audio else None
     batch_size = max(1, int(cell.spec.batch_size))
-    work: list[tuple[dict[str, Any], _ItemAudio, list[JudgeOutput]]] = []
+    work: list[tuple[dict[str, Any], ItemAudio, list[JudgeOutput]]] = []
     pending: list[tuple[list[JudgeOutput], JudgeRequest]] = []
 
     def flush() -> None:

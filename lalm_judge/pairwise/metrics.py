@@ -34,8 +34,15 @@ import numpy as np
 import polars as pl
 
 from lalm_judge.analysis.stats import CI_LEVEL, bootstrap_weights, percentile_interval
-from lalm_judge.core.files import write_json
-from lalm_judge.core.tables import PAIRWISE_METRIC_INPUT, PAIRWISE_METRICS, TableError
+from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
+from lalm_judge.core.tables import (
+    PAIRWISE_COMPARISONS,
+    PAIRWISE_METRIC_INPUT,
+    PAIRWISE_METRICS,
+    PAIRWISE_PREDICTIONS,
+    PAIRWISE_STATUSES,
+    TableError,
+)
 from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
 from lalm_judge.pairwise.parsing import (
     agreement,
@@ -95,13 +102,7 @@ def read_predictions(path: str | os.PathLike) -> pl.DataFrame:
         raise PairwiseMetricsError(f"predictions file {path} does not exist")
     if path.suffix == ".parquet":
         return pl.read_parquet(path)
-    rows = []
-    for line_no, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if line.strip():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as err:
-                raise PairwiseMetricsError(f"{path}:{line_no}: invalid JSON ({err})") from err
+    rows = [record for _, record in jsonl_records(path, PairwiseMetricsError)]
     if not rows:
         raise PairwiseMetricsError(f"{path} holds no predictions")
     # Labels may be written as numbers in JSONL; read every column as given, then type the contract's.
@@ -412,3 +413,144 @@ def compare_cells(
 
 def metrics_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
     return PAIRWISE_METRICS.frame(rows)
+
+
+# --- the workflow's metrics stage ---------------------------------------------------------------------------------
+COMPARED_MODES = ("audio_native", "cascade")
+COMPARED_METRICS = ("agreement", "accuracy")
+STATUS_ORDERS = {
+    "forward": "verdict_status",
+    "swapped": "verdict_swapped_status",
+    "combined": "verdict_combined_status",
+}
+
+
+@dataclass(frozen=True)
+class PairwiseStageTables:
+    metrics: pl.DataFrame
+    documents: list[dict[str, Any]]
+    comparisons: pl.DataFrame
+    statuses: pl.DataFrame
+
+
+def cell_label(keys: Mapping[str, Any]) -> str:
+    return f"{keys['judge']}/{keys['modality']}-{keys['transcript_source']}/{keys['prompt']}"
+
+
+def status_rows(predictions: pl.DataFrame, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Verdict statuses of each order and the length-policy actions of one cell's prediction table."""
+    rows = []
+    for order, column in [*STATUS_ORDERS.items(), ("long_audio", "long_audio_action")]:
+        for status, n in sorted(predictions.group_by(column).len().iter_rows(), key=lambda r: str(r[0])):
+            rows.append({**{k: keys[k] for k in CELL_KEYS}, "order": order, "status": status, "n": n})
+    return rows
+
+
+def mode_comparisons(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
+    """Per group and metric: the best audio-native cell against the best cascade cell, paired."""
+    by_mode: dict[str, list[tuple[Mapping[str, Any], CellEstimates]]] = {}
+    for keys, cell in cells:
+        by_mode.setdefault(pairwise_mode(keys["modality"], keys["transcript_source"]), []).append((keys, cell))
+    mode_a, mode_b = COMPARED_MODES
+    if mode_a not in by_mode or mode_b not in by_mode:
+        return []
+    groups = ["all", *sorted({aspect for _, cell in cells for aspect in cell.aspects})]
+    rows = []
+    for group in groups:
+        for metric in COMPARED_METRICS:
+            best = [_best(by_mode[mode], group, metric) for mode in COMPARED_MODES]
+            if best[0] is None or best[1] is None:
+                continue
+            (keys_a, cell_a, value_a), (keys_b, cell_b, value_b) = best
+            difference = compare_cells(cell_a, cell_b, metric, group) or {
+                "value": None,
+                "ci_low": None,
+                "ci_high": None,
+            }
+            rows.append(
+                {
+                    "group": group,
+                    "metric": metric,
+                    "mode_a": mode_a,
+                    "cell_a": cell_label(keys_a),
+                    "value_a": value_a,
+                    "mode_b": mode_b,
+                    "cell_b": cell_label(keys_b),
+                    "value_b": value_b,
+                    "difference": difference["value"],
+                    "ci_low": difference["ci_low"],
+                    "ci_high": difference["ci_high"],
+                    "n_items": len(cell_a.items),
+                }
+            )
+    return rows
+
+
+def _best(
+    cells: Sequence[tuple[Mapping[str, Any], CellEstimates]], group: str, metric: str
+) -> tuple[Mapping[str, Any], CellEstimates, float] | None:
+    candidates = []
+    for keys, cell in cells:
+        estimate = cell.overall if group == "all" else cell.aspects.get(group)
+        if estimate is not None and metric in cell.names:
+            value = _value(estimate.point[cell.names.index(metric)])
+            if value is not None:
+                candidates.append((value, cell_label(keys), keys, cell))
+    if not candidates:
+        return None
+    value, _, keys, cell = max(candidates, key=lambda c: (c[0], c[1]))
+    return keys, cell, value
+
+
+def compute_pairwise_stage(
+    predictions: Sequence[pl.DataFrame], settings: PairwiseMetricSettings
+) -> PairwiseStageTables:
+    """Every table of the metrics stage from the judge stage's prediction tables (one per cell)."""
+    cells, metric_rows, documents, statuses = [], [], [], []
+    for frame in predictions:
+        (keys,) = cells_of(frame)
+        cell = estimate_cell(validate_predictions(frame, f"predictions of {cell_label(keys)}"), settings)
+        cells.append((keys, cell))
+        metric_rows += metrics_rows(cell, keys)
+        mode = pairwise_mode(keys["modality"], keys["transcript_source"])
+        documents.append({**keys, "mode": mode, **metrics_document(cell)})
+        statuses += status_rows(frame, keys)
+    return PairwiseStageTables(
+        metrics=PAIRWISE_METRICS.frame(metric_rows),
+        documents=documents,
+        comparisons=PAIRWISE_COMPARISONS.frame(mode_comparisons(cells)),
+        statuses=PAIRWISE_STATUSES.frame(statuses),
+    )
+
+
+STAGE_FILES = {"metrics": "metrics.parquet", "comparisons": "comparisons.parquet", "statuses": "statuses.parquet"}
+DOCUMENT_FILE = "metrics.json"
+
+
+def run_pairwise_stage(
+    prediction_paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, settings: PairwiseMetricSettings
+) -> PairwiseStageTables:
+    """Read the prediction tables, write metrics.parquet, metrics.json, comparisons.parquet and statuses.parquet."""
+    if not prediction_paths:
+        raise PairwiseMetricsError("no pairwise prediction tables given")
+    tables = compute_pairwise_stage([PAIRWISE_PREDICTIONS.read(path) for path in prediction_paths], settings)
+    config_hash = stable_hash(settings.as_dict())
+    out_dir = Path(out_dir)
+    for name, file_name in STAGE_FILES.items():
+        frame = with_provenance(getattr(tables, name), config_hash=config_hash, seed=settings.seed)
+        write_parquet(out_dir / file_name, frame.with_columns(pl.lit(settings.n_boot).alias("n_bootstrap")))
+    write_json(out_dir / DOCUMENT_FILE, {"cells": tables.documents, "settings": settings.as_dict()})
+    return tables
+
+
+def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
+    """The tables written by `run_pairwise_stage`."""
+    metrics_dir = Path(metrics_dir)
+    frames = {}
+    for name, file_name in STAGE_FILES.items():
+        path = metrics_dir / file_name
+        if not path.exists():
+            raise FileNotFoundError(f"pairwise metric table {path} is missing; run the pairwise metrics stage")
+        frames[name] = pl.read_parquet(path)
+    documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
+    return PairwiseStageTables(frames["metrics"], documents, frames["comparisons"], frames["statuses"])
