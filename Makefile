@@ -1,11 +1,12 @@
 # Two commands for a fresh machine: `make demo` (the offline demo workflow, end to end) and
-# `make test` (the test suite). Both create .venv from the pinned lock file first.
+# `make test` (the test suite); `make pairwise-demo` runs the pairwise track offline. All create .venv
+# from the pinned lock file first.
 VENV ?= .venv
 CORES ?= 2
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
 
-.PHONY: demo test lint report setup clean-results
+.PHONY: demo pairwise-demo test lint report setup clean-results
 
 setup: $(STAMP)
 
@@ -28,6 +29,14 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 demo: setup
 	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES)
 	@echo "Report: results/report/index.html"
+
+# The pairwise track offline: a random-weight Qwen2-Audio is built once into models/ (the audio-native judge).
+pairwise-demo: setup
+	@test -d models/tiny_qwen2_audio || $(VENV)/bin/python -c \
+	  "from bench.models import build_tiny_qwen2audio; build_tiny_qwen2audio('models/tiny_qwen2_audio')"
+	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES) \
+	  --replace-workflow-config --configfile configs/pairwise_demo.yaml
+	@echo "Report: results/pairwise/report/index.html"
 
 # The checks of `make lint` first (style, the import contract, the workflow lint), then the test suite.
 test: lint

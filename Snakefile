@@ -1,4 +1,4 @@
-# lalm-judge: LALM-as-a-judge safety benchmark of spoken dialogue.
+# lalm-judge: LALM-as-a-judge benchmark of spoken dialogue (safety track) and spoken responses (pairwise track).
 # Table of contents only; each stage lives in rules/<stage>.smk.
 from snakemake.utils import min_version, validate
 
@@ -15,14 +15,24 @@ report: "report/workflow.rst"
 
 
 include: "rules/common.smk"
-include: "rules/corpus.smk"
-include: "rules/variants.smk"
-include: "rules/tts.smk"
-include: "rules/asr.smk"
-include: "rules/manifest.smk"
-include: "rules/judge.smk"
-include: "rules/metrics.smk"
-include: "rules/report.smk"
+
+
+# The safety track (config `evaluation`) and the pairwise track (config `pairwise`); a config runs either or both.
+if SAFETY in TRACKS:
+
+    include: "rules/corpus.smk"
+    include: "rules/variants.smk"
+    include: "rules/tts.smk"
+    include: "rules/asr.smk"
+    include: "rules/manifest.smk"
+    include: "rules/judge.smk"
+    include: "rules/metrics.smk"
+    include: "rules/report.smk"
+
+
+if PAIRWISE in TRACKS:
+
+    include: "rules/pairwise.smk"
 
 
 rule all:
@@ -31,32 +41,36 @@ rule all:
     default_target: True
 
 
-# Named partial targets: `snakemake corpus`, `snakemake variants`, ...
-rule corpus:
-    input:
-        get_corpus_outputs(),
+# Named partial targets: `snakemake corpus`, `snakemake variants`, ..., `snakemake pairwise`
+if SAFETY in TRACKS:
+
+    rule corpus:
+        input:
+            get_corpus_outputs(),
+
+    rule variants:
+        input:
+            get_variant_tables(),
+
+    rule audio:
+        input:
+            get_tts_tables(),
+
+    rule transcripts:
+        input:
+            get_asr_tables(),
+
+    rule manifests:
+        input:
+            get_manifests(),
+
+    rule scores:
+        input:
+            get_score_shards(),
 
 
-rule variants:
-    input:
-        get_variant_tables(),
+if PAIRWISE in TRACKS:
 
-
-rule audio:
-    input:
-        get_tts_tables(),
-
-
-rule transcripts:
-    input:
-        get_asr_tables(),
-
-
-rule manifests:
-    input:
-        get_manifests(),
-
-
-rule scores:
-    input:
-        get_score_shards(),
+    rule pairwise:
+        input:
+            get_pairwise_outputs(),

@@ -5,11 +5,15 @@ import os
 
 from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
 from lalm_judge.judging.backends.base import JudgeSpec
-from lalm_judge.workflow.config import canonical, check_config
+from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, tracks
+from lalm_judge.workflow.pairwise import PairwisePlan
 from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs
 
 check_config(config)
-PLAN = Plan(config)
+# A config runs the safety track, the pairwise track or both; each plan exists only for its track.
+TRACKS = tracks(config)
+PLAN = Plan(config) if SAFETY in TRACKS else None
+PAIRWISE_PLAN = PairwisePlan(config) if PAIRWISE in TRACKS else None
 SEED = config["seed"]
 
 
@@ -126,13 +130,53 @@ def get_judge_conda_env(wildcards):
     return entry["schedule"].get("conda_env", default)
 
 
-def get_final_outputs():
+def get_pairwise_item_sources():
+    return PAIRWISE_PLAN.item_sources()
+
+
+def get_pairwise_predictions():
+    return [f"results/pairwise/predictions/{cell.path}.parquet" for cell in PAIRWISE_PLAN.cells()]
+
+
+def get_pairwise_prompt_file(wildcards):
+    """The pairwise prompt template, relative to the working directory."""
+    return os.path.relpath(os.path.join(workflow.basedir, "prompts", "pairwise", f"{wildcards.prompt}.yaml"))
+
+
+def get_pairwise_transcripts(wildcards):
+    """The cascade's transcript table of an 'asr:<model>' source; none for the other sources."""
+    model = TranscriptSource(wildcards.source).asr_model
+    return [f"results/pairwise/asr/{model}.parquet"] if model else []
+
+
+def get_pairwise_report_config():
+    """The config the pairwise report shows (job schedules left out, so tuning them reruns nothing)."""
+    judges = {n: {k: v for k, v in config["judges"][n].items() if k != "schedule"} for n in config["pairwise"]["judges"]}
+    return canonical({"seed": config["seed"], "pairwise": config["pairwise"], "judges": judges})
+
+
+def get_pairwise_outputs():
+    return [
+        *get_pairwise_predictions(),
+        "results/pairwise/metrics/metrics.parquet",
+        "results/pairwise/report",
+    ]
+
+
+def get_safety_outputs():
     return [
         *get_manifests(),
         *get_score_shards(),
         "results/summary/audio_accounting.json",
         "results/metrics/cells.parquet",
         "results/report",
+    ]
+
+
+def get_final_outputs():
+    return [
+        *(get_safety_outputs() if SAFETY in TRACKS else []),
+        *(get_pairwise_outputs() if PAIRWISE in TRACKS else []),
     ]
 
 

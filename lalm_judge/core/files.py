@@ -7,7 +7,7 @@ import importlib.metadata
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,18 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 def read_json(path: str | os.PathLike) -> Any:
     return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def jsonl_records(path: str | os.PathLike, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed object) for each non-blank line of a JSONL file; `error` names the bad line."""
+    for line_no, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise error(f"{os.fspath(path)}:{line_no}: invalid JSON ({err})") from err
+        yield line_no, record
 
 
 def write_parquet(path: str | os.PathLike, frame: pl.DataFrame) -> None:

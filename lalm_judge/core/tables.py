@@ -181,3 +181,160 @@ RATINGS = TableSchema(
         "gt_severity": pl.Int64,
     },
 )
+
+# Pairwise track, items: one row per (item, aspect). An item is one query with two spoken responses; its
+# aspects (helpfulness, honesty, ... or an acoustic aspect) are rows that share the item's audio. Response
+# audio paths are relative to `audio_root` (as in SageLM/LLaMA-Factory records) unless absolute. The
+# `source_*` columns keep what a record held beyond the other columns, so that exporting writes it back
+# unchanged (`lalm_judge.pairwise.sagelm`); they are null for items made by the project.
+PAIRWISE_ITEMS = TableSchema(
+    "pairwise item",
+    {
+        "item_id": pl.String,
+        "aspect": pl.String,
+        # The aspect as the judge reads it ('instruction_following', 'gender instruction following').
+        "aspect_text": pl.String,
+        "query": pl.String,
+        "response1_audio": pl.String,
+        "response2_audio": pl.String,
+        "audio_root": pl.String,
+        "response1_duration_s": pl.Float64,
+        "response2_duration_s": pl.Float64,
+        # Both response files exist and are readable (false rows are kept and reported, never dropped silently).
+        "audio_ok": pl.Boolean,
+        # '1', '2' or 'Tie' (the better response); null for unlabelled items.
+        "label": pl.String,
+        "rationale": pl.String,
+        # The texts the responses were spoken from, where known (project-made items); null for imported ones.
+        "response1_text": pl.String,
+        "response2_text": pl.String,
+        "source_format": pl.String,
+        "source_file": pl.String,
+        "source_row": pl.Int64,
+        "source_instruction": pl.String,
+        "source_input": pl.String,
+        # JSON object of the record's other keys ('{}' when none).
+        "source_extra": pl.String,
+    },
+)
+
+# Pairwise track, ASR: one row per distinct response audio file and ASR model (the cascade's transcripts).
+PAIRWISE_TRANSCRIPTS = TableSchema(
+    "pairwise transcript",
+    {
+        "audio": pl.String,
+        "asr_model": pl.String,
+        "text": pl.String,
+        "reference": pl.String,
+        "wer": pl.Float64,
+        "audio_s": pl.Float64,
+    },
+)
+
+# Pairwise track, judge stage: one row per (item, aspect) and judge cell (judge, modality, transcript source,
+# prompt). Each item is judged in both orders: `prediction` is the raw answer with the responses in their
+# order, `prediction_swapped` the raw answer with them swapped (its '1' names response 2). `verdict*` are
+# the parsed labels in the item's numbering (the swapped one mapped back), `verdict_combined` the label of
+# both orders (`lalm_judge.pairwise.parsing.combine_verdicts`).
+PAIRWISE_PREDICTIONS = TableSchema(
+    "pairwise prediction",
+    {
+        "item_id": pl.String,
+        "aspect": pl.String,
+        "label": pl.String,
+        "judge": pl.String,
+        "modality": pl.String,
+        "transcript_source": pl.String,
+        "prompt": pl.String,
+        "prompt_version": pl.String,
+        "prediction": pl.String,
+        "prediction_swapped": pl.String,
+        "verdict": pl.String,
+        "verdict_status": pl.String,
+        "verdict_swapped": pl.String,
+        "verdict_swapped_status": pl.String,
+        "verdict_combined": pl.String,
+        "verdict_combined_status": pl.String,
+        "rationale": pl.String,
+        "rationale_swapped": pl.String,
+        # Combined full duration of both responses (before any cut), and each response's.
+        "duration_s": pl.Float64,
+        "response1_duration_s": pl.Float64,
+        "response2_duration_s": pl.Float64,
+        # 'none', 'truncated' or 'skipped', under the per-response limit `audio_limit_s` (null: no limit).
+        "long_audio_action": pl.String,
+        "audio_limit_s": pl.Float64,
+        # The ASR model of an 'asr:<m>' transcript source (its model id), else null.
+        "asr_model": pl.String,
+        "latency_s": pl.Float64,
+        "n_input_tokens": pl.Int64,
+        "n_output_tokens": pl.Int64,
+        "model": pl.String,
+        "model_revision": pl.String,
+    },
+)
+
+# What `lalm-judge pairwise metrics` needs of a predictions table (prediction_swapped and duration_s are
+# optional: without them there is no swap consistency or duration breakdown).
+PAIRWISE_METRIC_INPUT = TableSchema(
+    "pairwise prediction",
+    {name: pl.String for name in ("item_id", "aspect", "label", "prediction")},
+)
+
+# Pairwise metrics in long format: one row per (judge cell, scope, group, metric); scope 'aspect' (group =
+# the aspect), 'overall' (group 'all') or 'duration' (group = the bin of combined response duration).
+PAIRWISE_METRICS = TableSchema(
+    "pairwise metric",
+    {
+        "judge": pl.String,
+        "modality": pl.String,
+        "transcript_source": pl.String,
+        "prompt": pl.String,
+        "mode": pl.String,
+        "scope": pl.String,
+        "group": pl.String,
+        "low_s": pl.Float64,
+        "high_s": pl.Float64,
+        "metric": pl.String,
+        "value": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "n": pl.Int64,
+        "n_items": pl.Int64,
+    },
+)
+
+# Pairwise metrics stage: verdict statuses per judge cell and order ('forward', 'swapped', 'combined'), and the
+# length-policy actions ('long_audio' order, status = the action), so the report reads no prediction table.
+PAIRWISE_STATUSES = TableSchema(
+    "pairwise status",
+    {
+        "judge": pl.String,
+        "modality": pl.String,
+        "transcript_source": pl.String,
+        "prompt": pl.String,
+        "order": pl.String,
+        "status": pl.String,
+        "n": pl.Int64,
+    },
+)
+
+# Pairwise metrics stage: per group (an aspect or 'all') and metric, the best audio-native cell against the
+# best cascade cell (best = highest value), with the paired bootstrap interval of their difference.
+PAIRWISE_COMPARISONS = TableSchema(
+    "pairwise comparison",
+    {
+        "group": pl.String,
+        "metric": pl.String,
+        "mode_a": pl.String,
+        "cell_a": pl.String,
+        "value_a": pl.Float64,
+        "mode_b": pl.String,
+        "cell_b": pl.String,
+        "value_b": pl.Float64,
+        "difference": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "n_items": pl.Int64,
+    },
+)

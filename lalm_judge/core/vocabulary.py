@@ -5,6 +5,8 @@
   `none` for the audio modality, which shows the judge no transcript. `TranscriptSource` is that one type.
 - Parse statuses of a judge output (`ParseStatus`); every status but `ok` carries no score.
 - Long-audio policies and the audio conditions a judge cell can be scored under.
+- The pairwise track's verdict labels, the statuses a verdict can take, its length policies and the names
+  of its judging modes (audio-native, cascade, ...).
 """
 
 from __future__ import annotations
@@ -82,3 +84,36 @@ class ParseStatus(StrEnum):
 
 
 PARSE_STATUSES = tuple(status.value for status in ParseStatus)
+
+
+# The pairwise track (lalm_judge.pairwise): which of two responses is better, in the numbering the judge saw.
+RESPONSE_1 = "1"
+RESPONSE_2 = "2"
+TIE = "Tie"
+VERDICTS = (RESPONSE_1, RESPONSE_2, TIE)
+# What a pairwise verdict can be read as: the ParseStatus words that apply (a verdict has no numeric range).
+VERDICT_STATUSES = (
+    ParseStatus.OK.value,
+    ParseStatus.MISSING.value,
+    ParseStatus.REFUSAL.value,
+    ParseStatus.MALFORMED.value,
+    ParseStatus.SKIPPED_LONG_AUDIO.value,
+)
+# Per response: cut it to the first `max_response_s` seconds, or leave the item unjudged.
+PAIRWISE_LENGTH_POLICIES = ("truncate", "skip")
+# How a pairwise judge cell meets the two responses, by (modality, transcript source).
+PAIRWISE_MODES = ("audio_native", "cascade", "text_oracle", "audio_and_transcript")
+
+
+def pairwise_mode(modality: str, source: TranscriptSource) -> str:
+    """audio_native (hears both responses), cascade (reads their ASR transcripts), text_oracle (reads the
+    texts the responses were spoken from), audio_and_transcript (both)."""
+    source = TranscriptSource(source)
+    problem = modality_source_error(modality, source)
+    if problem:
+        raise ValueError(problem)
+    if modality == AUDIO:
+        return "audio_native"
+    if modality == AUDIO_TEXT:
+        return "audio_and_transcript"
+    return "cascade" if source.is_asr else "text_oracle"

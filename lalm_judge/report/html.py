@@ -33,11 +33,11 @@ def html_table(frame: pl.DataFrame, css_class: str = "data", row_classes: Sequen
     return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def _section(anchor: str, title: str, *parts: str) -> str:
+def section(anchor: str, title: str, *parts: str) -> str:
     return f'<section id="{anchor}"><h2>{html.escape(title)}</h2>{"".join(parts)}</section>'
 
 
-def _paragraph(text: str) -> str:
+def paragraph(text: str) -> str:
     return f"<p>{html.escape(text)}</p>"
 
 
@@ -51,7 +51,7 @@ def weak_judge_box(judge: str, reason: str) -> str:
 def judges_section(judges: pl.DataFrame) -> str:
     boxes = [weak_judge_box(r["judge"], r["weak_reason"]) for r in judges.iter_rows(named=True) if r["weak_reason"]]
     shown = judges.with_columns(weak_demo_model=pl.col("weak_reason").is_not_null()).drop("weak_reason")
-    return _section("judges", "Judges", *boxes, html_table(shown))
+    return section("judges", "Judges", *boxes, html_table(shown))
 
 
 def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
@@ -59,10 +59,10 @@ def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
         f"{p.name}: {'highest' if p.maximize else 'lowest'} {p.column}" + (" (95 % CI)" if p.ci_columns else "")
         for p in PRIORITIES
     )
-    return _section(
+    return section(
         "guide",
         "Practitioner guide",
-        _paragraph(
+        paragraph(
             "Generated from the measured tables: for each available input, transcript quality and priority, the "
             f"best measured judge cell usable with that input ({priorities}). Audio only may use a cascade (an ASR "
             "transcript of the audio); text only cannot use audio. Prompts are the cross-validated choices where "
@@ -83,7 +83,7 @@ def figures_section(figure_names: Sequence[str]) -> str:
             f"<figcaption><strong>{html.escape(spec.title)}.</strong> {html.escape(spec.caption)} "
             f'<a href="figures/{spec.name}.svg">SVG</a></figcaption></figure>'
         )
-    return _section("figures", "Figures", *parts)
+    return section("figures", "Figures", *parts)
 
 
 def _ordered_sources(sample: Sample) -> list[str]:
@@ -109,7 +109,7 @@ def transcript_table(example: AudioExample) -> str:
 
 def examples_section(examples: Sequence[AudioExample]) -> str:
     parts = [
-        _paragraph(
+        paragraph(
             "The safe original and one variant of the highest severity generated, assembled from the turn clips "
             "as the judges hear them. The replaced turn is highlighted."
         )
@@ -126,8 +126,8 @@ def examples_section(examples: Sequence[AudioExample]) -> str:
             f"{transcript_table(example)}</div>"
         )
     if not examples:
-        parts.append(_paragraph("No usable dialogue with variants."))
-    return _section("examples", "Audio examples", *parts)
+        parts.append(paragraph("No usable dialogue with variants."))
+    return section("examples", "Audio examples", *parts)
 
 
 DEFINITIONS = (
@@ -199,40 +199,44 @@ def render_html(content: ReportContent) -> str:
             "ability.</strong> This run demonstrates the workflow; its numbers say nothing about audio-language "
             "models as judges.</div>"
         )
-    navigation = "".join(f'<a href="#{anchor}">{html.escape(label)}</a>' for anchor, label in NAVIGATION)
     body = [
-        f"<h1>{html.escape(content.title)}</h1>",
-        f"<nav>{navigation}</nav>",
         banner,
         html_table(content.overview, css_class="data overview"),
         judges_section(content.judges),
         guide_section(content.guide, weak),
         figures_section(content.figure_names),
-        _section(
+        section(
             "cells",
             "Metrics per judge cell",
-            _paragraph("Point estimates with 95 % bootstrap intervals; a cell without metrics says why."),
+            paragraph("Point estimates with 95 % bootstrap intervals; a cell without metrics says why."),
             html_table(cells_display(content.cells)),
         ),
-        _section("pareto", "Pareto front over configurations", html_table(content.pareto)),
-        _section("prompts", "Cross-validated prompt selection", html_table(content.prompt_selection)),
-        _section(
+        section("pareto", "Pareto front over configurations", html_table(content.pareto)),
+        section("prompts", "Cross-validated prompt selection", html_table(content.prompt_selection)),
+        section(
             "parsing",
             "Parse failures and refusals per cell",
-            _paragraph("Rows per parse status; failed rows are left out of every metric."),
+            paragraph("Rows per parse status; failed rows are left out of every metric."),
             html_table(content.parse_status),
         ),
-        _section("wer", "WER per transcript source", html_table(content.wer)),
-        _section("accounting", "Audio accounting", html_table(content.accounting)),
+        section("wer", "WER per transcript source", html_table(content.wer)),
+        section("accounting", "Audio accounting", html_table(content.accounting)),
         examples_section(content.examples),
-        _section(
+        section(
             "definitions", "Definitions", "<ul>" + "".join(f"<li>{html.escape(d)}</li>" for d in DEFINITIONS) + "</ul>"
         ),
-        _section("provenance", "Provenance", html_table(content.provenance)),
+        section("provenance", "Provenance", html_table(content.provenance)),
     ]
+    return page(content.title, NAVIGATION, body)
+
+
+def page(title: str, navigation: Sequence[tuple[str, str]], parts: Sequence[str]) -> str:
+    """A whole offline HTML page: the title, a navigation bar of (anchor, label) and the parts in order."""
+    links = "".join(f'<a href="#{anchor}">{html.escape(label)}</a>' for anchor, label in navigation)
+    body = [f"<h1>{html.escape(title)}</h1>", f"<nav>{links}</nav>", *parts]
     return (
         '<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-        f"<title>{html.escape(content.title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
+        f"<title>{html.escape(title)}</title>\n<style>{STYLE}</style>\n</head>\n<body>\n"
         + "\n".join(part for part in body if part)
         + "\n</body>\n</html>\n"
     )

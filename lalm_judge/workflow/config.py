@@ -1,5 +1,8 @@
 """Loading and checking a run configuration: JSON-Schema validation with defaults, then the
-cross-references a schema cannot express (judge names, transcript sources, modalities)."""
+cross-references a schema cannot express (judge names, transcript sources, modalities).
+
+A config holds the safety track (`evaluation` and its data sections), the pairwise track (`pairwise`) or
+both; `tracks` says which, and each track's checks run only when it is present."""
 
 from __future__ import annotations
 
@@ -14,6 +17,10 @@ import yaml
 from lalm_judge.core.vocabulary import TranscriptSource
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+SAFETY = "safety"
+PAIRWISE = "pairwise"
+# Backends whose answers are safety scores only (no pairwise verdicts).
+SAFETY_ONLY_BACKENDS = ("embedding",)
 
 
 class ConfigError(ValueError):
@@ -63,8 +70,59 @@ def load_config(path: str | Path) -> dict[str, Any]:
     return validate_config(yaml.safe_load(Path(path).read_text()))
 
 
+def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
+    """The tracks a validated config runs: 'safety' (it has `evaluation`), 'pairwise' (it has `pairwise`)."""
+    return tuple(track for track, key in ((SAFETY, "evaluation"), (PAIRWISE, "pairwise")) if key in config)
+
+
 def check_config(config: dict[str, Any]) -> None:
     """Cross-reference checks of a validated config, run at parse time before any job is scheduled."""
+    if SAFETY in tracks(config):
+        _check_safety(config)
+    if PAIRWISE in tracks(config):
+        _check_pairwise(config)
+
+
+def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
+    model = TranscriptSource(source).asr_model
+    asr_models = config["asr"]["models"] if "asr" in config else {}
+    if model is not None and model not in asr_models:
+        raise ConfigError(f"{key}: {source!r} names no model in asr.models ({sorted(asr_models)})")
+
+
+def _check_pairwise(config: dict[str, Any]) -> None:
+    pairwise, judges = config["pairwise"], config["judges"]
+    items = pairwise["items"]
+    required = {"sagelm": ("files", "audio_root"), "jsonl": ("path", "voices")}[items["format"]]
+    for key in required:
+        if not items.get(key):
+            raise ConfigError(f"pairwise.items.{key} is required for format {items['format']!r}")
+    unknown = [j for j in pairwise["judges"] if j not in judges]
+    if unknown:
+        raise ConfigError(f"pairwise.judges: unknown judge(s) {unknown}; known judges: {sorted(judges)}")
+    for source in pairwise["transcript_sources"]:
+        _check_asr_source("pairwise.transcript_sources", source, config)
+    wanted = set(pairwise["modalities"])
+    for name in pairwise["judges"]:
+        entry = judges[name]
+        if entry["backend"] in SAFETY_ONLY_BACKENDS:
+            raise ConfigError(
+                f"pairwise.judges: judge {name!r} (backend {entry['backend']!r}) gives no pairwise verdicts"
+            )
+        usable = set(entry["modalities"]) & wanted
+        if not usable:
+            raise ConfigError(
+                f"judges.{name}.modalities: {sorted(entry['modalities'])} shares no modality with "
+                f"pairwise.modalities {sorted(wanted)}"
+            )
+        if usable == {"text"} and not pairwise["transcript_sources"]:
+            raise ConfigError(
+                f"pairwise.judges: judge {name!r} reads text only, so it needs pairwise.transcript_sources "
+                "(e.g. 'asr:<asr model>' for the cascade)"
+            )
+
+
+def _check_safety(config: dict[str, Any]) -> None:
     judges = config["judges"]
     evaluation = config["evaluation"]
     unknown = [j for j in evaluation["judges"] if j not in judges]
@@ -78,9 +136,7 @@ def check_config(config: dict[str, Any]) -> None:
         for s in judges[j]["schedule"].get("transcript_sources", [])
     ]
     for key, source in sources:
-        model = TranscriptSource(source).asr_model
-        if model is not None and model not in asr_models:
-            raise ConfigError(f"{key}: {source!r} names no model in asr.models ({sorted(asr_models)})")
+        _check_asr_source(key, source, config)
     for name in evaluation["judges"]:
         entry = judges[name]
         supported, wanted = set(entry["modalities"]), set(evaluation["modalities"])

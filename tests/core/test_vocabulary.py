@@ -1,6 +1,15 @@
 import pytest
 
-from lalm_judge.core.vocabulary import MODALITIES, PARSE_STATUSES, ParseStatus, TranscriptSource, modality_source_error
+from lalm_judge.core.vocabulary import (
+    MODALITIES,
+    PARSE_STATUSES,
+    VERDICT_STATUSES,
+    VERDICTS,
+    ParseStatus,
+    TranscriptSource,
+    modality_source_error,
+    pairwise_mode,
+)
 
 
 def test_transcript_source_has_one_spelling_everywhere():
@@ -30,3 +39,14 @@ def test_modality_and_source_must_fit():
 def test_parse_statuses_are_declared_once_and_compare_as_strings():
     assert ParseStatus.OK == "ok" and "refusal" in PARSE_STATUSES
     assert len(set(PARSE_STATUSES)) == len(PARSE_STATUSES)
+
+
+def test_pairwise_words():
+    assert VERDICTS == ("1", "2", "Tie")
+    assert set(VERDICT_STATUSES) == set(PARSE_STATUSES) - {"out_of_range"}
+    assert pairwise_mode("audio", "none") == "audio_native"
+    assert pairwise_mode("text", "asr:whisper_large_v3") == "cascade"
+    assert pairwise_mode("text", "gt") == "text_oracle"
+    assert pairwise_mode("audio_text", "asr:whisper_tiny_en") == "audio_and_transcript"
+    with pytest.raises(ValueError, match="has no transcript source"):
+        pairwise_mode("audio", "gt")

@@ -226,3 +226,19 @@ def test_bundled_smollm2_gguf_loads_generates_and_reloads_from_cache(tmp_path):
     assert second_judge.model.config._name_or_path == str(cached)
     second = second_judge.generate([request])[0]
     assert (second.text, second.p_safe) == (first.text, pytest.approx(first.p_safe, abs=1e-6))
+
+
+def test_two_audio_items_in_one_request(audio_judge):
+    """Each audio item is expanded into its own audio tokens, at its slot; the model's limit applies to each."""
+    from lalm_judge.judging.backends.base import AUDIO_SLOT
+
+    user = f"Response 1:\n{AUDIO_SLOT}\n\nResponse 2:\n{AUDIO_SLOT}\n\nWhich is better? 1, 2 or Tie."
+    pair = JudgeRequest("pair", SYSTEM, user, audios=((tone(1.0), 22050), (tone(2.0, seed=1), 22050)))
+    one = JudgeRequest("one", SYSTEM, "Which is better?", audio=(tone(1.0), 22050))
+    pair_out, one_out = audio_judge.generate([pair, one])
+    # 25 audio tokens per second at 16 kHz: the pair holds 1 s + 2 s of audio, the single request 1 s.
+    assert pair_out.n_input_tokens - one_out.n_input_tokens >= 50
+    assert 1 <= pair_out.n_output_tokens <= 6
+    too_long = JudgeRequest("long", SYSTEM, user, audios=((tone(1.0), 22050), (tone(31.0), 22050)))
+    with pytest.raises(ValueError, match="request long has 31.0 s of audio, over max_audio_s=30"):
+        audio_judge.generate([too_long])

@@ -286,3 +286,24 @@ def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_a
     unscored = dataclasses.replace(calibrated, answer_tokens=None)
     keys = {backend.cache_key(request, None) for request in (calibrated, swapped, unscored)}
     assert len(keys) == 3
+
+
+def test_two_input_audio_parts_over_http(models, server, tmp_path):
+    """The pairwise track's requests: two responses, each an `input_audio` part at its slot."""
+    from lalm_judge.judging.backends.base import AUDIO_SLOT
+    from lalm_judge.judging.backends.chat import build_openai_messages
+
+    single = audio_request("one", 1.0)
+    pair = JudgeRequest(
+        "pair", SYSTEM, f"Response 1:\n{AUDIO_SLOT}\nResponse 2:\n{AUDIO_SLOT}\nWhich is better?",
+        audios=(single.audio, audio_request("two", 2.0, seed=1).audio),
+    )  # fmt: skip
+    content = build_openai_messages(pair, audio_b64=["AAA", "BBB"])[1]["content"]
+    assert [part["type"] for part in content] == ["text", "input_audio", "text", "input_audio", "text"]
+    assert [p["input_audio"]["data"] for p in content if p["type"] == "input_audio"] == ["AAA", "BBB"]
+    backend = judge(models["qwen2audio"], server.base_url, cache_dir=tmp_path)
+    one_out, pair_out = backend.generate([single, pair])
+    assert pair_out.n_input_tokens - one_out.n_input_tokens >= 75  # 1 s + 2 s of audio against 1 s
+    swapped = dataclasses.replace(pair, audios=pair.audios[::-1])
+    assert backend.cache_key(pair, ["a", "b"]) != backend.cache_key(swapped, ["b", "a"])  # the order is keyed
+    assert backend.cache_key(single, "a") == backend.cache_key(single, ["a"])  # one audio keys as it always has

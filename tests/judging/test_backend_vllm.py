@@ -268,3 +268,33 @@ def test_missing_vllm_names_the_environment(monkeypatch, llama_dir):
     monkeypatch.setitem(sys.modules, "vllm", None)  # what an environment without vLLM looks like to `import`
     with pytest.raises(MissingDependency, match=r"envs/judge-vllm\.yaml"):
         VLLMBackend(JudgeSpec(name="j", backend="vllm", model=str(llama_dir)))
+
+
+def test_two_audio_items_travel_in_order_under_the_per_prompt_limit(vllm_stand_in, qwen2audio_dir):
+    """The pairwise track's requests: two responses at their slots, `limit_mm_per_prompt={"audio": 2}`."""
+    from lalm_judge.judging.backends.base import AUDIO_SLOT
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    spec = JudgeSpec(
+        name="pairwise_vllm",
+        backend="vllm",
+        model=str(qwen2audio_dir),
+        modalities=("audio",),
+        options={"audio_per_prompt": 2},
+    )
+    backend = VLLMBackend(spec)
+    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 2}
+    first, second = np.zeros(16000, dtype=np.float32), np.ones(8000, dtype=np.float32) * 0.1
+    request = JudgeRequest(
+        "pair", "", f"Response 1:\n{AUDIO_SLOT}\nResponse 2:\n{AUDIO_SLOT}\nWhich is better?",
+        audios=((first, 16000), (second, 16000)),
+    )  # fmt: skip
+    prompt = backend.build_prompt(request)
+    assert [len(w) for w, _ in prompt["multi_modal_data"]["audio"]] == [16000, 8000]
+    text = prompt["prompt"]
+    assert text.count("<|audio_bos|><|AUDIO|><|audio_eos|>") == 2
+    assert text.index("Response 1:") < text.index("Audio 1:") < text.index("Response 2:") < text.index("Audio 2:")
+
+    single = VLLMBackend(dataclasses.replace(spec, options={}))
+    with pytest.raises(ValueError, match="2 audio items, over options.audio_per_prompt=1"):
+        single.build_prompt(request)

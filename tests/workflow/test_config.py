@@ -4,7 +4,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lalm_judge.workflow.config import ConfigError, load_config, validate_config
+from lalm_judge.workflow.config import ConfigError, load_config, tracks, validate_config
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -70,3 +70,61 @@ def test_judge_without_a_shared_modality_is_rejected(demo_config):
     bad["evaluation"]["modalities"] = ["audio_text"]
     with pytest.raises(ConfigError, match=r"judges\.minilm\.modalities"):
         validate_config(bad)
+
+
+# --- the pairwise track -------------------------------------------------------------------------------------------
+@pytest.fixture
+def pairwise_config():
+    return yaml.safe_load((ROOT / "configs" / "pairwise_demo.yaml").read_text())
+
+
+@pytest.mark.parametrize("path", ["configs/pairwise.yaml", "configs/pairwise_demo.yaml", "tests/config/pairwise.yaml"])
+def test_shipped_pairwise_configs_are_valid_and_run_only_that_track(path):
+    config = load_config(ROOT / path)
+    assert tracks(config) == ("pairwise",)
+    assert config["pairwise"]["long_audio"]["policy"] == "truncate"
+
+
+def test_pairwise_defaults_are_filled(pairwise_config):
+    del pairwise_config["pairwise"]["long_audio"], pairwise_config["pairwise"]["metrics"]
+    config = validate_config(pairwise_config)
+    assert config["pairwise"]["long_audio"] == {"policy": "truncate", "max_response_s": 60}
+    assert config["pairwise"]["metrics"] == {"bootstrap": 1000, "duration_bins": [0, 10, 20, 30, 40, 60, 80]}
+    assert config["pairwise"]["items"]["missing_audio"] == "fail"
+
+
+def test_a_config_may_hold_both_tracks(demo_config, pairwise_config):
+    both = {**demo_config, "pairwise": pairwise_config["pairwise"]}
+    both["judges"] = {**demo_config["judges"], **pairwise_config["judges"]}
+    assert tracks(validate_config(both)) == ("safety", "pairwise")
+
+
+def test_a_config_needs_a_track_and_the_safety_track_its_sections(demo_config, pairwise_config):
+    with pytest.raises(ConfigError, match="is not valid under any of the given schemas"):
+        validate_config({"judges": pairwise_config["judges"]})
+    without_corpus = {k: v for k, v in demo_config.items() if k != "corpus"}
+    with pytest.raises(ConfigError, match="'corpus' is a dependency of 'evaluation'"):
+        validate_config(without_corpus)
+
+
+def with_embedding_judge(config):
+    config["judges"]["e"] = {"backend": "embedding", "model": "m", "modalities": ["text"]}
+    config["pairwise"]["judges"] = ["e"]
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda c: c["pairwise"].update(judges=["smollm2", "gpt5"]), r"unknown judge\(s\) \['gpt5'\]"),
+        (lambda c: c["pairwise"].update(transcript_sources=[]), "judge 'smollm2' reads text only"),
+        (lambda c: c["pairwise"].update(transcript_sources=["asr:huge"]), "'asr:huge' names no model in asr.models"),
+        (lambda c: c["pairwise"]["items"].pop("path"), "pairwise.items.path is required for format 'jsonl'"),
+        (with_embedding_judge, "gives no pairwise verdicts"),
+        (lambda c: c["pairwise"].update(prompts=["basic"]), r"pairwise.prompts.0: 'basic' is not one of"),
+        (lambda c: c["pairwise"]["long_audio"].update(policy="chunk"), "'chunk' is not one of"),
+    ],
+)
+def test_bad_pairwise_settings_name_the_key(pairwise_config, change, message):
+    change(pairwise_config)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(pairwise_config)

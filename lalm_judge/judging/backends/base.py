@@ -8,10 +8,18 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+# Where an audio item goes inside the user text of a request with several (`JudgeRequest.audios`).
+AUDIO_SLOT = "<|audio_slot|>"
+
 
 @dataclass(frozen=True)
 class JudgeRequest:
-    """One call to a judge model. `audio` is (waveform, sample_rate) for the audio modalities."""
+    """One call to a judge model. `audio` is (waveform, sample_rate) for the audio modalities.
+
+    A request with several audio items (the pairwise track's two responses) gives them in `audios` instead,
+    in order; its user text then holds one `AUDIO_SLOT` per item where that item belongs, or none (the
+    items then come first, as a single `audio` does). `audio_items` is the one view backends read.
+    """
 
     request_id: str
     system: str
@@ -22,6 +30,22 @@ class JudgeRequest:
     # (safe, unsafe) answer words of the `calibrated` prompt: a backend that exposes token probabilities
     # returns p_safe = P(safe) / (P(safe) + P(unsafe)) at the first generated token; None for other prompts.
     answer_tokens: tuple[str, str] | None = None
+    # Several audio items, each (waveform, sample_rate), for requests that compare recordings.
+    audios: tuple[tuple[np.ndarray, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.audio is not None and self.audios:
+            raise ValueError(f"request {self.request_id}: give its audio in `audio` or in `audios`, not both")
+        slots, items = self.user.count(AUDIO_SLOT), len(self.audio_items)
+        if slots and slots != items:
+            raise ValueError(
+                f"request {self.request_id}: its user text has {slots} audio slots for {items} audio items"
+            )
+
+    @property
+    def audio_items(self) -> tuple[tuple[np.ndarray, int], ...]:
+        """Every audio item of the request, in order (none for text requests)."""
+        return (self.audio,) if self.audio is not None else self.audios
 
 
 @dataclass

@@ -1,9 +1,12 @@
 """Chat messages for judge requests, and reading the score tokens (P(safe)) back from token probabilities.
 
-The user turn holds the audio first (when the request has audio), then the text prompt. Local backends
-render it with the model's own chat template (`build_conversation`), where the audio part is a
-placeholder the processor expands into audio tokens; the OpenAI-compatible backend sends the same shape
-with the audio inline as a base64 wav `input_audio` part (`build_openai_messages`).
+The user turn holds the audio first (when the request has audio), then the text prompt. A request with
+several audio items (`JudgeRequest.audios`) whose text marks their places with `AUDIO_SLOT` gets them
+there instead, interleaved with the text (the pairwise track's "Response 1: <audio> Response 2: <audio>").
+Local backends render the turn with the model's own chat template (`build_conversation`), where each audio
+part is a placeholder the processor expands into audio tokens, in the order of `JudgeRequest.audio_items`;
+the OpenAI-compatible backend sends the same shape with each audio inline as a base64 wav `input_audio`
+part (`build_openai_messages`).
 
 The calibrated prompt asks for a one-word verdict; `spec.options['score_tokens']` (e.g.
 `{"safe": ["Yes"], "unsafe": ["No"]}`) names the words, and P(safe) is the probability mass of the safe
@@ -14,13 +17,13 @@ from __future__ import annotations
 
 import base64
 import io
-from collections.abc import Collection, Hashable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 import soundfile as sf
 
-from lalm_judge.judging.backends.base import JudgeRequest
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 
 # Chat templates only test that an audio part exists; the waveform goes to the processor separately.
 AUDIO_PLACEHOLDER = "dialogue.wav"
@@ -33,23 +36,35 @@ def _system_and_user_text(request: JudgeRequest, merge_system: bool) -> tuple[st
     return request.system, request.user
 
 
-def _assemble(system: str, user_parts: list[dict[str, Any]], user_text: str) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if system:
-        messages.append({"role": "system", "content": system})
-    if user_text:
-        user_parts = [*user_parts, {"type": "text", "text": user_text}]
-    messages.append({"role": "user", "content": user_parts})
-    return messages
+def _user_content(user_text: str, n_audio: int, audio_part: Callable[[int], dict[str, Any]]) -> list[dict[str, Any]]:
+    """The user turn's parts: audio item i (`audio_part(i)`) at the i-th `AUDIO_SLOT` of the text, or all
+    audio items first and then the text when it has no slots."""
+    pieces = user_text.split(AUDIO_SLOT) if AUDIO_SLOT in user_text else None
+    if pieces is None:
+        parts = [audio_part(i) for i in range(n_audio)]
+        return [*parts, {"type": "text", "text": user_text}] if user_text else parts
+    parts = []
+    for i, piece in enumerate(pieces):
+        if piece:
+            parts.append({"type": "text", "text": piece})
+        if i < n_audio:
+            parts.append(audio_part(i))
+    return parts
+
+
+def _assemble(system: str, user_parts: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    return [*messages, {"role": "user", "content": user_parts}]
 
 
 def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> list[dict[str, Any]]:
     """Conversation for `apply_chat_template`: plain string user content for text-only requests."""
     system, user_text = _system_and_user_text(request, merge_system)
-    if request.audio is None:
+    if not request.audio_items:
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         return [*messages, {"role": "user", "content": user_text}]
-    return _assemble(system, [{"type": "audio", "audio": AUDIO_PLACEHOLDER}], user_text)
+    audio_part = {"type": "audio", "audio": AUDIO_PLACEHOLDER}
+    return _assemble(system, _user_content(user_text, len(request.audio_items), lambda _: dict(audio_part)))
 
 
 def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
@@ -62,16 +77,22 @@ def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
 
 
 def build_openai_messages(
-    request: JudgeRequest, *, audio_b64: str | None = None, merge_system: bool = False
+    request: JudgeRequest, *, audio_b64: str | Sequence[str] | None = None, merge_system: bool = False
 ) -> list[dict[str, Any]]:
-    """OpenAI chat messages; `audio_b64` (from `wav_base64`) is required when the request has audio."""
+    """OpenAI chat messages; `audio_b64` (from `wav_base64`: one string, or one per audio item in order) is
+    required when the request has audio."""
     system, user_text = _system_and_user_text(request, merge_system)
-    if request.audio is None:
-        return _assemble(system, [], user_text)
-    if audio_b64 is None:
-        raise ValueError(f"request {request.request_id} has audio but no encoded wav was given")
-    audio_part = {"type": "input_audio", "input_audio": {"data": audio_b64, "format": "wav"}}
-    return _assemble(system, [audio_part], user_text)
+    encoded = [audio_b64] if isinstance(audio_b64, str) else list(audio_b64 or [])
+    if len(encoded) != len(request.audio_items):
+        raise ValueError(
+            f"request {request.request_id} has {len(request.audio_items)} audio items but {len(encoded)} encoded "
+            "wavs were given"
+        )
+
+    def audio_part(index: int) -> dict[str, Any]:
+        return {"type": "input_audio", "input_audio": {"data": encoded[index], "format": "wav"}}
+
+    return _assemble(system, _user_content(user_text, len(encoded), audio_part))
 
 
 def validate_score_tokens(score_tokens: Mapping[str, Sequence[str]]) -> tuple[list[str], list[str]]:

@@ -228,10 +228,13 @@ class TransformersBackend:
 
     @staticmethod
     def _audio_samples(request: JudgeRequest) -> int:
-        return 0 if request.audio is None else len(request.audio[0])
+        return sum(len(waveform) for waveform, _ in request.audio_items)
 
-    def _prepared_audio(self, request: JudgeRequest) -> np.ndarray:
-        waveform, sample_rate = request.audio  # type: ignore[misc]
+    def _prepared_audios(self, request: JudgeRequest) -> list[np.ndarray]:
+        """Each audio item of the request at the processor's rate (the model's limit applies to each)."""
+        return [self._prepared_audio(request, waveform, rate) for waveform, rate in request.audio_items]
+
+    def _prepared_audio(self, request: JudgeRequest, waveform: np.ndarray, sample_rate: int) -> np.ndarray:
         if self.sampling_rate is None:
             raise ValueError(
                 f"judge {self.spec.name}: model {self.spec.model} has no audio processor but request "
@@ -254,7 +257,7 @@ class TransformersBackend:
             )
             for request in batch
         ]
-        audios = [self._prepared_audio(request) for request in batch if request.audio is not None]
+        audios = [audio for request in batch for audio in self._prepared_audios(request)]
         if self.text_only:
             # The chat template already wrote the special tokens.
             return self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")

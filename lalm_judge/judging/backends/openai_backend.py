@@ -1,7 +1,7 @@
 """The `openai` judge backend: any OpenAI-compatible chat endpoint, concurrent, retried and cached on disk.
 
 Works with GPT-4o audio models, Gemini's OpenAI-compatible endpoint, `vllm serve` and
-`transformers serve`. Audio goes inline as an `input_audio` part (base64 16-bit wav).
+`transformers serve`. Audio goes inline as an `input_audio` part (base64 16-bit wav), one per audio item.
 
 Options (`spec.options`):
 - `base_url`: the endpoint (default: the OpenAI API).
@@ -33,6 +33,7 @@ import hashlib
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,8 +135,11 @@ class OpenAIBackend:
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.spec.revision}
 
-    def cache_key(self, request: JudgeRequest, audio_b64: str | None) -> str:
-        audio_sha = hashlib.sha256(audio_b64.encode("ascii")).hexdigest() if audio_b64 is not None else None
+    def cache_key(self, request: JudgeRequest, audio_b64: str | Sequence[str] | None) -> str:
+        """Hash of the request as sent; a single audio keys as it always has, several by their list of hashes."""
+        encoded = [audio_b64] if isinstance(audio_b64, str) else list(audio_b64 or [])
+        shas = [hashlib.sha256(item.encode("ascii")).hexdigest() for item in encoded]
+        audio_sha = None if not shas else shas[0] if len(shas) == 1 else shas
         return stable_hash(
             {
                 "model": self.spec.model,
@@ -179,7 +183,7 @@ class OpenAIBackend:
     async def _one(self, client: Any, semaphore: asyncio.Semaphore, request: JudgeRequest) -> JudgeOutput:
         # Inside the semaphore: only `concurrency` encoded waveforms are held in memory at a time.
         async with semaphore:
-            audio_b64 = wav_base64(*request.audio) if request.audio is not None else None
+            audio_b64 = [wav_base64(*item) for item in request.audio_items]
             key = self.cache_key(request, audio_b64)
             cache_file = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
             if cache_file is not None and cache_file.is_file():

@@ -2,15 +2,17 @@
 
 Prompts are rendered by the model's own Hugging Face chat template from the shared conversation
 (`chat.build_conversation`: system, then user with the audio part first and the text prompt), and the
-waveform travels beside the prompt as `multi_modal_data={"audio": [(array, sample_rate)]}`; vLLM
-resamples it to the model's rate. Decoding is greedy (`temperature=0`). P(safe) comes from the first
-generated position's top-k logprobs (`options.top_logprobs`, default 20): for every request when
-`options.score_tokens` is set, else for each request that carries `answer_tokens` (the `calibrated`
-prompt); only those requests ask vLLM for logprobs (each prompt gets its own `SamplingParams`).
+waveform travels beside the prompt as `multi_modal_data={"audio": [(array, sample_rate)]}` (one entry per
+audio item, in order, for requests with several); vLLM resamples it to the model's rate. Decoding is
+greedy (`temperature=0`). P(safe) comes from the first generated position's top-k logprobs
+(`options.top_logprobs`, default 20): for every request when `options.score_tokens` is set, else for each
+request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM for logprobs
+(each prompt gets its own `SamplingParams`).
 
 Options: `tensor_parallel_size` (1), `max_model_len` (the model's), `gpu_memory_utilization` (0.9),
-`audio_per_prompt` (1), `trust_remote_code` (false), `merge_system_prompt`, `score_tokens`,
-`top_logprobs`, and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
+`audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track), `trust_remote_code`
+(false), `merge_system_prompt`, `score_tokens`, `top_logprobs`, and `engine_kwargs` (passed to `vllm.LLM`
+as is, e.g. `enforce_eager`).
 
 vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`; vllm 0.32.0 pins torch 2.13.0 and
 transformers >=5.16.1,<5.20). MERaLiON-2 (`MERaLiON/MERaLiON-2-10B`, `trust_remote_code: true`) needs the
@@ -67,8 +69,10 @@ class VLLMBackend:
             "trust_remote_code": trust_remote_code,
             "seed": 0,
         }
+        # Audio items one prompt may carry (2 for the pairwise track's two responses).
+        self.audio_per_prompt = int(options.get("audio_per_prompt", 1)) if self.uses_audio else 0
         if self.uses_audio:
-            engine_kwargs["limit_mm_per_prompt"] = {"audio": int(options.get("audio_per_prompt", 1))}
+            engine_kwargs["limit_mm_per_prompt"] = {"audio": self.audio_per_prompt}
         engine_kwargs.update(options.get("engine_kwargs", {}))
         self.llm = vllm.LLM(**engine_kwargs)
         score_tokens = options.get("score_tokens")
@@ -86,11 +90,16 @@ class VLLMBackend:
         return {"model": self.spec.model, "model_revision": self.spec.revision}
 
     def build_prompt(self, request: JudgeRequest) -> dict[str, Any]:
-        """The vLLM prompt dict of one request: rendered chat text, plus the waveform when it has audio."""
-        if request.audio is not None and not self.uses_audio:
+        """The vLLM prompt dict of one request: rendered chat text, plus its waveforms when it has audio."""
+        if request.audio_items and not self.uses_audio:
             raise ValueError(
                 f"judge {self.spec.name}: request {request.request_id} has audio but the judge's modalities "
                 f"{self.spec.modalities} are text only; add an audio modality to the judge"
+            )
+        if len(request.audio_items) > self.audio_per_prompt:
+            raise ValueError(
+                f"judge {self.spec.name}: request {request.request_id} has {len(request.audio_items)} audio items, "
+                f"over options.audio_per_prompt={self.audio_per_prompt} (vLLM's limit_mm_per_prompt); raise it"
             )
         conversation = build_conversation(
             request, merge_system=bool(self.spec.options.get("merge_system_prompt", False))
@@ -98,9 +107,8 @@ class VLLMBackend:
         prompt: dict[str, Any] = {
             "prompt": self.template_owner.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
         }
-        if request.audio is not None:
-            waveform, sample_rate = request.audio
-            prompt["multi_modal_data"] = {"audio": [(waveform, sample_rate)]}
+        if request.audio_items:
+            prompt["multi_modal_data"] = {"audio": list(request.audio_items)}
         return prompt
 
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:

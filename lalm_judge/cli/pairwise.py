@@ -1,0 +1,109 @@
+"""`lalm-judge pairwise import|export|metrics`: the pairwise track's data and metrics outside the workflow.
+
+- `import --format sagelm FILE.json... --audio-root DIR --out DIR`: SageLM records (test or training sets) to
+  the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are kept
+  and flagged (`--missing-audio keep`, the default), excluded or refused, and always reported.
+- `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
+  its `dataset_info.json`.
+- `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
+  item-level bootstrap intervals, per aspect, overall and by duration (docs/metrics.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from lalm_judge.pairwise.items import (
+    MISSING_AUDIO_POLICIES,
+    ItemError,
+    apply_missing_audio_policy,
+    items_config_hash,
+    read_items,
+    write_items,
+)
+from lalm_judge.pairwise.metrics import (
+    DEFAULT_DURATION_BINS,
+    PairwiseMetricsError,
+    PairwiseMetricSettings,
+    run_pairwise_metrics,
+)
+from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
+from lalm_judge.pairwise.sagelm import export_sagelm, import_sagelm
+
+FORMATS = (SAGELM,)
+
+
+def _bins(text: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(part) for part in text.split(","))
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"duration bins are comma-separated seconds, got {text!r}") from err
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lalm-judge pairwise", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    importer = commands.add_parser("import", help="records -> item table")
+    importer.add_argument("files", nargs="+", help="SageLM record files (JSON lists)")
+    importer.add_argument("--format", choices=FORMATS, required=True)
+    importer.add_argument("--audio-root", required=True, help="folder the records' audio paths are relative to")
+    importer.add_argument("--out", required=True, help="output folder (items.parquet, items_summary.json)")
+    importer.add_argument("--missing-audio", choices=MISSING_AUDIO_POLICIES, default="keep")
+    exporter = commands.add_parser("export", help="item table -> records")
+    exporter.add_argument("items", nargs="+", help="item tables (parquet)")
+    exporter.add_argument("--format", choices=FORMATS, required=True)
+    exporter.add_argument("--out", required=True, help="output folder (record files, dataset_info.json)")
+    exporter.add_argument("--name", help="write every record to <name>.json (default: one file per source file)")
+    metrics = commands.add_parser("metrics", help="metrics of one judge cell's predictions")
+    metrics.add_argument("predictions", help="JSONL or parquet with item_id, aspect, label, prediction[, ...]")
+    metrics.add_argument("--out", required=True, help="output JSON file")
+    metrics.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples over items (default 1000)")
+    metrics.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    metrics.add_argument(
+        "--duration-bins",
+        type=_bins,
+        default=DEFAULT_DURATION_BINS,
+        help="left edges (s) of the combined-duration bins, starting at 0 (default 0,10,20,30,40,60,80)",
+    )
+    return parser
+
+
+def _import(args: argparse.Namespace) -> int:
+    items, _ = import_sagelm(args.files, args.audio_root)
+    kept, summary = apply_missing_audio_policy(items, args.missing_audio)
+    if summary.n_missing_audio_rows:
+        print(f"warning: {summary.missing_message()} ({args.missing_audio})", file=sys.stderr)
+    out = Path(args.out)
+    sources = {"format": args.format, "files": list(args.files), "audio_root": args.audio_root}
+    write_items(
+        kept,
+        out / "items.parquet",
+        out / "items_summary.json",
+        summary,
+        config_hash=items_config_hash(sources),
+        extra={**sources, "missing_audio": args.missing_audio, "n_items_judged": kept["item_id"].n_unique()},
+    )
+    print(f"{out / 'items.parquet'}: {kept.height} rows, {kept['item_id'].n_unique()} items")
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        if args.command == "import":
+            return _import(args)
+        if args.command == "export":
+            for path in export_sagelm(read_items(args.items), args.out, args.name):
+                print(path)
+            return 0
+        settings = PairwiseMetricSettings(n_boot=args.bootstrap, seed=args.seed, duration_bins=args.duration_bins)
+        document = run_pairwise_metrics(args.predictions, args.out, settings)
+    except (ItemError, PairwiseMetricsError, ValueError, FileNotFoundError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    overall = document["overall"]
+    accuracy, agreement = overall["accuracy"]["value"], overall["agreement"]["value"]
+    print(f"{args.out}: n={overall['n']} accuracy={accuracy} agreement={agreement}")
+    return 0

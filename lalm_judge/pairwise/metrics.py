@@ -1,0 +1,556 @@
+"""Pairwise metrics (definitions in docs/metrics.md, "Pairwise track"): tables in, tables out.
+
+Input: a predictions table (JSONL or parquet) with `item_id`, `aspect`, `label` (1, 2 or Tie),
+`prediction` (the judge's raw answer, or just its label) and optionally `prediction_swapped` (the raw
+answer with the two responses shown in swapped order, so that its "1" names response 2) and `duration_s`
+(combined duration of both responses). Answers are read by `lalm_judge.pairwise.parsing.parse_verdict`;
+an unreadable answer counts as wrong everywhere and is counted in `parse_failure_rate`.
+
+Per row, with f the forward verdict, b the swapped verdict mapped back and c = combine(f, b):
+- accuracy = [f == label]; agreement = 1 if f == label, 0.5 if exactly one of them is Tie, else 0
+  (SageLM's single-order numbers);
+- parse_failure_rate = [f unreadable]; parse_failure_rate_swapped = [b unreadable];
+- swap_consistency = [f and b readable and f == b];
+- accuracy_combined, agreement_combined: as above with c (unreadable when either order is).
+Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
+`agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects) and per bin of
+combined duration. Intervals: percentile bootstrap over items (an item's aspects travel together), B
+resamples of a seeded multinomial count matrix over the sorted item ids, shared by every group, so cells
+judged on the same items are resampled identically and their differences can be paired
+(`compare_cells`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+
+from lalm_judge.analysis.stats import CI_LEVEL, bootstrap_weights, percentile_interval
+from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
+from lalm_judge.core.tables import (
+    PAIRWISE_COMPARISONS,
+    PAIRWISE_METRIC_INPUT,
+    PAIRWISE_METRICS,
+    PAIRWISE_PREDICTIONS,
+    PAIRWISE_STATUSES,
+    TableError,
+)
+from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
+from lalm_judge.pairwise.parsing import (
+    agreement,
+    combine_verdicts,
+    normalize_label,
+    parse_swapped_verdict,
+    parse_verdict,
+)
+
+SINGLE_ORDER_METRICS = ("accuracy", "agreement", "parse_failure_rate")
+BOTH_ORDER_METRICS = (
+    "swap_consistency",
+    "accuracy_combined",
+    "agreement_combined",
+    "parse_failure_rate_swapped",
+)
+ASPECT_MEAN_METRICS = ("accuracy", "agreement")
+DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
+CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
+UNKNOWN_DURATION = "unknown"
+UNPARSEABLE = "unparseable"
+
+
+class PairwiseMetricsError(ValueError):
+    """A predictions table that does not satisfy the input contract; the message names the file and row."""
+
+
+@dataclass(frozen=True)
+class PairwiseMetricSettings:
+    n_boot: int = 1000
+    seed: int = 0
+    # Left edges of the duration bins (s); the last bin is open-ended.
+    duration_bins: tuple[float, ...] = DEFAULT_DURATION_BINS
+    level: float = CI_LEVEL
+
+    def __post_init__(self) -> None:
+        if self.n_boot < 1:
+            raise PairwiseMetricsError(f"bootstrap resamples must be >= 1, got {self.n_boot}")
+        edges = list(self.duration_bins)
+        if not edges or edges != sorted(set(edges)) or edges[0] != 0:
+            raise PairwiseMetricsError(f"duration bins must be increasing left edges starting at 0, got {edges}")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bootstrap": self.n_boot,
+            "seed": self.seed,
+            "ci_level": self.level,
+            "duration_bins": list(self.duration_bins),
+        }
+
+
+# --- input -----------------------------------------------------------------------------------------------------
+def read_predictions(path: str | os.PathLike) -> pl.DataFrame:
+    """A predictions file: parquet, or JSONL (one JSON object per line)."""
+    path = Path(path)
+    if not path.is_file():
+        raise PairwiseMetricsError(f"predictions file {path} does not exist")
+    if path.suffix == ".parquet":
+        return pl.read_parquet(path)
+    rows = [record for _, record in jsonl_records(path, PairwiseMetricsError)]
+    if not rows:
+        raise PairwiseMetricsError(f"{path} holds no predictions")
+    # Labels may be written as numbers in JSONL; read every column as given, then type the contract's.
+    return pl.DataFrame(rows, infer_schema_length=None, strict=False)
+
+
+def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl.DataFrame:
+    """The contract's columns typed, labels normalized, each (item, aspect) once; raise naming what is wrong."""
+    frame = frame.with_columns(pl.col(c).cast(pl.String) for c in ("label", "prediction") if c in frame.columns)
+    try:
+        PAIRWISE_METRIC_INPUT.conform(frame, source).collect()
+    except TableError as err:
+        raise PairwiseMetricsError(str(err)) from err
+    labels = []
+    for index, (item, aspect, label) in enumerate(frame.select("item_id", "aspect", "label").iter_rows()):
+        try:
+            labels.append(normalize_label(label, f"{source} row {index} (item {item!r}, aspect {aspect!r})"))
+        except ValueError as err:
+            raise PairwiseMetricsError(str(err)) from err
+    frame = frame.with_columns(pl.Series("label", labels, dtype=pl.String))
+    duplicated = frame.filter(pl.struct("item_id", "aspect").is_duplicated())
+    if duplicated.height:
+        first = duplicated.row(0, named=True)
+        raise PairwiseMetricsError(
+            f"{source}: item {first['item_id']!r} has aspect {first['aspect']!r} {duplicated.height} times; give each "
+            "(item, aspect) once, or one file per judge cell"
+        )
+    optional = {"prediction_swapped": pl.String, "duration_s": pl.Float64}
+    return frame.with_columns(pl.col(c).cast(t) for c, t in optional.items() if c in frame.columns)
+
+
+def cells_of(frame: pl.DataFrame) -> list[dict[str, Any]]:
+    """The distinct judge cells of a predictions table ([{}] when it has no cell columns)."""
+    keys = [key for key in CELL_KEYS if key in frame.columns]
+    if not keys:
+        return [{}]
+    return frame.select(keys).unique(maintain_order=True).sort(keys, nulls_last=True).to_dicts()
+
+
+# --- per-row indicators ----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class RowIndicators:
+    """0/1 (agreement: 0, 0.5, 1) indicators per row and metric, and the forward verdicts."""
+
+    names: tuple[str, ...]
+    values: np.ndarray  # (n_rows, n_metrics)
+    forward: tuple[str | None, ...]
+
+
+def row_indicators(frame: pl.DataFrame) -> RowIndicators:
+    swapped = "prediction_swapped" in frame.columns
+    names = SINGLE_ORDER_METRICS + (BOTH_ORDER_METRICS if swapped else ())
+    values, forward_labels = [], []
+    columns = ["label", "prediction", *(["prediction_swapped"] if swapped else [])]
+    for row in frame.select(columns).iter_rows():
+        label, forward = row[0], parse_verdict(row[1])
+        forward_labels.append(forward.label)
+        indicators = [float(forward.label == label), agreement(forward.label, label), float(not forward.ok)]
+        if swapped:
+            back = parse_swapped_verdict(row[2])
+            combined, _ = combine_verdicts(forward, back)
+            consistent = forward.ok and back.ok and forward.label == back.label
+            indicators += [float(consistent), float(combined == label), agreement(combined, label), float(not back.ok)]
+        values.append(indicators)
+    return RowIndicators(names, np.asarray(values, dtype=float).reshape(len(values), len(names)), tuple(forward_labels))
+
+
+# --- statistics ------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GroupEstimate:
+    """One group's point values (n_metrics,), bootstrap values (n_boot, n_metrics) and counts."""
+
+    point: np.ndarray
+    boot: np.ndarray
+    # Sum of each indicator over the group's rows (for a 0/1 indicator: how many rows have it).
+    totals: np.ndarray
+    n: int
+    n_items: int
+    prediction_counts: dict[str, int] = field(default_factory=dict)
+
+
+def _estimate(
+    indicators: RowIndicators, rows: np.ndarray, item_index: np.ndarray, n_items: int, weights: np.ndarray
+) -> GroupEstimate:
+    n_metrics = len(indicators.names)
+    sums = np.zeros((n_items, n_metrics))
+    counts = np.zeros(n_items)
+    np.add.at(sums, item_index[rows], indicators.values[rows])
+    np.add.at(counts, item_index[rows], 1.0)
+    total = counts.sum()
+    point = sums.sum(axis=0) / total if total else np.full(n_metrics, np.nan)
+    resampled_counts = weights @ counts
+    boot = np.full((weights.shape[0], n_metrics), np.nan)
+    np.divide(weights @ sums, resampled_counts[:, None], out=boot, where=resampled_counts[:, None] > 0)
+    verdicts = [indicators.forward[i] for i in rows]
+    prediction_counts = {label: verdicts.count(label) for label in VERDICTS}
+    prediction_counts[UNPARSEABLE] = verdicts.count(None)
+    return GroupEstimate(
+        point, boot, sums.sum(axis=0), int(rows.size), int(np.count_nonzero(counts)), prediction_counts
+    )
+
+
+@dataclass(frozen=True)
+class DurationBin:
+    label: str
+    low_s: float | None
+    high_s: float | None
+
+
+def duration_bins(edges: Sequence[float]) -> list[DurationBin]:
+    bins = [DurationBin(f"{_num(lo)}-{_num(hi)}", lo, hi) for lo, hi in zip(edges[:-1], edges[1:])]
+    return [*bins, DurationBin(f">={_num(edges[-1])}", edges[-1], None)]
+
+
+def _num(value: float) -> str:
+    return f"{value:g}"
+
+
+@dataclass(frozen=True)
+class CellEstimates:
+    """Every group's estimates of one judge cell, on the cell's sorted items and bootstrap weights."""
+
+    names: tuple[str, ...]
+    items: tuple[str, ...]
+    aspects: dict[str, GroupEstimate]
+    overall: GroupEstimate
+    by_duration: list[tuple[DurationBin, GroupEstimate]]
+    settings: PairwiseMetricSettings
+
+    def aspect_means(self) -> tuple[np.ndarray, np.ndarray]:
+        """(point, boot) of the mean over aspects of `ASPECT_MEAN_METRICS`, as SageLM averages its aspects."""
+        columns = [self.names.index(name) for name in ASPECT_MEAN_METRICS]
+        points = np.array([estimate.point[columns] for estimate in self.aspects.values()])
+        boots = np.stack([estimate.boot[:, columns] for estimate in self.aspects.values()])
+        with np.errstate(all="ignore"):
+            return np.nanmean(points, axis=0), _nanmean(boots, axis=0)
+
+
+def _nanmean(values: np.ndarray, axis: int) -> np.ndarray:
+    present = ~np.isnan(values)
+    total = np.where(present, values, 0.0).sum(axis=axis)
+    count = present.sum(axis=axis)
+    out = np.full(total.shape, np.nan)
+    np.divide(total, count, out=out, where=count > 0)
+    return out
+
+
+def estimate_cell(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> CellEstimates:
+    """Estimates of one judge cell's validated predictions (`validate_predictions`)."""
+    if frame.height == 0:
+        raise PairwiseMetricsError("no predictions to compute metrics from")
+    indicators = row_indicators(frame)
+    items = tuple(sorted(set(frame["item_id"].to_list())))
+    position = {item: i for i, item in enumerate(items)}
+    item_index = np.array([position[item] for item in frame["item_id"].to_list()], dtype=int)
+    weights = bootstrap_weights(len(items), settings.n_boot, settings.seed)
+    aspects_column = np.array(frame["aspect"].to_list(), dtype=object)
+
+    def estimate(mask: np.ndarray) -> GroupEstimate:
+        return _estimate(indicators, np.flatnonzero(mask), item_index, len(items), weights)
+
+    aspects = {aspect: estimate(aspects_column == aspect) for aspect in sorted(set(aspects_column))}
+    overall = estimate(np.ones(frame.height, dtype=bool))
+    by_duration = []
+    if "duration_s" in frame.columns:
+        durations = frame["duration_s"].to_numpy().astype(float)
+        if np.any(durations[~np.isnan(durations)] < 0):
+            raise PairwiseMetricsError("duration_s must be >= 0")
+        for duration_bin in duration_bins(settings.duration_bins):
+            high = math.inf if duration_bin.high_s is None else duration_bin.high_s
+            by_duration.append((duration_bin, estimate((durations >= duration_bin.low_s) & (durations < high))))
+        unknown = np.isnan(durations)
+        if unknown.any():
+            by_duration.append((DurationBin(UNKNOWN_DURATION, None, None), estimate(unknown)))
+    return CellEstimates(indicators.names, items, aspects, overall, by_duration, settings)
+
+
+# --- output ----------------------------------------------------------------------------------------------------
+def _value(x: float) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+def _interval(point: float, boot: np.ndarray, level: float) -> dict[str, float | None]:
+    low, high = percentile_interval(boot[:, None], level)
+    return {"value": _value(point), "ci_low": _value(low[0]), "ci_high": _value(high[0])}
+
+
+def _record(names: Sequence[str], estimate: GroupEstimate, level: float) -> dict[str, Any]:
+    record: dict[str, Any] = {"n": estimate.n, "n_items": estimate.n_items}
+    for column, name in enumerate(names):
+        record[name] = _interval(estimate.point[column], estimate.boot[:, column], level)
+    record["n_unparseable"] = estimate.prediction_counts.get(UNPARSEABLE, 0)
+    if "parse_failure_rate_swapped" in names:
+        column = names.index("parse_failure_rate_swapped")
+        record["n_unparseable_swapped"] = int(estimate.totals[column])
+    record["predictions"] = dict(estimate.prediction_counts)
+    return record
+
+
+def metrics_document(cell: CellEstimates) -> dict[str, Any]:
+    """The JSON layout of `lalm-judge pairwise metrics`: {"aspects", "overall", "by_duration", "settings"}."""
+    level = cell.settings.level
+    overall = _record(cell.names, cell.overall, level)
+    mean_point, mean_boot = cell.aspect_means()
+    for column, name in enumerate(ASPECT_MEAN_METRICS):
+        overall[f"{name}_aspect_mean"] = _interval(mean_point[column], mean_boot[:, column], level)
+    return {
+        "aspects": {aspect: _record(cell.names, estimate, level) for aspect, estimate in cell.aspects.items()},
+        "overall": overall,
+        "by_duration": [
+            {"bin": b.label, "low_s": b.low_s, "high_s": b.high_s, **_record(cell.names, estimate, level)}
+            for b, estimate in cell.by_duration
+        ],
+        "settings": cell.settings.as_dict(),
+    }
+
+
+def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Long-format rows (`core.tables.PAIRWISE_METRICS`) of one cell's estimates."""
+    level = cell.settings.level
+    mode = pairwise_mode(keys["modality"], keys["transcript_source"]) if "modality" in keys else None
+    base = {**{key: keys.get(key) for key in CELL_KEYS}, "mode": mode}
+    rows = []
+
+    def add(scope: str, group: str, estimate: GroupEstimate, low: float | None = None, high: float | None = None):
+        for column, name in enumerate(cell.names):
+            interval = _interval(estimate.point[column], estimate.boot[:, column], level)
+            rows.append(
+                {
+                    **base,
+                    "scope": scope,
+                    "group": group,
+                    "low_s": low,
+                    "high_s": high,
+                    "metric": name,
+                    "value": interval["value"],
+                    "ci_low": interval["ci_low"],
+                    "ci_high": interval["ci_high"],
+                    "n": estimate.n,
+                    "n_items": estimate.n_items,
+                }
+            )
+
+    for aspect, estimate in cell.aspects.items():
+        add("aspect", aspect, estimate)
+    add("overall", "all", cell.overall)
+    mean_point, mean_boot = cell.aspect_means()
+    for column, name in enumerate(ASPECT_MEAN_METRICS):
+        interval = _interval(mean_point[column], mean_boot[:, column], level)
+        rows.append(
+            {
+                **base,
+                "scope": "overall",
+                "group": "aspect_mean",
+                "low_s": None,
+                "high_s": None,
+                "metric": name,
+                **interval,
+                "n": cell.overall.n,
+                "n_items": cell.overall.n_items,
+            }
+        )
+    for duration_bin, estimate in cell.by_duration:
+        add("duration", duration_bin.label, estimate, duration_bin.low_s, duration_bin.high_s)
+    return rows
+
+
+def compute_pairwise_metrics(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> dict[str, Any]:
+    """The metrics document of one judge cell's predictions (any table satisfying the input contract)."""
+    cells = cells_of(frame)
+    if len(cells) > 1:
+        shown = "; ".join(", ".join(f"{k}={v}" for k, v in cell.items()) for cell in cells[:5])
+        raise PairwiseMetricsError(
+            f"the predictions hold {len(cells)} judge cells ({shown}); give the predictions of one cell"
+        )
+    return metrics_document(estimate_cell(validate_predictions(frame), settings))
+
+
+def run_pairwise_metrics(
+    predictions_path: str | os.PathLike, out_path: str | os.PathLike, settings: PairwiseMetricSettings
+) -> dict[str, Any]:
+    """`lalm-judge pairwise metrics`: read a predictions file, write the metrics JSON, return it."""
+    document = compute_pairwise_metrics(read_predictions(predictions_path), settings)
+    write_json(out_path, document)
+    return document
+
+
+# --- paired comparison of cells ---------------------------------------------------------------------------------
+def compare_cells(
+    a: CellEstimates, b: CellEstimates, metric: str, group: str = "all"
+) -> dict[str, float | None] | None:
+    """a - b of `metric` in `group` ('all' or an aspect) with a paired bootstrap interval: both cells must have
+    been estimated on the same items with the same settings (then their resamples are the same); None
+    otherwise or when the metric or group is absent from either."""
+    if a.items != b.items or a.settings != b.settings or metric not in a.names or metric not in b.names:
+        return None
+    estimates = []
+    for cell in (a, b):
+        estimate = cell.overall if group == "all" else cell.aspects.get(group)
+        if estimate is None:
+            return None
+        estimates.append(estimate)
+    column_a, column_b = a.names.index(metric), b.names.index(metric)
+    point = estimates[0].point[column_a] - estimates[1].point[column_b]
+    boot = estimates[0].boot[:, column_a] - estimates[1].boot[:, column_b]
+    return _interval(point, boot, a.settings.level)
+
+
+def metrics_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    return PAIRWISE_METRICS.frame(rows)
+
+
+# --- the workflow's metrics stage ---------------------------------------------------------------------------------
+COMPARED_MODES = ("audio_native", "cascade")
+COMPARED_METRICS = ("agreement", "accuracy")
+STATUS_ORDERS = {
+    "forward": "verdict_status",
+    "swapped": "verdict_swapped_status",
+    "combined": "verdict_combined_status",
+}
+
+
+@dataclass(frozen=True)
+class PairwiseStageTables:
+    metrics: pl.DataFrame
+    documents: list[dict[str, Any]]
+    comparisons: pl.DataFrame
+    statuses: pl.DataFrame
+
+
+def cell_label(keys: Mapping[str, Any]) -> str:
+    return f"{keys['judge']}/{keys['modality']}-{keys['transcript_source']}/{keys['prompt']}"
+
+
+def status_rows(predictions: pl.DataFrame, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """Verdict statuses of each order and the length-policy actions of one cell's prediction table."""
+    rows = []
+    for order, column in [*STATUS_ORDERS.items(), ("long_audio", "long_audio_action")]:
+        for status, n in sorted(predictions.group_by(column).len().iter_rows(), key=lambda r: str(r[0])):
+            rows.append({**{k: keys[k] for k in CELL_KEYS}, "order": order, "status": status, "n": n})
+    return rows
+
+
+def mode_comparisons(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
+    """Per group and metric: the best audio-native cell against the best cascade cell, paired."""
+    by_mode: dict[str, list[tuple[Mapping[str, Any], CellEstimates]]] = {}
+    for keys, cell in cells:
+        by_mode.setdefault(pairwise_mode(keys["modality"], keys["transcript_source"]), []).append((keys, cell))
+    mode_a, mode_b = COMPARED_MODES
+    if mode_a not in by_mode or mode_b not in by_mode:
+        return []
+    groups = ["all", *sorted({aspect for _, cell in cells for aspect in cell.aspects})]
+    rows = []
+    for group in groups:
+        for metric in COMPARED_METRICS:
+            best = [_best(by_mode[mode], group, metric) for mode in COMPARED_MODES]
+            if best[0] is None or best[1] is None:
+                continue
+            (keys_a, cell_a, value_a), (keys_b, cell_b, value_b) = best
+            difference = compare_cells(cell_a, cell_b, metric, group) or {
+                "value": None,
+                "ci_low": None,
+                "ci_high": None,
+            }
+            rows.append(
+                {
+                    "group": group,
+                    "metric": metric,
+                    "mode_a": mode_a,
+                    "cell_a": cell_label(keys_a),
+                    "value_a": value_a,
+                    "mode_b": mode_b,
+                    "cell_b": cell_label(keys_b),
+                    "value_b": value_b,
+                    "difference": difference["value"],
+                    "ci_low": difference["ci_low"],
+                    "ci_high": difference["ci_high"],
+                    "n_items": len(cell_a.items),
+                }
+            )
+    return rows
+
+
+def _best(
+    cells: Sequence[tuple[Mapping[str, Any], CellEstimates]], group: str, metric: str
+) -> tuple[Mapping[str, Any], CellEstimates, float] | None:
+    candidates = []
+    for keys, cell in cells:
+        estimate = cell.overall if group == "all" else cell.aspects.get(group)
+        if estimate is not None and metric in cell.names:
+            value = _value(estimate.point[cell.names.index(metric)])
+            if value is not None:
+                candidates.append((value, cell_label(keys), keys, cell))
+    if not candidates:
+        return None
+    value, _, keys, cell = max(candidates, key=lambda c: (c[0], c[1]))
+    return keys, cell, value
+
+
+def compute_pairwise_stage(
+    predictions: Sequence[pl.DataFrame], settings: PairwiseMetricSettings
+) -> PairwiseStageTables:
+    """Every table of the metrics stage from the judge stage's prediction tables (one per cell)."""
+    cells, metric_rows, documents, statuses = [], [], [], []
+    for frame in predictions:
+        (keys,) = cells_of(frame)
+        cell = estimate_cell(validate_predictions(frame, f"predictions of {cell_label(keys)}"), settings)
+        cells.append((keys, cell))
+        metric_rows += metrics_rows(cell, keys)
+        mode = pairwise_mode(keys["modality"], keys["transcript_source"])
+        documents.append({**keys, "mode": mode, **metrics_document(cell)})
+        statuses += status_rows(frame, keys)
+    return PairwiseStageTables(
+        metrics=PAIRWISE_METRICS.frame(metric_rows),
+        documents=documents,
+        comparisons=PAIRWISE_COMPARISONS.frame(mode_comparisons(cells)),
+        statuses=PAIRWISE_STATUSES.frame(statuses),
+    )
+
+
+STAGE_FILES = {"metrics": "metrics.parquet", "comparisons": "comparisons.parquet", "statuses": "statuses.parquet"}
+DOCUMENT_FILE = "metrics.json"
+
+
+def run_pairwise_stage(
+    prediction_paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, settings: PairwiseMetricSettings
+) -> PairwiseStageTables:
+    """Read the prediction tables, write metrics.parquet, metrics.json, comparisons.parquet and statuses.parquet."""
+    if not prediction_paths:
+        raise PairwiseMetricsError("no pairwise prediction tables given")
+    tables = compute_pairwise_stage([PAIRWISE_PREDICTIONS.read(path) for path in prediction_paths], settings)
+    config_hash = stable_hash(settings.as_dict())
+    out_dir = Path(out_dir)
+    for name, file_name in STAGE_FILES.items():
+        frame = with_provenance(getattr(tables, name), config_hash=config_hash, seed=settings.seed)
+        write_parquet(out_dir / file_name, frame.with_columns(pl.lit(settings.n_boot).alias("n_bootstrap")))
+    write_json(out_dir / DOCUMENT_FILE, {"cells": tables.documents, "settings": settings.as_dict()})
+    return tables
+
+
+def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
+    """The tables written by `run_pairwise_stage`."""
+    metrics_dir = Path(metrics_dir)
+    frames = {}
+    for name, file_name in STAGE_FILES.items():
+        path = metrics_dir / file_name
+        if not path.exists():
+            raise FileNotFoundError(f"pairwise metric table {path} is missing; run the pairwise metrics stage")
+        frames[name] = pl.read_parquet(path)
+    documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
+    return PairwiseStageTables(frames["metrics"], documents, frames["comparisons"], frames["statuses"])

@@ -1,0 +1,52 @@
+"""The pairwise track's workflow plan as pure functions of a validated config: its judge cells, the ASR
+models its cascade needs and the files its item stage reads (never job outputs)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
+
+
+@dataclass(frozen=True)
+class PairwiseJudgeCell:
+    judge: str
+    modality: str
+    transcript_source: TranscriptSource
+    prompt: str
+
+    @property
+    def path(self) -> str:
+        """The cell's part of its output paths: '<judge>/<modality>-<source>/<prompt>'."""
+        return f"{self.judge}/{self.modality}-{self.transcript_source}/{self.prompt}"
+
+
+class PairwisePlan:
+    """What the pairwise rules need to know about a config, computed once per parse."""
+
+    def __init__(self, config: dict[str, Any]):
+        self.config = config
+        self.settings = config["pairwise"]
+
+    def cells(self) -> list[PairwiseJudgeCell]:
+        """Judge x modality (those it supports) x transcript source (`none` for audio) x prompt."""
+        cells = []
+        for judge in self.settings["judges"]:
+            supported = self.config["judges"][judge]["modalities"]
+            for modality in [m for m in self.settings["modalities"] if m in supported]:
+                sources = [TranscriptSource.NONE] if modality == AUDIO else self.settings["transcript_sources"]
+                for source in sources:
+                    for prompt in self.settings["prompts"]:
+                        cells.append(PairwiseJudgeCell(judge, modality, TranscriptSource(source), prompt))
+        return cells
+
+    def asr_models(self) -> list[str]:
+        """ASR models of the cells' 'asr:<model>' transcript sources, in first-use order."""
+        models = [cell.transcript_source.asr_model for cell in self.cells() if cell.transcript_source.is_asr]
+        return list(dict.fromkeys(m for m in models if m is not None))
+
+    def item_sources(self) -> list[str]:
+        """The files the item stage reads: SageLM record files, or the project items file."""
+        items = self.settings["items"]
+        return list(items["files"]) if items["format"] == "sagelm" else [items["path"]]

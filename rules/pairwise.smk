@@ -1,0 +1,115 @@
+# The pairwise track (config `pairwise`): items -> response transcripts (the cascade's ASR) -> one judge job
+# per pairwise cell (judge, modality, transcript source, prompt), every item in both orders -> metrics -> report.
+# Judge jobs take their resources and conda env from the judge registry, as the safety track's do.
+rule pairwise_items:
+    input:
+        sources=get_pairwise_item_sources(),
+    output:
+        item_table="results/pairwise/items.parquet",
+        summary="results/pairwise/items_summary.json",
+        audio=directory("results/pairwise/audio"),
+    log:
+        "logs/pairwise/items.log",
+    params:
+        settings=canonical(config["pairwise"]["items"]),
+        sample_rate=config["pairwise"]["audio_sample_rate"],
+        seed=SEED,
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        "../envs/tts.yaml"
+    script:
+        "../workflow_scripts/pairwise_items.py"
+
+
+rule pairwise_transcribe:
+    input:
+        item_table="results/pairwise/items.parquet",
+    output:
+        table="results/pairwise/asr/{asr}.parquet",
+    log:
+        "logs/pairwise/asr/{asr}.log",
+    params:
+        model_options=get_asr_model_options,
+        seed=SEED,
+    threads: get_asr_threads
+    resources:
+        mem_mb=4000,
+        runtime=120,
+    conda:
+        "../envs/asr.yaml"
+    script:
+        "../workflow_scripts/pairwise_transcribe.py"
+
+
+rule pairwise_judge:
+    input:
+        item_table="results/pairwise/items.parquet",
+        prompt=get_pairwise_prompt_file,
+        transcripts=get_pairwise_transcripts,
+    output:
+        predictions="results/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.parquet",
+    log:
+        "logs/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.log",
+    benchmark:
+        "benchmarks/pairwise/{judge}/{modality}-{source}/{prompt}.tsv"
+    params:
+        spec=get_judge_spec,
+        length=canonical(config["pairwise"]["long_audio"]),
+        sample_rate=config["pairwise"]["audio_sample_rate"],
+        seed=SEED,
+    threads: get_judge_resource("threads")
+    resources:
+        gpu=get_judge_resource("gpu"),
+        gpu_model=get_judge_resource("gpu_model"),
+        mem_mb=get_judge_resource("mem_mb"),
+        runtime=get_judge_resource("runtime"),
+        cpus_per_gpu=get_judge_resource("cpus_per_gpu"),
+    conda:
+        get_judge_conda_env
+    script:
+        "../workflow_scripts/pairwise_judge.py"
+
+
+rule pairwise_metrics:
+    input:
+        predictions=get_pairwise_predictions(),
+    output:
+        table=report("results/pairwise/metrics/metrics.parquet", caption="../report/table_pairwise.rst", category="Pairwise"),
+        document="results/pairwise/metrics/metrics.json",
+        comparisons="results/pairwise/metrics/comparisons.parquet",
+        statuses="results/pairwise/metrics/statuses.parquet",
+    log:
+        "logs/pairwise/metrics.log",
+    params:
+        bootstrap=config["pairwise"]["metrics"]["bootstrap"],
+        duration_bins=config["pairwise"]["metrics"]["duration_bins"],
+        seed=SEED,
+    resources:
+        mem_mb=4000,
+        runtime=30,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/pairwise_metrics.py"
+
+
+# The standalone pairwise report: results/pairwise/report/index.html with its figure.
+rule pairwise_report:
+    input:
+        metrics=rules.pairwise_metrics.output,
+        summary="results/pairwise/items_summary.json",
+    output:
+        site=report(directory("results/pairwise/report"), htmlindex="index.html", caption="../report/pairwise.rst", category="Pairwise"),
+    log:
+        "logs/pairwise/report.log",
+    params:
+        config=get_pairwise_report_config(),
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/pairwise_report.py"

@@ -1,0 +1,178 @@
+"""Pairwise metrics against hand-computed cases: ties, swaps, parse failures, duration bins, and the
+item-level bootstrap (an item's aspects are resampled together)."""
+
+import json
+
+import numpy as np
+import polars as pl
+import pytest
+
+from lalm_judge.analysis.stats import bootstrap_weights
+from lalm_judge.pairwise.metrics import (
+    PairwiseMetricsError,
+    PairwiseMetricSettings,
+    compare_cells,
+    compute_pairwise_metrics,
+    estimate_cell,
+    metrics_rows,
+    read_predictions,
+    run_pairwise_metrics,
+    validate_predictions,
+)
+
+# item, aspect, label, forward answer, swapped answer (its "1" is the item's response 2), duration
+ROWS = [
+    ("a", "helpfulness", "1", "1\nResponse 1 answers.", "2\nThe second one answers.", 5.0),  # consistent, right
+    ("a", "truthfulness", "Tie", "1", "1", 5.0),  # position-following: forward 1, swapped 1 -> back 2
+    ("b", "helpfulness", "2", "Tie", "Tie", 15.0),  # consistent tie against a win: agreement 0.5
+    ("b", "truthfulness", "1", "this answer has no verdict", "2", 15.0),  # forward unparseable
+    ("c", "helpfulness", "2", "2", "", None),  # swapped unparseable, duration unknown
+    ("c", "truthfulness", "1", "2", "1", None),  # consistent, wrong
+]
+
+
+def predictions(rows=ROWS) -> pl.DataFrame:
+    return pl.DataFrame(
+        rows, schema=["item_id", "aspect", "label", "prediction", "prediction_swapped", "duration_s"], orient="row"
+    )
+
+
+SETTINGS = PairwiseMetricSettings(n_boot=400, seed=3, duration_bins=(0.0, 10.0, 20.0))
+
+
+def values(record):
+    return {k: v["value"] for k, v in record.items() if isinstance(v, dict) and "value" in v}
+
+
+def test_hand_computed_metrics_per_aspect_and_overall():
+    document = compute_pairwise_metrics(predictions(), SETTINGS)
+    assert set(document) == {"aspects", "overall", "by_duration", "settings"}
+    helpfulness = values(document["aspects"]["helpfulness"])
+    assert helpfulness == pytest.approx(
+        {
+            "accuracy": 2 / 3,
+            "agreement": 2.5 / 3,
+            "parse_failure_rate": 0.0,
+            "swap_consistency": 2 / 3,
+            "accuracy_combined": 1 / 3,  # a: 1; b: Tie vs 2; c: the swapped order failed
+            "agreement_combined": 0.5,
+            "parse_failure_rate_swapped": 1 / 3,
+        }
+    )
+    truthfulness = values(document["aspects"]["truthfulness"])
+    assert truthfulness == pytest.approx(
+        {
+            "accuracy": 0.0,
+            "agreement": 0.5 / 3,  # 1 against Tie
+            "parse_failure_rate": 1 / 3,
+            "swap_consistency": 1 / 3,
+            "accuracy_combined": 1 / 3,  # opposite wins combine to Tie, which is right for item a
+            "agreement_combined": 1 / 3,
+            "parse_failure_rate_swapped": 0.0,
+        }
+    )
+    overall = document["overall"]
+    assert values(overall) == pytest.approx(
+        {
+            "accuracy": 2 / 6,
+            "agreement": 3 / 6,
+            "parse_failure_rate": 1 / 6,
+            "swap_consistency": 3 / 6,
+            "accuracy_combined": 2 / 6,
+            "agreement_combined": 2.5 / 6,
+            "parse_failure_rate_swapped": 1 / 6,
+            "accuracy_aspect_mean": (2 / 3 + 0) / 2,
+            "agreement_aspect_mean": (2.5 / 3 + 0.5 / 3) / 2,
+        }
+    )
+    assert overall["n"] == 6 and overall["n_items"] == 3
+    assert overall["n_unparseable"] == 1 and overall["n_unparseable_swapped"] == 1
+    assert overall["predictions"] == {"1": 2, "2": 2, "Tie": 1, "unparseable": 1}
+
+
+def test_duration_bins_hold_whole_items_and_unknown_durations_are_their_own_bin():
+    bins = {entry["bin"]: entry for entry in compute_pairwise_metrics(predictions(), SETTINGS)["by_duration"]}
+    assert list(bins) == ["0-10", "10-20", ">=20", "unknown"]
+    assert bins["0-10"]["n"] == 2 and bins["0-10"]["accuracy"]["value"] == 0.5
+    assert bins["10-20"]["n_items"] == 1 and bins["10-20"]["agreement"]["value"] == pytest.approx(0.25)
+    assert bins[">=20"]["n"] == 0 and bins[">=20"]["accuracy"]["value"] is None
+    assert bins["unknown"]["n"] == 2 and (bins["0-10"]["low_s"], bins["0-10"]["high_s"]) == (0.0, 10.0)
+
+
+def test_bootstrap_resamples_items_with_all_their_aspects():
+    """The overall accuracy of every resample equals the one computed by hand from the item count matrix."""
+    cell = estimate_cell(validate_predictions(predictions()), SETTINGS)
+    weights = bootstrap_weights(3, SETTINGS.n_boot, SETTINGS.seed)  # items a, b, c (sorted)
+    correct = np.array([1, 0, 1])  # per item: forward answers right, over both aspects
+    expected = weights @ correct / (weights @ np.array([2, 2, 2]))
+    column = cell.names.index("accuracy")
+    np.testing.assert_allclose(cell.overall.boot[:, column], expected)
+    interval = compute_pairwise_metrics(predictions(), SETTINGS)["overall"]["accuracy"]
+    assert interval["ci_low"] <= interval["value"] <= interval["ci_high"]
+    assert interval == compute_pairwise_metrics(predictions(), SETTINGS)["overall"]["accuracy"]  # seeded
+
+
+def test_without_swapped_answers_only_single_order_metrics():
+    document = compute_pairwise_metrics(predictions().drop("prediction_swapped", "duration_s"), SETTINGS)
+    assert set(values(document["overall"])) == {
+        "accuracy",
+        "agreement",
+        "parse_failure_rate",
+        "accuracy_aspect_mean",
+        "agreement_aspect_mean",
+    }
+    assert document["by_duration"] == []
+
+
+def test_jsonl_input_with_numeric_labels_through_the_file_api(tmp_path):
+    path = tmp_path / "predictions.jsonl"
+    lines = [
+        {"item_id": "x", "aspect": "honesty", "label": 1, "prediction": "1"},
+        {"item_id": "y", "aspect": "honesty", "label": "tie", "prediction": "2\nbecause"},
+    ]
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    out = tmp_path / "m.json"
+    run_pairwise_metrics(path, out, SETTINGS)
+    document = json.loads(out.read_text())
+    assert document["overall"]["accuracy"]["value"] == 0.5
+    assert document["overall"]["agreement"]["value"] == 0.75
+    assert read_predictions(path).height == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda f: f.drop("label"), "lacks required column"),
+        (lambda f: f.with_columns(label=pl.lit("3")), "row 0 .* is not 1, 2 or Tie"),
+        (lambda f: pl.concat([f, f.head(1)]), "item 'a' has aspect 'helpfulness' 2 times"),
+        (lambda f: f.with_columns(judge=pl.Series(["j1", "j2"] * 3)), "2 judge cells"),
+    ],
+)
+def test_bad_inputs_are_rejected_naming_the_problem(change, message):
+    with pytest.raises(PairwiseMetricsError, match=message):
+        compute_pairwise_metrics(change(predictions()), SETTINGS)
+
+
+def test_settings_are_checked():
+    with pytest.raises(PairwiseMetricsError, match="starting at 0"):
+        PairwiseMetricSettings(duration_bins=(5.0, 10.0))
+    with pytest.raises(PairwiseMetricsError, match=">= 1"):
+        PairwiseMetricSettings(n_boot=0)
+
+
+def test_long_rows_and_paired_comparison_of_cells_on_the_same_items():
+    frame = validate_predictions(predictions())
+    better = validate_predictions(predictions().with_columns(prediction=pl.col("label")))
+    a, b = estimate_cell(better, SETTINGS), estimate_cell(frame, SETTINGS)
+    difference = compare_cells(a, b, "accuracy")
+    assert difference["value"] == pytest.approx(1 - 2 / 6)
+    assert difference["ci_low"] <= difference["value"] <= difference["ci_high"]
+    keys = {"judge": "j", "modality": "audio", "transcript_source": "none", "prompt": "sagelm"}
+    rows = pl.DataFrame(metrics_rows(b, keys))
+    assert set(rows["mode"]) == {"audio_native"}
+    assert set(rows["scope"]) == {"aspect", "overall", "duration"}
+    overall = rows.filter((pl.col("group") == "all") & (pl.col("metric") == "agreement"))
+    assert overall["value"].item() == pytest.approx(0.5)
+    assert rows.filter(pl.col("group") == "aspect_mean").height == 2
+    other_items = estimate_cell(validate_predictions(predictions().filter(pl.col("item_id") != "c")), SETTINGS)
+    assert compare_cells(a, other_items, "accuracy") is None

@@ -1,0 +1,102 @@
+"""The pairwise track end to end on its test config (tests/config/pairwise.yaml), in a scratch directory:
+project items spoken with Piper and espeak-ng, Whisper tiny.en transcripts, a random-weight Qwen2-Audio
+hearing both responses and a random-weight Llama reading transcripts (the cascade), every item in both
+orders, metrics and the report. The models' verdicts are random; the test checks the track, not them."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import polars as pl
+import pytest
+import yaml
+
+from lalm_judge.core.tables import PAIRWISE_METRICS, PAIRWISE_PREDICTIONS
+from lalm_judge.core.vocabulary import VERDICT_STATUSES
+from lalm_judge.pairwise.metrics import PairwiseMetricSettings, compute_pairwise_metrics
+from lalm_judge.workflow.config import load_config
+from lalm_judge.workflow.pairwise import PairwisePlan
+from tests.support.workflow import ROOT, snakemake, write_config
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+CONFIG = ROOT / "tests" / "config" / "pairwise.yaml"
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    from bench.models import build_tiny_llama, build_tiny_qwen2audio
+
+    workdir = tmp_path_factory.mktemp("pairwise")
+    shutil.copy(ROOT / "data" / "pairwise_demo" / "items.jsonl", workdir / "items.jsonl")
+    config = yaml.safe_load(CONFIG.read_text())
+    build_tiny_qwen2audio(workdir / config["judges"]["tiny_qwen2_audio"]["model"])
+    build_tiny_llama(workdir / config["judges"]["tiny_llama"]["model"])
+    configfile = write_config(workdir, config)
+    snakemake(workdir, configfile, "--cores", "2", timeout_s=900)
+    return workdir, configfile, load_config(configfile)
+
+
+def test_every_cell_judged_every_item_in_both_orders(finished_run):
+    workdir, _, config = finished_run
+    items = pl.read_parquet(workdir / "results/pairwise/items.parquet")
+    assert items["item_id"].n_unique() == 3 and items.height == 6
+    cells = PairwisePlan(config).cells()
+    assert {c.transcript_source for c in cells} == {"none", "gt", "asr:whisper_tiny_en"}
+    for cell in cells:
+        predictions = PAIRWISE_PREDICTIONS.read(workdir / f"results/pairwise/predictions/{cell.path}.parquet")
+        assert predictions.select("item_id", "aspect").equals(items.select("item_id", "aspect"))
+        assert predictions["prediction"].null_count() == 0 and predictions["prediction_swapped"].null_count() == 0
+        for column in ("verdict_status", "verdict_swapped_status", "verdict_combined_status"):
+            assert set(predictions[column]) <= set(VERDICT_STATUSES)
+        if cell.modality == "audio":
+            # 2.5 s per response (the test config's cut): longer responses are cut, and the rows say so.
+            assert set(predictions["long_audio_action"]) <= {"none", "truncated"}
+            assert "truncated" in set(predictions["long_audio_action"])
+            assert predictions["audio_limit_s"].to_list() == [2.5] * 6
+        else:
+            assert set(predictions["long_audio_action"]) == {"none"}
+            expected = "bundled:tiny.en" if cell.transcript_source.is_asr else None
+            assert predictions["asr_model"].to_list() == [expected] * 6
+
+
+def test_metrics_per_cell_follow_the_documented_layout(finished_run):
+    workdir, _, config = finished_run
+    document = json.loads((workdir / "results/pairwise/metrics/metrics.json").read_text())
+    assert len(document["cells"]) == len(PairwisePlan(config).cells())
+    settings = PairwiseMetricSettings(
+        n_boot=config["pairwise"]["metrics"]["bootstrap"],
+        seed=config["seed"],
+        duration_bins=tuple(config["pairwise"]["metrics"]["duration_bins"]),
+    )
+    for cell in document["cells"]:
+        assert {"aspects", "overall", "by_duration"} <= set(cell)
+        assert {"swap_consistency", "agreement_combined", "parse_failure_rate"} <= set(cell["overall"])
+        assert [entry["bin"] for entry in cell["by_duration"]][:3] == ["0-3", "3-5", ">=5"]
+        # The stage and `lalm-judge pairwise metrics` on the cell's own predictions agree.
+        path = f"{cell['judge']}/{cell['modality']}-{cell['transcript_source']}/{cell['prompt']}"
+        alone = compute_pairwise_metrics(
+            pl.read_parquet(workdir / f"results/pairwise/predictions/{path}.parquet"), settings
+        )
+        assert alone["overall"] == cell["overall"]
+    table = PAIRWISE_METRICS.read(workdir / "results/pairwise/metrics/metrics.parquet")
+    assert set(table["mode"]) == {"audio_native", "cascade", "text_oracle"}
+
+
+def test_report_has_the_pairwise_sections(finished_run):
+    workdir, _, _ = finished_run
+    page = (workdir / "results/pairwise/report/index.html").read_text()
+    for heading in (
+        "Agreement and accuracy per judge cell and aspect",
+        "Swap consistency",
+        "Audio-native against cascade",
+    ):
+        assert f"<h2>{heading}</h2>" in page
+    assert "2 of 2 judges" in page and "weak demo models" in page
+    assert (workdir / "results/pairwise/report/figures/agreement_by_duration.png").exists()
+
+
+def test_an_unchanged_rerun_schedules_nothing(finished_run):
+    workdir, configfile, _ = finished_run
+    result = snakemake(workdir, configfile, "-n", "--cores", "2")
+    assert "Nothing to be done" in result.stdout + result.stderr

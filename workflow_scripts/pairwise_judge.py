@@ -1,0 +1,18 @@
+from lalm_judge.core.logs import log_to
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.pairwise.judge import LengthPolicy, judge_cell
+from lalm_judge.workflow.gpu import job_gpus
+
+with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
+    judge_cell(
+        snakemake.input.item_table,
+        JudgeSpec.from_config(snakemake.wildcards.judge, snakemake.params.spec),
+        modality=snakemake.wildcards.modality,
+        transcript_source=snakemake.wildcards.source,
+        prompt_path=snakemake.input.prompt,
+        out_path=snakemake.output.predictions,
+        length=LengthPolicy(**snakemake.params.length),
+        sample_rate=snakemake.params.sample_rate,
+        transcript_paths=list(snakemake.input.transcripts),
+        seed=snakemake.params.seed,
+    )

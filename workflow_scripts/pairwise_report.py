@@ -1,0 +1,12 @@
+from pathlib import Path
+
+from lalm_judge.core.logs import log_to
+from lalm_judge.report.pairwise import build_pairwise_report
+
+with log_to(snakemake.log[0]):
+    build_pairwise_report(
+        metrics_dir=Path(snakemake.input.metrics[0]).parent,
+        items_summary_path=snakemake.input.summary,
+        config=snakemake.params.config,
+        out_dir=snakemake.output.site,
+    )
