@@ -21,8 +21,17 @@ include: "rules/common.smk"
 if SAFETY in TRACKS:
 
     include: "rules/corpus.smk"
-    include: "rules/variants.smk"
-    include: "rules/tts.smk"
+
+    # Variants are generated (rewritten, then spoken) or, for a released benchmark, imported as they are.
+    if IMPORTED_VARIANTS:
+
+        include: "rules/imported.smk"
+
+    else:
+
+        include: "rules/variants.smk"
+        include: "rules/tts.smk"
+
     include: "rules/asr.smk"
     include: "rules/manifest.smk"
     include: "rules/judge.smk"

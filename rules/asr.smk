@@ -1,4 +1,6 @@
 rule transcribe_dialogue:
+    wildcard_constraints:
+        asr=get_asr_pattern(imported=False),
     input:
         dialogue="results/corpus/{dialogue}/dialogue.json",
         tts=get_tts_tables,

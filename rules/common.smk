@@ -4,6 +4,7 @@
 import os
 
 from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
+from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, tracks
 from lalm_judge.workflow.pairwise import PairwisePlan
@@ -15,6 +16,7 @@ TRACKS = tracks(config)
 PLAN = Plan(config) if SAFETY in TRACKS else None
 PAIRWISE_PLAN = PairwisePlan(config) if PAIRWISE in TRACKS else None
 SEED = config["seed"]
+IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchmark.IMPORTED
 
 
 wildcard_constraints:
@@ -113,6 +115,20 @@ def get_generator_options():
 
 def get_asr_model_options(wildcards):
     return canonical(config["asr"]["models"][wildcards.asr])
+
+
+def get_asr_pattern(imported):
+    """The ASR model names whose tables are imported from a released benchmark (or those that are recognized)."""
+    names = [m for m, e in config["asr"]["models"].items() if (e["model"] == benchmark.IMPORTED) == imported]
+    return "|".join(names) or "(?!)"  # (?!) matches nothing: no model of that kind
+
+
+def get_benchmark_variants(wildcards):
+    return str(benchmark.variants_path(config["corpus"]["path"], wildcards.dialogue))
+
+
+def get_benchmark_transcripts(wildcards):
+    return str(benchmark.transcripts_path(config["corpus"]["path"], wildcards.dialogue))
 
 
 def get_asr_threads(wildcards):

@@ -7,9 +7,10 @@ WER against its ground-truth text (`lalm_judge.core.tables.ASR`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import polars as pl
 from tqdm import tqdm
 
@@ -22,6 +23,37 @@ from lalm_judge.core.taxonomy import original_id
 
 # Keys of an `asr.models` entry that schedule the job rather than configure the model.
 SCHEDULING_KEYS = ("model", "gpu")
+
+
+# What gives the text of one turn clip: (sample id, turn index, audio, sample rate) -> transcript.
+TurnTranscriber = Callable[[str, int, np.ndarray, int], str]
+
+
+def transcript_rows(
+    dialogue: Dialogue, tts_tables: Sequence[str], transcribe: TurnTranscriber, *, desc: str, progress: bool = True
+) -> pl.DataFrame:
+    """The ASR table of one dialogue (without provenance): each original turn and each ok variant turn once."""
+    jobs = [(original_id(dialogue.dialogue_id), t.index, t.clip, t.text) for t in dialogue.turns]
+    if dialogue.status == "ok" and tts_tables:
+        spoken = TTS.read(tts_tables).filter(pl.col("status") == "ok")
+        jobs += [(r["variant_id"], r["turn_index"], r["clip"], r["text"]) for r in spoken.iter_rows(named=True)]
+    rows = []
+    for sample_id, turn_index, clip, reference in tqdm(jobs, desc=desc, disable=not progress):
+        audio, sr = waveform.read_audio(clip)
+        hypothesis = transcribe(sample_id, turn_index, audio, sr)
+        rows.append(
+            {
+                "dialogue_id": dialogue.dialogue_id,
+                "sample_id": sample_id,
+                "turn_index": turn_index,
+                "clip": clip,
+                "reference": reference,
+                "text": hypothesis,
+                "wer": word_error_rate(reference, hypothesis),
+                "audio_s": len(audio) / sr,
+            }
+        )
+    return ASR.frame(rows)
 
 
 def transcribe_dialogue(
@@ -38,30 +70,14 @@ def transcribe_dialogue(
     dialogue = Dialogue.load(dialogue_json)
     options = {k: v for k, v in model_options.items() if k not in SCHEDULING_KEYS}
     asr = load_asr(model_options["model"], **options)
-    jobs = [(original_id(dialogue.dialogue_id), t.index, t.clip, t.text) for t in dialogue.turns]
-    if dialogue.status == "ok" and tts_tables:
-        spoken = TTS.read(tts_tables).filter(pl.col("status") == "ok")
-        jobs += [(r["variant_id"], r["turn_index"], r["clip"], r["text"]) for r in spoken.iter_rows(named=True)]
-    rows = []
-    for sample_id, turn_index, clip, reference in tqdm(
-        jobs, desc=f"asr {model_name} {dialogue.dialogue_id}", disable=not progress
-    ):
-        audio, sr = waveform.read_audio(clip)
-        hypothesis = asr.transcribe(audio, sr).text
-        rows.append(
-            {
-                "dialogue_id": dialogue.dialogue_id,
-                "sample_id": sample_id,
-                "turn_index": turn_index,
-                "clip": clip,
-                "reference": reference,
-                "text": hypothesis,
-                "wer": word_error_rate(reference, hypothesis),
-                "audio_s": len(audio) / sr,
-            }
-        )
     frame = with_provenance(
-        ASR.frame(rows),
+        transcript_rows(
+            dialogue,
+            tts_tables,
+            lambda _sample, _turn, audio, sr: asr.transcribe(audio, sr).text,
+            desc=f"asr {model_name} {dialogue.dialogue_id}",
+            progress=progress,
+        ),
         config_hash=stable_hash(dict(model_options)),
         seed=seed,
         asr_name=model_name,

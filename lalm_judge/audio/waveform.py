@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 from collections.abc import Sequence
 from math import gcd
@@ -17,24 +18,42 @@ class AudioError(RuntimeError):
     """An audio file that is missing, empty or unreadable; the message names the file."""
 
 
+def _decode(source: str | io.BytesIO, where: str) -> tuple[np.ndarray, int]:
+    """Mono float32 samples of a file or an in-memory file; `where` names it in the errors."""
+    try:
+        audio, sr = sf.read(source, dtype="float32", always_2d=True)
+    except (sf.LibsndfileError, RuntimeError, OSError) as err:
+        raise AudioError(f"cannot read {where}: {err}") from err
+    if audio.shape[0] == 0:
+        raise AudioError(f"{where} is empty (0 samples)")
+    return audio.mean(axis=1).astype(np.float32), sr
+
+
 def read_audio(path: str | os.PathLike, sample_rate: int | None = None) -> tuple[np.ndarray, int]:
     """Read a file as mono float32, optionally resampled; raise AudioError naming the file if unusable."""
-    try:
-        audio, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    except (sf.LibsndfileError, RuntimeError, OSError) as err:
-        raise AudioError(f"cannot read audio file {path}: {err}") from err
-    if audio.shape[0] == 0:
-        raise AudioError(f"audio file {path} is empty (0 samples)")
-    mono = audio.mean(axis=1)
+    mono, sr = _decode(str(path), f"audio file {path}")
     if sample_rate is not None and sample_rate != sr:
         mono, sr = resample(mono, sr, sample_rate), sample_rate
-    return mono.astype(np.float32), sr
+    return mono, sr
+
+
+def read_wav_bytes(data: bytes, where: str) -> tuple[np.ndarray, int]:
+    """Decode in-memory audio (what `wav_bytes` writes, or any format soundfile reads) as mono float32."""
+    return _decode(io.BytesIO(data), where)
 
 
 def write_wav(path: str | os.PathLike, audio: np.ndarray, sample_rate: int) -> None:
     """Write 16-bit PCM mono atomically (deterministic bytes for equal input)."""
+    data = wav_bytes(audio, sample_rate)
     with atomic_path(path) as tmp:
-        sf.write(str(tmp), np.clip(audio, -1.0, 1.0), sample_rate, subtype="PCM_16", format="WAV")
+        tmp.write_bytes(data)
+
+
+def wav_bytes(audio: np.ndarray, sample_rate: int) -> bytes:
+    """16-bit PCM mono WAV in memory; decoding it and encoding the samples again gives the same bytes."""
+    buffer = io.BytesIO()
+    sf.write(buffer, np.clip(audio, -1.0, 1.0), sample_rate, subtype="PCM_16", format="WAV")
+    return buffer.getvalue()
 
 
 def resample(audio: np.ndarray, sr_from: int, sr_to: int) -> np.ndarray:

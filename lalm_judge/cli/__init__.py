@@ -1,4 +1,5 @@
-"""`lalm-judge` command line: ad-hoc scoring, metrics, the human-anchor study and config checks.
+"""`lalm-judge` command line: ad-hoc scoring, metrics, the human-anchor study, config checks, and the export
+and import of the benchmark as a dataset.
 
 Each command is a module of this package with a `main(argv)`; this file only dispatches, importing the
 command's module lazily so that `lalm-judge metrics` never loads torch.
@@ -15,6 +16,8 @@ COMMANDS = {
     "anchors": ("lalm_judge.cli.anchors", "human-anchor study: sample a batch, serve the rating app, export, stats"),
     "pairwise": ("lalm_judge.cli.pairwise", "pairwise track: SageLM import/export, metrics of predictions"),
     "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),
+    "export": ("lalm_judge.cli.export", "the run's benchmark as a Hugging Face dataset ('export --format hf')"),
+    "import": ("lalm_judge.cli.import_benchmark", "a released benchmark as a corpus to judge ('import --format hf')"),
 }
 
 

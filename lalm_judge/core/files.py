@@ -6,6 +6,7 @@ import hashlib
 import importlib.metadata
 import json
 import os
+import shutil
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -46,6 +47,29 @@ def atomic_path(path: str | os.PathLike):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def atomic_directory(path: str | os.PathLike, marker: str):
+    """Yield an empty temporary folder beside `path`; if the block succeeds it replaces `path`.
+
+    An existing `path` is replaced only if it is empty or holds `marker` (a file that the writer puts in every
+    folder it makes), so that a typo in an output folder never deletes unrelated files.
+    """
+    path = Path(path)
+    if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
+        raise FileExistsError(f"{path} exists and was not written by this command (no {marker}); choose another folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
+    try:
+        yield tmp
+        os.chmod(tmp, 0o777 & ~_UMASK)
+        if path.exists():
+            shutil.rmtree(path)
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> None:

@@ -7,6 +7,8 @@ Formats
   config gives its speaker (this is how the demo corpus in `data/demo/` is voiced).
 - `deepdialogue`: the published DeepDialogue samples (one JSON and one full-dialogue wav per folder)
   and the hub layout with per-utterance segments; see `lalm_judge.data.deepdialogue`.
+- `hf_benchmark`: a released benchmark brought back by `lalm-judge import` (its safe originals here, its
+  variants in the variant stage); see `lalm_judge.data.benchmark`.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from lalm_judge.audio import tts
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.core.dialogue import CorpusError, Dialogue, SourceDialogue, Turn
 from lalm_judge.core.taxonomy import EMOTIONS, validate_dialogue_id
-from lalm_judge.data import deepdialogue
+from lalm_judge.data import benchmark, deepdialogue
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,8 @@ def list_source_dialogues(corpus: Mapping[str, Any]) -> list[SourceDialogue]:
         found = [SourceDialogue(r["id"], len(r["turns"]), str(file)) for r in read_jsonl_corpus(path)]
     elif fmt in ("deepdialogue", "deepdialogue_hub"):
         found = deepdialogue.list_dialogues(path, layout=fmt, tts_system=corpus["tts_system"])
+    elif fmt == benchmark.FORMAT:
+        found = benchmark.list_dialogues(path)
     else:
         raise CorpusError(f"unknown corpus format {fmt!r}")
     wanted = corpus.get("dialogues") or []
@@ -133,6 +137,8 @@ def ingest(
             sample_rate,
             meta={k: v for k, v in record.items() if k not in ("id", "turns")},
         )
+    elif fmt == benchmark.FORMAT:
+        dialogue = benchmark.ingest(corpus, dialogue_id, clips_dir, sample_rate)
     else:
         dialogue = deepdialogue.ingest(corpus, dialogue_id, clips_dir, sample_rate)
     if len(dialogue.turns) < min_turns:

@@ -15,6 +15,8 @@ import jsonschema
 import yaml
 
 from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
+from lalm_judge.data.benchmark import IMPORTED
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SAFETY = "safety"
@@ -81,6 +83,7 @@ def check_config(config: dict[str, Any]) -> None:
         _check_safety(config)
     if PAIRWISE in tracks(config):
         _check_pairwise(config)
+    _check_imported(config)
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
@@ -148,6 +151,36 @@ def _check_safety(config: dict[str, Any]) -> None:
         cascade = entry["options"].get("cascade_asr")
         if cascade is not None and cascade not in asr_models:
             raise ConfigError(f"judges.{name}.options.cascade_asr: {cascade!r} is not in asr.models")
+
+
+def _check_imported(config: dict[str, Any]) -> None:
+    """An imported benchmark (safety track) comes from its own corpus format, and nothing of it is generated
+    again; released transcripts exist only for it."""
+    imported = SAFETY in tracks(config) and config["variants"]["source"] == IMPORTED
+    if imported and config["corpus"]["format"] != BENCHMARK_FORMAT:
+        raise ConfigError(
+            f"variants.source: {IMPORTED!r} reads the variants of a released benchmark and needs corpus.format "
+            f"{BENCHMARK_FORMAT!r} (a folder written by 'lalm-judge import --format hf'), not "
+            f"{config['corpus']['format']!r}"
+        )
+    if imported and "generator" in config["variants"]:
+        raise ConfigError(
+            f"variants.generator: unused when variants.source is {IMPORTED!r} (the benchmark's variants are "
+            "judged as released); remove it"
+        )
+    for name, entry in (config["asr"]["models"] if "asr" in config else {}).items():
+        if entry["model"] == IMPORTED and not imported:
+            raise ConfigError(
+                f"asr.models.{name}.model: {IMPORTED!r} takes released transcripts, which exist only for an "
+                f"imported benchmark (variants.source: {IMPORTED!r})"
+            )
+    pairwise_sources = config["pairwise"]["transcript_sources"] if PAIRWISE in tracks(config) else []
+    for model in filter(None, (TranscriptSource(source).asr_model for source in pairwise_sources)):
+        if config["asr"]["models"][model]["model"] == IMPORTED:
+            raise ConfigError(
+                f"pairwise.transcript_sources: asr:{model} has released transcripts of the safety benchmark only; "
+                "the pairwise track needs a model that recognizes its audio"
+            )
 
 
 def canonical(value: Any) -> Any:

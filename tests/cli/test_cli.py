@@ -21,13 +21,21 @@ def lalm_judge(*args: str) -> subprocess.CompletedProcess:
 def test_help_lists_every_command():
     result = lalm_judge("--help")
     assert result.returncode == 0
-    for command in ("score", "metrics", "anchors", "validate-config"):
+    for command in ("score", "metrics", "anchors", "validate-config", "export", "import"):
         assert command in result.stdout
 
 
 def test_unknown_command_is_an_error():
     result = lalm_judge("judge-everything")
     assert result.returncode == 2 and "unknown command 'judge-everything'" in result.stderr
+
+
+def test_export_and_import_report_what_is_missing(tmp_path):
+    result = lalm_judge("export", "--format", "hf", "--out", str(tmp_path / "ds"), "--results", str(tmp_path / "none"))
+    assert result.returncode == 2 and "no usable sample in the manifests of" in result.stderr
+    result = lalm_judge("import", "--format", "hf", str(tmp_path), "--out", str(tmp_path / "corpus"))
+    assert result.returncode == 2 and "holds no parquet files" in result.stderr
+    assert not (tmp_path / "ds").exists() and not (tmp_path / "corpus").exists()
 
 
 def test_validate_config_reports_the_bad_key(tmp_path):

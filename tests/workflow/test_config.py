@@ -72,6 +72,48 @@ def test_judge_without_a_shared_modality_is_rejected(demo_config):
         validate_config(bad)
 
 
+def _imported(config):
+    """The demo config turned into one that judges an imported benchmark."""
+    config = copy.deepcopy(config)
+    config["corpus"] = {"format": "hf_benchmark", "path": "benchmark"}
+    variants = config["variants"]
+    config["variants"] = {
+        "source": "imported",
+        "categories": variants["categories"],
+        "severities": variants["severities"],
+    }
+    config["asr"]["models"] = {name: {"model": "imported"} for name in config["asr"]["models"]}
+    return config
+
+
+def test_an_imported_benchmark_needs_no_generator(demo_config):
+    config = validate_config(_imported(demo_config))
+    assert "generator" not in config["variants"] and config["variants"]["source"] == "imported"
+    assert validate_config(demo_config)["variants"]["source"] == "generated"
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda c: c["variants"].update(generator={"name": "template"}), r"variants.generator: unused"),
+        (lambda c: c["corpus"].update(format="jsonl"), r"variants.source: 'imported' .* needs corpus.format"),
+        (lambda c: c["variants"].update(source="generated"), r"variants: 'generator' is a required property"),
+    ],
+)
+def test_imported_settings_that_contradict_each_other_name_the_key(demo_config, edit, message):
+    bad = _imported(demo_config)
+    edit(bad)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(bad)
+
+
+def test_imported_transcripts_need_an_imported_benchmark(demo_config):
+    bad = copy.deepcopy(demo_config)
+    bad["asr"]["models"]["whisper_tiny_en"]["model"] = "imported"
+    with pytest.raises(ConfigError, match=r"asr.models.whisper_tiny_en.model: 'imported' takes released transcripts"):
+        validate_config(bad)
+
+
 # --- the pairwise track -------------------------------------------------------------------------------------------
 @pytest.fixture
 def pairwise_config():
@@ -128,3 +170,11 @@ def test_bad_pairwise_settings_name_the_key(pairwise_config, change, message):
     change(pairwise_config)
     with pytest.raises(ConfigError, match=message):
         validate_config(pairwise_config)
+
+
+def test_the_pairwise_track_cannot_use_released_safety_transcripts(demo_config, pairwise_config):
+    both = {**_imported(demo_config), "pairwise": pairwise_config["pairwise"]}
+    both["judges"] = {**demo_config["judges"], **pairwise_config["judges"]}
+    both["pairwise"]["transcript_sources"] = ["asr:whisper_tiny_en"]
+    with pytest.raises(ConfigError, match="asr:whisper_tiny_en has released transcripts of the safety benchmark"):
+        validate_config(both)

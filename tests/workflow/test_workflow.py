@@ -16,17 +16,9 @@ import yaml
 
 from lalm_judge.workflow.config import load_config
 from lalm_judge.workflow.plan import Plan
-from tests.support.workflow import prepare_workdir, snakemake, write_config, write_corpus
+from tests.support.workflow import snakemake, write_config, write_corpus
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
-
-
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("workflow")
-    configfile = prepare_workdir(workdir)
-    snakemake(workdir, configfile, "--cores", "2", timeout_s=1500)
-    return workdir, configfile
 
 
 def test_every_configured_output_exists(finished_run, monkeypatch):
