@@ -1,7 +1,7 @@
 """Paper-scale metrics benchmark: vectorized cluster bootstrap vs a per-resample polars group_by.
 
 Builds a synthetic score table of paper size (100 dialogues, 24,100 samples x 245 judge cells, about 5.9 M
-rows), times `lalm_judge.analysis.engine.run_metrics` end to end (read parquet, every table, write) with B resamples,
+rows), times `lalm_judge.analysis.stage.run_metrics` end to end (read parquet, every table, write) with B resamples,
 then times the straightforward bootstrap -- resample dialogues, recompute with polars group_by -- on a few
 cells and a small B, and scales it per resample and per cell to the full run.
 
@@ -21,7 +21,10 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
-from lalm_judge.analysis import engine as metrics
+from bench.simulated import cell_metrics_by_group_by, resample_dialogues, simulate_scores
+from lalm_judge.analysis.engine import CELL_KEYS, MetricSettings
+from lalm_judge.analysis.inputs import read_scores
+from lalm_judge.analysis.stage import run_metrics
 from lalm_judge.analysis.stats import bootstrap_weights
 from lalm_judge.core.files import write_parquet
 
@@ -39,7 +42,7 @@ PAPER_CATEGORIES = ("overall", "dangerous", "harassment", "hate", "sexual", "vio
 
 def paper_scale_scores(seed: int) -> pl.DataFrame:
     """100 dialogues of 4-8 turns (600 turns: 24,000 variants + 100 originals) x 245 cells."""
-    return metrics.simulate_scores(
+    return simulate_scores(
         n_dialogues=100,
         turn_counts=(4, 5, 6, 7, 8),
         categories=PAPER_CATEGORIES,
@@ -53,13 +56,13 @@ def paper_scale_scores(seed: int) -> pl.DataFrame:
 
 def time_naive(scores: pl.DataFrame, n_cells: int, n_boot: int, seed: int) -> float:
     """Seconds per resample per cell of the straightforward bootstrap, on the first n_cells cells."""
-    cells = scores.select(metrics.CELL_KEYS).unique().sort(metrics.CELL_KEYS, nulls_last=True).head(n_cells)
-    subset = scores.join(cells, on=metrics.CELL_KEYS, how="semi", nulls_equal=True)
+    cells = scores.select(CELL_KEYS).unique().sort(CELL_KEYS, nulls_last=True).head(n_cells)
+    subset = scores.join(cells, on=CELL_KEYS, how="semi", nulls_equal=True)
     dialogue_ids = sorted(subset["dialogue_id"].unique().to_list())
     weights = bootstrap_weights(len(dialogue_ids), n_boot, seed)
     start = time.perf_counter()
     for counts in weights:
-        metrics.cell_metrics_by_group_by(metrics.resample_dialogues(subset, dialogue_ids, counts))
+        cell_metrics_by_group_by(resample_dialogues(subset, dialogue_ids, counts))
     return (time.perf_counter() - start) / (n_boot * n_cells)
 
 
@@ -74,18 +77,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         scores_path = Path(tmp) / "scores.parquet"
         scores = paper_scale_scores(args.seed)
-        n_cells = scores.select(metrics.CELL_KEYS).n_unique()
+        n_cells = scores.select(CELL_KEYS).n_unique()
         print(f"rows={scores.height} cells={n_cells} samples={scores['variant_id'].n_unique()}")
         write_parquet(scores_path, scores)
         del scores
 
-        settings = metrics.MetricSettings(n_boot=args.bootstrap, seed=args.seed, n_folds=5)
-        start = time.perf_counter()
-        metrics.run_metrics([scores_path], Path(tmp) / "metrics", settings)
+        settings = MetricSettings(n_boot=args.bootstrap, seed=args.seed, n_folds=5)
+        start, cpu_start = time.perf_counter(), time.process_time()
+        run_metrics([scores_path], Path(tmp) / "metrics", settings)
         metrics_s = time.perf_counter() - start
-        print(f"full metrics, B={args.bootstrap}: {metrics_s:.2f} s")
+        # CPU seconds of this process: comparable across runs on a machine shared with other work.
+        print(f"full metrics, B={args.bootstrap}: {metrics_s:.2f} s ({time.process_time() - cpu_start:.2f} s CPU)")
 
-        scores = metrics.read_scores([scores_path])
+        scores = read_scores([scores_path])
         per_resample_cell = time_naive(scores, args.naive_cells, args.naive_bootstrap, args.seed)
     naive_total = per_resample_cell * args.bootstrap * n_cells
     print(

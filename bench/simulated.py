@@ -9,9 +9,10 @@ from collections.abc import Sequence
 import numpy as np
 import polars as pl
 
-from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS, _key_schema, paired_variants
+from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS, _key_schema
+from lalm_judge.analysis.stats import TIE_TOLERANCE
 from lalm_judge.core.tables import METRIC_INPUT
-from lalm_judge.core.vocabulary import ParseStatus
+from lalm_judge.core.vocabulary import ParseStatus, audio_input_label
 
 
 def resample_dialogues(scores: pl.DataFrame, dialogue_ids: Sequence[str], counts: np.ndarray) -> pl.DataFrame:
@@ -28,31 +29,70 @@ def resample_dialogues(scores: pl.DataFrame, dialogue_ids: Sequence[str], counts
     )
 
 
-def cell_metrics_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
-    """Sensitivity and specificity per cell computed directly with polars group_by, without the array engine.
+def _paired_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
+    """Parsed variant rows with `safe_score`, the mean parsed score of their dialogue's safe original in the cell
+    (null when it has none), written with plain polars, independently of the engine."""
+    parsed = scores.filter(pl.col("parse_status") == ParseStatus.OK.value)
+    keys = [*CELL_KEYS, "dialogue_id"]
+    safe = parsed.filter(pl.col("severity") == 0).group_by(keys).agg(safe_score=pl.col("score").mean())
+    return parsed.filter(pl.col("severity") > 0).join(safe, on=keys, how="left", nulls_equal=True)
 
-    The straightforward reference the vectorized bootstrap is checked and benchmarked against.
-    """
-    variants = paired_variants(scores, [*CELL_KEYS, "dialogue_id"])
+
+def _metrics_by_group_by(variants: pl.DataFrame, keys: Sequence[str]) -> pl.DataFrame:
+    """Delta_i, sensitivity and specificity per group of `keys`, straight from their definitions."""
+    keys = list(keys)
     deltas = (
         variants.filter(pl.col("safe_score").is_not_null())
-        .group_by([*CELL_KEYS, "severity"])
+        .group_by([*keys, "severity"])
         .agg(delta=(pl.col("safe_score") - pl.col("score")).mean())
     )
-    sensitivity = deltas.group_by(CELL_KEYS).agg(sensitivity=pl.col("delta").min())
-    means = variants.group_by([*CELL_KEYS, "severity"]).agg(mean=pl.col("score").mean())
-    pairs = means.join(means, on=CELL_KEYS, nulls_equal=True, suffix="_j").filter(
-        pl.col("severity") < pl.col("severity_j")
-    )
-    specificity = pairs.group_by(CELL_KEYS).agg(
-        specificity=pl.when(pl.col("mean") > pl.col("mean_j"))
-        .then(1.0)
-        .when(pl.col("mean") == pl.col("mean_j"))
+    wide = deltas.pivot(on="severity", index=keys, values="delta", sort_columns=True)
+    wide = wide.rename({str(i): f"delta_{i}" for i in SEVERITY_LEVELS if str(i) in wide.columns})
+    sensitivity = deltas.group_by(keys).agg(sensitivity=pl.col("delta").min(), n_severities=pl.len().cast(pl.Int64))
+    means = variants.group_by([*keys, "severity"]).agg(mean=pl.col("score").mean())
+    pairs = means.join(means, on=keys, nulls_equal=True, suffix="_j").filter(pl.col("severity") < pl.col("severity_j"))
+    specificity = pairs.group_by(keys).agg(
+        specificity=pl.when((pl.col("mean") - pl.col("mean_j")).abs() <= TIE_TOLERANCE)
         .then(0.5)
+        .when(pl.col("mean") > pl.col("mean_j"))
+        .then(1.0)
         .otherwise(0.0)
         .mean()
     )
-    return sensitivity.join(specificity, on=CELL_KEYS, how="full", coalesce=True, nulls_equal=True)
+    return sensitivity.join(wide, on=keys, how="full", coalesce=True, nulls_equal=True).join(
+        specificity, on=keys, how="full", coalesce=True, nulls_equal=True
+    )
+
+
+def cell_metrics_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
+    """Sensitivity, specificity, Delta_i, n_severities and mean_safe per cell computed directly with polars
+    group_by, without the array engine.
+
+    The straightforward reference the vectorized engine and its bootstrap are checked and benchmarked against.
+    """
+    metrics = _metrics_by_group_by(_paired_by_group_by(scores), CELL_KEYS)
+    safe = (
+        scores.filter((pl.col("parse_status") == ParseStatus.OK.value) & (pl.col("severity") == 0))
+        .group_by(CELL_KEYS)
+        .agg(mean_safe=pl.col("score").mean())
+    )
+    return metrics.join(safe, on=CELL_KEYS, how="full", coalesce=True, nulls_equal=True)
+
+
+def position_bias_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
+    """PB(L, k) = M(L, k) - M(L, 1) per cell, metric, length and position, with the number of dialogues of each
+    (L, k): the reference of `analysis.position`'s point estimates."""
+    variants = _paired_by_group_by(scores).with_columns(position=pl.col("turn_index") + 1)
+    keys = [*CELL_KEYS, "n_turns", "position"]
+    metrics = _metrics_by_group_by(variants, keys)
+    counts = variants.group_by(keys).agg(n_dialogues=pl.col("dialogue_id").n_unique().cast(pl.Int64))
+    long = metrics.join(counts, on=keys, nulls_equal=True).unpivot(
+        index=[*keys, "n_dialogues"], on=["sensitivity", "specificity"], variable_name="metric", value_name="value"
+    )
+    first = long.filter(pl.col("position") == 1).select(*CELL_KEYS, "n_turns", "metric", pl.col("value").alias("first"))
+    return long.join(first, on=[*CELL_KEYS, "n_turns", "metric"], how="left", nulls_equal=True).with_columns(
+        pb=pl.col("value") - pl.col("first")
+    )
 
 
 def simulate_scores(
@@ -120,3 +160,13 @@ def simulate_scores(
         score=pl.Series(np.where(status == ParseStatus.OK.value, score, np.nan)).fill_nan(None),
         parse_status=pl.Series(status),
     )
+
+
+def with_audio_input(scores: pl.DataFrame, cascades: dict[str, str]) -> pl.DataFrame:
+    """Add the `audio_input` the judge stage writes: 'none' for text, 'cascade via <asr model>' for the audio
+    modality of the judges in `cascades` (judge -> ASR model), 'native' otherwise."""
+    label = pl.when(pl.col("modality") == "text").then(pl.lit("none"))
+    for judge, asr_model in cascades.items():
+        cascade = (pl.col("judge") == judge) & (pl.col("modality") == "audio")
+        label = label.when(cascade).then(pl.lit(audio_input_label("audio", asr_model)))
+    return scores.with_columns(audio_input=label.otherwise(pl.lit(audio_input_label("audio"))))

@@ -28,6 +28,8 @@ rule compute_metrics:
     params:
         bootstrap=config["metrics"]["bootstrap"],
         folds=config["metrics"]["folds"],
+        min_pb_dialogues=config["metrics"]["position_bias_min_dialogues"],
+        permutations=config["metrics"]["permutations"],
         seed=SEED,
     resources:
         mem_mb=8000,

@@ -8,5 +8,11 @@ with log_to(snakemake.log[0]):
     run_metrics(
         list(snakemake.input.scores),
         Path(snakemake.output.cells).parent,
-        MetricSettings(n_boot=snakemake.params.bootstrap, seed=snakemake.params.seed, n_folds=snakemake.params.folds),
+        MetricSettings(
+            n_boot=snakemake.params.bootstrap,
+            seed=snakemake.params.seed,
+            n_folds=snakemake.params.folds,
+            min_pb_dialogues=snakemake.params.min_pb_dialogues,
+            n_permutations=snakemake.params.permutations,
+        ),
     )

@@ -7,14 +7,15 @@ prompt. Rows whose parse_status is not 'ok' are left out of every mean and count
 enters Delta_i only when the safe original of its dialogue has a parsed score in the same cell (several safe
 rows of one dialogue in a cell are averaged); S_i uses every parsed variant. Confidence intervals come from
 the cluster bootstrap over dialogues in `lalm_judge.analysis.stats`; the resampled dialogues of a slice are
-those that contribute a parsed variant to it. Prompt selection and the Pareto front are in
-`lalm_judge.analysis.selection`; reading inputs and writing the tables in `lalm_judge.analysis.stage`.
+those that contribute a parsed variant to it. Position bias is in `lalm_judge.analysis.position`, prompt
+selection and the Pareto front in `lalm_judge.analysis.selection`, the input rules in
+`lalm_judge.analysis.inputs`; reading inputs and writing the tables in `lalm_judge.analysis.stage`.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,13 +47,22 @@ class MetricsInputError(ValueError):
 
 @dataclass(frozen=True)
 class MetricSettings:
+    """Settings of the metrics stage (config `metrics:`; the schema documents each)."""
+
     n_boot: int = 1000
     seed: int = 0
     n_folds: int = 5
+    # PB(L, k) enters AvgAbsPB only when (L, k) and (L, 1) each have at least this many dialogues.
+    min_pb_dialogues: int = 5
+    # Permutations of the positions within dialogues: the null distribution of AvgAbsPB.
+    n_permutations: int = 200
 
     def __post_init__(self) -> None:
-        if self.n_boot < 1:
-            raise MetricsInputError(f"--bootstrap must be >= 1, got {self.n_boot}")
+        for name, flag in (("n_boot", "--bootstrap"), ("min_pb_dialogues", "--min-pb-dialogues")):
+            if getattr(self, name) < 1:
+                raise MetricsInputError(f"{flag} must be >= 1, got {getattr(self, name)}")
+        if self.n_permutations < 1:
+            raise MetricsInputError(f"--permutations must be >= 1, got {self.n_permutations}")
 
 
 @dataclass(frozen=True)
@@ -101,8 +111,14 @@ def key_index(frame: pl.DataFrame, keys: Sequence[str]) -> tuple[np.ndarray, pl.
 
 
 def encode_scores(scores: pl.DataFrame) -> EncodedScores:
+    """Integer-coded rows; the cells table also carries each cell's `audio_input` (null if the table has none)."""
     cell, cells = key_index(scores, CELL_KEYS)
     dialogue, dialogue_table = key_index(scores, ["dialogue_id"])
+    audio_input = (
+        pl.DataFrame({"cell": cell, "audio_input": scores["audio_input"]})
+        .group_by("cell")
+        .agg(pl.col("audio_input").drop_nulls().first())
+    )
     rows = scores.select(
         pl.Series("cell", cell),
         pl.Series("dialogue", dialogue),
@@ -113,9 +129,8 @@ def encode_scores(scores: pl.DataFrame) -> EncodedScores:
         "score",
         "parse_status",
     )
-    return EncodedScores(
-        rows, cells.with_row_index("cell").cast({"cell": pl.Int64}), dialogue_table["dialogue_id"].to_list()
-    )
+    cells = cells.with_row_index("cell").cast({"cell": pl.Int64}).join(audio_input, on="cell", how="left")
+    return EncodedScores(rows, cells.sort("cell"), dialogue_table["dialogue_id"].to_list())
 
 
 def cell_counts(rows: pl.DataFrame, cell_keys: Sequence[str] = ("cell",)) -> pl.DataFrame:
@@ -188,45 +203,62 @@ def contributing_dialogues(arrays: st.SeverityStatistics) -> np.ndarray:
     return arrays.score_n.sum(axis=2) > 0
 
 
-def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -> dict[str, np.ndarray]:
-    """Percentile 95 % bounds of sensitivity and specificity per slice.
+def resample_groups(present: np.ndarray, n_boot: int, seed: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """(slices, their dialogues, resample-count matrix) per distinct set of contributing dialogues.
 
-    The resampled clusters of a slice are its contributing dialogues, in sorted id order. Slices sharing one
-    dialogue set share one resample-count matrix drawn from default_rng(seed), so a slice's interval depends
-    only on its own data, B and the seed, and cells over the same dialogues are resampled together.
+    present: (n_dialogues, n_slices) mask. The resampled clusters of a slice are its contributing dialogues, in
+    sorted id order; slices sharing one dialogue set share one matrix drawn from default_rng(seed), so a slice's
+    interval depends only on its own data, B and the seed, and slices over the same dialogues (the cells of one
+    run, a cell and its position-bias slices) are resampled together.
     """
-    present = contributing_dialogues(arrays)
     groups: dict[bytes, list[int]] = defaultdict(list)
-    for slice_index in range(arrays.n_slices):
+    for slice_index in range(present.shape[1]):
         groups[np.packbits(present[:, slice_index]).tobytes()].append(slice_index)
-    bounds = {name: np.full(arrays.n_slices, np.nan) for name in _CI_COLUMNS}
     for members in groups.values():
         dialogue_index = np.flatnonzero(present[:, members[0]])
-        if dialogue_index.size == 0:
-            continue
-        weights = st.bootstrap_weights(dialogue_index.size, n_boot, seed)
+        if dialogue_index.size:
+            yield np.asarray(members), dialogue_index, st.bootstrap_weights(dialogue_index.size, n_boot, seed)
+
+
+def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -> dict[str, np.ndarray]:
+    """Percentile 95 % bounds of sensitivity, specificity and every Delta_i per slice (see `resample_groups`)."""
+    bounds = {name: np.full(arrays.n_slices, np.nan) for name in _CI_COLUMNS}
+    for members, dialogue_index, weights in resample_groups(contributing_dialogues(arrays), n_boot, seed):
         subset = arrays.take_dialogues(dialogue_index)
         for start in range(0, len(members), BOOTSTRAP_BATCH):
-            batch = np.asarray(members[start : start + BOOTSTRAP_BATCH])
-            sensitivity, specificity = st.bootstrap_metrics(subset.take_slices(batch), weights)
-            for metric, samples in (("sensitivity", sensitivity), ("specificity", specificity)):
-                low, high = st.percentile_interval(samples)
+            batch = members[start : start + BOOTSTRAP_BATCH]
+            deltas, means = st.bootstrap_severity_arrays(subset.take_slices(batch), weights)
+            samples = {
+                "sensitivity": st.sensitivity_from_deltas(deltas),
+                "specificity": st.specificity_from_means(means)[0],
+                **{f"delta_{i}": deltas[..., i - 1] for i in SEVERITY_LEVELS},
+            }
+            for metric, values in samples.items():
+                low, high = st.percentile_interval(values)
                 bounds[f"{metric}_lo"][batch] = low
                 bounds[f"{metric}_hi"][batch] = high
     return bounds
 
 
-_CI_COLUMNS = ("sensitivity_lo", "sensitivity_hi", "specificity_lo", "specificity_hi")
+def ratio_intervals(sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Percentile 95 % bounds of sum/count per slice from per-dialogue (n_dialogues, n_slices) sums and counts,
+    resampling each slice's dialogues with count > 0 (`resample_groups`)."""
+    low, high = np.full(sums.shape[1], np.nan), np.full(sums.shape[1], np.nan)
+    for members, dialogue_index, weights in resample_groups(counts > 0, n_boot, seed):
+        values = st.safe_ratio(
+            weights @ sums[np.ix_(dialogue_index, members)], weights @ counts[np.ix_(dialogue_index, members)]
+        )
+        low[members], high[members] = st.percentile_interval(values)
+    return low, high
+
+
+_INTERVAL_METRICS = ("sensitivity", "specificity", *(f"delta_{i}" for i in SEVERITY_LEVELS))
+_CI_COLUMNS = tuple(f"{metric}_{bound}" for metric in _INTERVAL_METRICS for bound in ("lo", "hi"))
 
 METRIC_COLUMNS = (
-    "sensitivity",
-    "sensitivity_lo",
-    "sensitivity_hi",
-    "specificity",
-    "specificity_lo",
-    "specificity_hi",
-    *(f"delta_{i}" for i in SEVERITY_LEVELS),
+    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in ("", "_lo", "_hi")),
     "n_pairs",
+    "n_severities",
     "n_dialogues",
 )
 
@@ -243,6 +275,7 @@ def slice_metric_table(dense: DenseStatistics, settings: MetricSettings | None) 
         "specificity": point.specificity,
         **{f"delta_{i}": point.deltas[:, i - 1] for i in SEVERITY_LEVELS},
         "n_pairs": point.n_pairs.astype(np.int64),
+        "n_severities": (~np.isnan(point.deltas)).sum(axis=1).astype(np.int64),
         "n_dialogues": contributing_dialogues(dense.arrays).sum(axis=0).astype(np.int64),
     }
     if settings is not None:
@@ -252,9 +285,10 @@ def slice_metric_table(dense: DenseStatistics, settings: MetricSettings | None) 
 
 
 def with_cell_keys(frame: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
-    """Replace the integer `cell` column by the cell key columns."""
-    rest = [name for name in frame.columns if name != "cell"]
-    return frame.join(cells, on="cell", how="left", maintain_order="left").select(*CELL_KEYS, *rest)
+    """Replace the integer `cell` column by the cell key columns and the cell's `audio_input`."""
+    rest = [name for name in frame.columns if name not in ("cell", "audio_input")]
+    joined = frame.drop("audio_input", strict=False).join(cells, on="cell", how="left", maintain_order="left")
+    return joined.select(*CELL_KEYS, "audio_input", *rest)
 
 
 def _key_schema(keys: Sequence[str]) -> dict[str, pl.DataType]:
@@ -262,50 +296,26 @@ def _key_schema(keys: Sequence[str]) -> dict[str, pl.DataType]:
     return {key: extra.get(key, METRIC_INPUT.columns.get(key, pl.String)) for key in keys}
 
 
-def position_bias_table(variants: pl.DataFrame, n_dialogues: int) -> pl.DataFrame:
-    """M(L, k) and PB(L, k) = M(L, k) - M(L, 1) per cell, dialogue length L and unsafe-turn position k.
-
-    Returns columns cell, n_turns, position, metric, value, pb (point estimates).
-    """
-    keys = ["cell", "n_turns", "position"]
-    statistics = slice_statistics(variants.with_columns(position=pl.col("turn_index") + 1), keys)
-    if statistics.height == 0:
-        return pl.DataFrame(schema={**_key_schema(keys), "metric": pl.String, "value": pl.Float64, "pb": pl.Float64})
-    metrics = slice_metric_table(densify(statistics, keys, n_dialogues), settings=None)
-    long = metrics.unpivot(index=keys, on=list(TARGET_METRICS), variable_name="metric", value_name="value")
-    first = long.filter(pl.col("position") == 1).select("cell", "n_turns", "metric", pl.col("value").alias("first"))
-    return (
-        long.join(first, on=["cell", "n_turns", "metric"], how="left")
-        .with_columns(pb=pl.col("value") - pl.col("first"))
-        .drop("first")
-    )
-
-
-def average_absolute_position_bias(position_bias: pl.DataFrame) -> pl.DataFrame:
-    """AvgAbsPB per cell and metric: mean over (L, k >= 2) of |PB| where PB is defined."""
-    return (
-        position_bias.filter((pl.col("position") >= 2) & pl.col("pb").is_not_null())
-        .group_by("cell")
-        .agg(
-            pl.col("pb").filter(pl.col("metric") == metric).abs().mean().alias(f"avg_abs_pb_{metric}")
-            for metric in TARGET_METRICS
-        )
-    )
-
+POSITION_BIAS_SUMMARY = tuple(
+    f"avg_abs_pb_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi", "_null", "_p")
+)
 
 CELL_COLUMNS = (
     *CELL_KEYS,
-    *METRIC_COLUMNS[:6],
-    *(f"delta_{i}" for i in SEVERITY_LEVELS),
+    "audio_input",
+    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in ("", "_lo", "_hi")),
     "mean_safe",
-    "avg_abs_pb_sensitivity",
-    "avg_abs_pb_specificity",
+    "mean_safe_lo",
+    "mean_safe_hi",
+    *POSITION_BIAS_SUMMARY,
     "n_dialogues",
     "n_scored",
     "n_rows",
     "n_pairs",
+    "n_severities",
     "parse_failure_rate",
     "refusal_rate",
+    "pb_left_out",
     "reason",
 )
 
@@ -314,18 +324,64 @@ NO_VARIANTS_REASON = "no parsed variant (severity 1-5) in this cell; nothing to 
 SINGLE_SEVERITY_REASON = "fewer than two severity levels present: specificity needs at least one pair"
 
 
-def cells_table(counts: pl.DataFrame, cell_metrics: pl.DataFrame, avg_pb: pl.DataFrame) -> pl.DataFrame:
-    """One row per cell; cells that could not be scored keep their counts, null metrics and a `reason`."""
-    table = counts.join(cell_metrics, on="cell", how="left").join(avg_pb, on="cell", how="left")
+def incomplete_reason(present: Sequence[int], expected: Sequence[int]) -> str | None:
+    """Why a cell whose Delta_i exist only for `present` of the table's `expected` severities is set apart."""
+    missing = [s for s in expected if s not in present]
+    if not missing or not present:
+        return None
+    return (
+        f"severity {', '.join(map(str, missing))} has no paired parsed variant in this cell: sensitivity is the "
+        f"minimum over severities {', '.join(map(str, present))} only; compared only with cells that also lack "
+        "severities (prompt selection, Pareto front)"
+    )
+
+
+def severity_completeness(cell_metrics: pl.DataFrame, expected: Sequence[int]) -> pl.DataFrame:
+    """Per cell of `cell_metrics` (a slice_metric_table): `complete` (a Delta_i for every expected severity)
+    and the reason of an incomplete one."""
+    rows = []
+    for row in cell_metrics.iter_rows(named=True):
+        present = [i for i in SEVERITY_LEVELS if row[f"delta_{i}"] is not None]
+        reason = incomplete_reason(present, expected)
+        rows.append({"cell": row["cell"], "complete": reason is None and bool(present), "incomplete_reason": reason})
+    return pl.DataFrame(rows, schema={"cell": pl.Int64, "complete": pl.Boolean, "incomplete_reason": pl.String})
+
+
+def cells_table(
+    counts: pl.DataFrame, cell_metrics: pl.DataFrame, completeness: pl.DataFrame, *extra: pl.DataFrame
+) -> pl.DataFrame:
+    """One row per cell; cells that could not be scored keep their counts, null metrics and a `reason`, and cells
+    lacking a severity of the table say so in `reason`. `extra`: further per-cell columns keyed by `cell`."""
+    table = counts.join(cell_metrics, on="cell", how="left").join(completeness, on="cell", how="left")
+    for frame in extra:
+        table = table.join(frame, on="cell", how="left")
     return table.with_columns(
         reason=pl.when(pl.col("n_safe") == 0)
         .then(pl.lit(NO_SAFE_REASON))
         .when(pl.col("n_pairs").is_null())
         .then(pl.lit(NO_VARIANTS_REASON))
         .when(pl.col("n_pairs") == 0)
-        .then(pl.lit(SINGLE_SEVERITY_REASON)),
+        .then(pl.lit(SINGLE_SEVERITY_REASON))
+        .otherwise(pl.col("incomplete_reason")),
         n_dialogues=pl.col("n_dialogues").fill_null(0),
         n_pairs=pl.col("n_pairs").fill_null(0),
+        n_severities=pl.col("n_severities").fill_null(0),
+    )
+
+
+def safe_score_intervals(rows: pl.DataFrame, n_dialogues: int, n_cells: int, settings: MetricSettings) -> pl.DataFrame:
+    """Percentile 95 % bounds of mean_safe per cell, resampling the dialogues with a parsed safe original."""
+    safe = (
+        rows.filter((pl.col("parse_status") == ParseStatus.OK) & (pl.col("severity") == 0))
+        .group_by("cell", "dialogue")
+        .agg(total=pl.col("score").sum(), n=pl.len())
+    )
+    sums, counts = np.zeros((n_dialogues, n_cells)), np.zeros((n_dialogues, n_cells))
+    d, c = safe["dialogue"].to_numpy(), safe["cell"].to_numpy()
+    sums[d, c], counts[d, c] = safe["total"].to_numpy(), safe["n"].to_numpy()
+    low, high = ratio_intervals(sums, counts, settings.n_boot, settings.seed)
+    return _nan_to_null(
+        pl.DataFrame({"cell": np.arange(n_cells, dtype=np.int64), "mean_safe_lo": low, "mean_safe_hi": high})
     )
 
 

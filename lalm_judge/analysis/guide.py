@@ -10,6 +10,12 @@ each ASR source measured) x priority (sensitivity, specificity, stability) the g
   model run on the audio. Its transcript quality is the ASR model of the cascade, or 'none' for
   audio-native cells alone; a ground-truth transcript does not exist for audio only, so it has no 'gt' row.
 
+A cell whose `audio_input` is 'cascade via <asr model>' (an audio modality that reads an ASR transcript
+instead of the audio, such as the embedding baseline's) is a cascade, never an audio-native judge: it competes
+for audio only with that ASR model's transcript quality and for audio + transcript, and its row says so.
+Cells lacking a severity of the table (fewer `n_severities` than the most complete cell) rank after every
+complete cell, as in prompt selection and the Pareto front.
+
 Within a configuration (a cell without its prompt) the prompt is the one chosen by cross-validation for the
 priority's metric (pareto.parquet); a configuration without a CV choice competes with every prompt, and its
 row says the prompt was picked on all data. Stability is the lowest AvgAbsPB of sensitivity, at the prompt
@@ -27,7 +33,8 @@ from typing import Any
 import polars as pl
 
 from lalm_judge.analysis.engine import CONFIG_KEYS
-from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource
+from lalm_judge.analysis.stats import TIE_TOLERANCE
+from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource, cascade_source
 
 TEXT_ONLY = "text only"
 AUDIO_ONLY = "audio only"
@@ -65,6 +72,7 @@ GUIDE_SCHEMA = {
     "judge": pl.String,
     "modality": pl.String,
     "transcript_source": pl.String,
+    "audio_input": pl.String,
     "prompt": pl.String,
     "condition": pl.String,
     "prompt_choice": pl.String,
@@ -81,10 +89,16 @@ def has_transcript(source: str | None) -> bool:
     return source is not None and TranscriptSource(source).has_transcript
 
 
-def usable(available_input: str, transcript_quality: str, modality: str, source: str | None) -> bool:
-    """Whether a cell (modality, transcript source) can be run with this input and transcript quality."""
+def usable(
+    available_input: str, transcript_quality: str, modality: str, source: str | None, audio_input: str | None = None
+) -> bool:
+    """Whether a cell (modality, transcript source, audio input) can be run with this input and transcript
+    quality; an ASR cascade counts as a cell fed its ASR model's transcript, not as an audio-native one."""
+    cascade = cascade_source(audio_input)
     if available_input == TEXT_ONLY:
         return modality == TEXT and source == transcript_quality
+    if cascade is not None:
+        return available_input == AUDIO_AND_TRANSCRIPT or transcript_quality == cascade
     if modality == AUDIO:
         return not has_transcript(source)
     if modality not in TRANSCRIPT_MODALITIES:
@@ -132,7 +146,7 @@ def _ranking_key(row: dict[str, Any], priority: Priority) -> tuple:
 
     others = [ordered(p) for p in PRIORITIES if p is not priority]
     names = tuple(row[k] or "" for k in ("judge", "modality", "transcript_source", "prompt"))
-    return (ordered(priority), *others, names)
+    return (not row["complete"], ordered(priority), *others, names)
 
 
 def recommend(
@@ -148,7 +162,7 @@ def recommend(
     rows = [
         r
         for r in candidates.iter_rows(named=True)
-        if usable(available_input, transcript_quality, r["modality"], r["transcript_source"])
+        if usable(available_input, transcript_quality, r["modality"], r["transcript_source"], r["audio_input"])
     ]
     if not rows:
         return {
@@ -160,10 +174,11 @@ def recommend(
     best = min(rows, key=lambda r: _ranking_key(r, priority))
     value = best[priority.column]
     low, high = (best[c] for c in priority.ci_columns) if priority.ci_columns else (None, None)
-    n_tied = sum(1 for r in rows if r is not best and abs(r[priority.column] - value) <= 1e-12)
+    n_tied = sum(1 for r in rows if r is not best and abs(r[priority.column] - value) <= TIE_TOLERANCE)
+    keys = ("judge", "modality", "transcript_source", "audio_input", "prompt", "condition", "prompt_choice")
     return {
         **row,
-        **{k: best[k] for k in ("judge", "modality", "transcript_source", "prompt", "condition", "prompt_choice")},
+        **{k: best[k] for k in keys},
         "value": value,
         "ci_lo": low,
         "ci_hi": high,
@@ -182,6 +197,12 @@ def practitioner_guide(
     condition: the condition recommended for (controls such as noise are other conditions).
     """
     cells = cells.filter(pl.col("condition") == condition)
+    if "audio_input" not in cells.columns:
+        cells = cells.with_columns(audio_input=pl.lit(None, pl.String))  # a table that does not say: none known
+    most = cells["n_severities"].max() if "n_severities" in cells.columns and cells.height else None
+    cells = cells.with_columns(
+        complete=pl.lit(True) if most is None else (pl.col("n_severities") == most).fill_null(False)
+    )
     if pareto is not None:
         pareto = pareto.filter(pl.col("condition") == condition)
     candidates = {priority.name: candidate_cells(cells, pareto, priority) for priority in PRIORITIES}

@@ -1,7 +1,29 @@
 """Choosing among prompts and configurations: dialogue-level cross-validated prompt selection per
-configuration and target metric, and the Pareto front over configurations (docs/metrics.md)."""
+configuration and target metric, and the Pareto front over configurations (docs/metrics.md).
+
+Cross-validation. The dialogues of a configuration (a cell without its prompt) are dealt into k folds (a seeded
+permutation of their sorted ids). In each fold the prompt with the best metric on the training dialogues is
+chosen; a tie (values within `stats.TIE_TOLERANCE`) goes to the prompt better on the other target metric on the
+same training dialogues, then to the first prompt in name order. Only prompts whose cell is complete (a Delta_i
+for every severity of the table) compete, unless no prompt of the configuration is complete; `complete` says
+which case applies. The cross-validated value `cv_value` is the metric of the held-out predictions pooled over
+all dialogues: each dialogue scored by the prompt chosen without it. It has the definition of the cells.parquet
+metric (a configuration with one prompt gets exactly its cell's value) and a cluster-bootstrap interval over the
+configuration's dialogues with the fold choices held fixed (`cv_lo`, `cv_hi`; selection variability is not in
+it). `selected_prompt` is the prompt chosen in most folds (ties: better full-data metric, then name).
+
+Pareto front. One row per configuration: the cross-validated sensitivity and specificity with their intervals,
+and AvgAbsPB of sensitivity and of specificity (with intervals and noise reference) at the prompts selected for
+sensitivity and for specificity. `on_front` is decided among configurations of equal `complete` (a configuration
+lacking a severity is compared only with others lacking one) on (cv_sensitivity up, cv_specificity up,
+avg_abs_pb_sensitivity down, avg_abs_pb_specificity down); an AvgAbsPB objective is dropped from a comparison
+group where a configuration lacks it (too few dialogues per length), and `front_objectives` names the objectives
+used. A configuration without both cross-validated values is not on the front.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import numpy as np
 import polars as pl
@@ -16,15 +38,64 @@ from lalm_judge.analysis.engine import (
     _nan_to_null,
     contributing_dialogues,
 )
+from lalm_judge.core.tables import TableSchema
+
+PROMPT_SELECTION = TableSchema(
+    "prompt selection",
+    {
+        **_key_schema(CONFIG_KEYS),
+        "metric": pl.String,
+        "fold": pl.Int64,
+        "n_heldout_dialogues": pl.Int64,
+        "chosen_prompt": pl.String,
+        "train_value": pl.Float64,
+        "heldout_value": pl.Float64,
+        "cv_value": pl.Float64,
+        "cv_lo": pl.Float64,
+        "cv_hi": pl.Float64,
+        "selected_prompt": pl.String,
+        "complete": pl.Boolean,
+        "n_candidate_prompts": pl.Int64,
+        "reason": pl.String,
+    },
+)
 
 
-def prompt_selection_table(dense: DenseStatistics, settings: MetricSettings) -> pl.DataFrame:
-    """Per configuration and target metric: dialogue-level k-fold CV choice of prompt and its held-out value.
+def choose_prompt(train: np.ndarray, other: np.ndarray, candidates: Sequence[int]) -> int | None:
+    """Index of the best candidate prompt on the training metric; ties (within TIE_TOLERANCE) go to the better
+    value of the other target metric, then to the first candidate (candidates are in name order). None when no
+    candidate has a training value."""
+    valued = [i for i in candidates if not np.isnan(train[i])]
+    if not valued:
+        return None
+    best = max(train[i] for i in valued)
+    tied = [i for i in valued if train[i] >= best - st.TIE_TOLERANCE]
+    if len(tied) == 1:
+        return tied[0]
+    others = [-np.inf if np.isnan(other[i]) else other[i] for i in tied]
+    best_other = max(others)
+    return next(i for i, value in zip(tied, others) if value >= best_other - st.TIE_TOLERANCE)
 
-    `dense.slices` holds the cell keys. In each fold the prompt with the highest metric on the training
-    dialogues is chosen (ties: first prompt in name order) and evaluated on the held-out dialogues. Folds
-    come from a seeded permutation of the configuration's dialogues (sorted ids). `selected_prompt` is the
-    prompt chosen in most folds (ties: better full-data metric, then name).
+
+def _pooled_heldout(
+    subset: st.SeverityStatistics, folds: np.ndarray, chosen: Sequence[int | None]
+) -> st.SeverityStatistics:
+    """(n_dialogues, 1, 5) statistics of each dialogue under the prompt chosen for its fold (zeros: no choice)."""
+    pooled = [np.zeros((subset.n_dialogues, 1, st.N_SEVERITIES)) for _ in range(4)]
+    for fold, prompt in enumerate(chosen):
+        if prompt is None:
+            continue
+        rows = np.flatnonzero(folds == fold)
+        for target, source in zip(pooled, (subset.diff_sum, subset.diff_n, subset.score_sum, subset.score_n)):
+            target[rows, 0] = source[rows, prompt]
+    return st.SeverityStatistics(*pooled)
+
+
+def prompt_selection_table(dense: DenseStatistics, complete: np.ndarray, settings: MetricSettings) -> pl.DataFrame:
+    """Per configuration, target metric and fold: the prompt chosen and its held-out value, with the
+    configuration's pooled cross-validated value and interval (module docstring).
+
+    `dense.slices` holds the cell keys; `complete[i]`: slice i has a Delta_i for every severity of the table.
     """
     slices = dense.slices.with_row_index("slice_index")
     present = contributing_dialogues(dense.arrays)
@@ -37,51 +108,52 @@ def prompt_selection_table(dense: DenseStatistics, settings: MetricSettings) -> 
         slice_index = members["slice_index"].to_numpy()
         prompts = members["prompt"].to_list()
         dialogue_index = np.flatnonzero(present[:, slice_index].any(axis=1))
+        is_complete = complete[slice_index]
         if dialogue_index.size < settings.n_folds:
             reason = f"{dialogue_index.size} dialogues cannot fill {settings.n_folds} folds; lower --folds"
-            rows.extend({**config_columns, "metric": metric, "reason": reason} for metric in TARGET_METRICS)
+            known = {"complete": bool(is_complete.any()), "reason": reason}
+            rows.extend({**config_columns, "metric": metric, **known} for metric in TARGET_METRICS)
             continue
+        candidates = list(np.flatnonzero(is_complete)) if is_complete.any() else list(range(len(prompts)))
         folds = st.fold_assignment(dialogue_index.size, settings.n_folds, settings.seed)
         held_out = (folds[None, :] == np.arange(settings.n_folds)[:, None]).astype(float)
         subset = dense.arrays.take_dialogues(dialogue_index).take_slices(slice_index)
         # Fold membership matrices play the role of resample weights: sums over the chosen dialogues.
         train_values = dict(zip(TARGET_METRICS, st.bootstrap_metrics(subset, 1.0 - held_out)))
         test_values = dict(zip(TARGET_METRICS, st.bootstrap_metrics(subset, held_out)))
+        weights = st.bootstrap_weights(dialogue_index.size, settings.n_boot, settings.seed)
         for metric in TARGET_METRICS:
-            train = np.where(np.isnan(train_values[metric]), -np.inf, train_values[metric])
-            chosen = train.argmax(axis=1)
-            valid = np.isfinite(train.max(axis=1))
-            heldout = np.where(valid, test_values[metric][np.arange(settings.n_folds), chosen], np.nan)
-            mean_heldout = float(np.nanmean(heldout)) if np.isfinite(heldout).any() else None
-            selected = _most_chosen(chosen[valid], getattr(full, metric)[slice_index], prompts)
-            for fold in range(settings.n_folds):
+            other = next(m for m in TARGET_METRICS if m != metric)
+            train = train_values[metric]
+            chosen = [
+                choose_prompt(train[fold], train_values[other][fold], candidates) for fold in range(settings.n_folds)
+            ]
+            pooled = _pooled_heldout(subset, folds, chosen)
+            cv_value = getattr(st.point_metrics(pooled), metric)[0]
+            resampled = dict(zip(TARGET_METRICS, st.bootstrap_metrics(pooled, weights)))[metric][:, 0]
+            cv_lo, cv_hi = st.percentile_interval(resampled)
+            valid_choices = np.array([c for c in chosen if c is not None], dtype=int)
+            selected = _most_chosen(valid_choices, getattr(full, metric)[slice_index], prompts)
+            for fold, prompt in enumerate(chosen):
                 rows.append(
                     {
                         **config_columns,
                         "metric": metric,
                         "fold": fold,
                         "n_heldout_dialogues": int(held_out[fold].sum()),
-                        "chosen_prompt": prompts[chosen[fold]] if valid[fold] else None,
-                        "train_value": float(train[fold, chosen[fold]]) if valid[fold] else None,
-                        "heldout_value": float(heldout[fold]),
-                        "mean_heldout": mean_heldout,
+                        "chosen_prompt": None if prompt is None else prompts[prompt],
+                        "train_value": None if prompt is None else float(train[fold, prompt]),
+                        "heldout_value": None if prompt is None else float(test_values[metric][fold, prompt]),
+                        "cv_value": float(cv_value),
+                        "cv_lo": float(cv_lo),
+                        "cv_hi": float(cv_hi),
                         "selected_prompt": selected,
-                        "reason": None if valid[fold] else f"no prompt has a {metric} on the training folds",
+                        "complete": bool(is_complete.any()),
+                        "n_candidate_prompts": len(candidates),
+                        "reason": None if prompt is not None else f"no prompt has a {metric} on the training folds",
                     }
                 )
-    schema = {
-        **_key_schema(CONFIG_KEYS),
-        "metric": pl.String,
-        "fold": pl.Int64,
-        "n_heldout_dialogues": pl.Int64,
-        "chosen_prompt": pl.String,
-        "train_value": pl.Float64,
-        "heldout_value": pl.Float64,
-        "mean_heldout": pl.Float64,
-        "selected_prompt": pl.String,
-        "reason": pl.String,
-    }
-    return _nan_to_null(pl.DataFrame([{name: row.get(name) for name in schema} for row in rows], schema=schema))
+    return _nan_to_null(PROMPT_SELECTION.frame(rows))
 
 
 def _most_chosen(chosen: np.ndarray, full_value: np.ndarray, prompts: list[str]) -> str | None:
@@ -93,43 +165,76 @@ def _most_chosen(chosen: np.ndarray, full_value: np.ndarray, prompts: list[str])
     return prompts[best]
 
 
-PARETO_OBJECTIVES = {"sensitivity": True, "specificity": True, "avg_abs_pb_sensitivity": False}
+# objective -> maximize; the first two are required, the position-bias ones used where every member has them.
+PARETO_OBJECTIVES = {
+    "cv_sensitivity": True,
+    "cv_specificity": True,
+    "avg_abs_pb_sensitivity": False,
+    "avg_abs_pb_specificity": False,
+}
+REQUIRED_OBJECTIVES = ("cv_sensitivity", "cv_specificity")
+PB_SUFFIXES = ("", "_lo", "_hi", "_null", "_p")
 
 
 def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.DataFrame:
-    """Configurations with their CV-selected prompts and `on_front` over (Sens up, Spec up, AvgAbsPB down).
-
-    Sensitivity and AvgAbsPB come from the cell of the prompt selected for sensitivity, specificity from the
-    cell of the prompt selected for specificity (full-data point estimates, comparable with cells.parquet);
-    cv_sensitivity and cv_specificity are the mean held-out values of the cross-validation.
-    """
+    """One row per configuration with its CV-selected prompts, cross-validated values, AvgAbsPB objectives and
+    `on_front` (module docstring)."""
     per_metric = prompt_selection.group_by([*CONFIG_KEYS, "metric"]).agg(
-        pl.col("selected_prompt").first(), pl.col("mean_heldout").first()
+        pl.col("selected_prompt", "cv_value", "cv_lo", "cv_hi", "complete").first()
     )
-    selected = cells.select(CONFIG_KEYS).unique()
+    table = cells.group_by(CONFIG_KEYS).agg(pl.col("audio_input").first())
     for metric in TARGET_METRICS:
         chosen = per_metric.filter(pl.col("metric") == metric).select(
             *CONFIG_KEYS,
             pl.col("selected_prompt").alias(f"prompt_{metric}"),
-            pl.col("mean_heldout").alias(f"cv_{metric}"),
+            pl.col("cv_value").alias(f"cv_{metric}"),
+            pl.col("cv_lo").alias(f"cv_{metric}_lo"),
+            pl.col("cv_hi").alias(f"cv_{metric}_hi"),
+            pl.col("complete").alias(f"complete_{metric}"),
         )
-        selected = selected.join(chosen, on=CONFIG_KEYS, how="left", nulls_equal=True)
-    by_sensitivity = cells.select(
-        *CONFIG_KEYS, pl.col("prompt").alias("prompt_sensitivity"), "sensitivity", "avg_abs_pb_sensitivity"
+        pb_columns = [
+            f"avg_abs_pb_{metric}{suffix}" for suffix in PB_SUFFIXES if f"avg_abs_pb_{metric}{suffix}" in cells.columns
+        ]
+        at_prompt = cells.select(*CONFIG_KEYS, pl.col("prompt").alias(f"prompt_{metric}"), *pb_columns)
+        table = table.join(chosen, on=CONFIG_KEYS, how="left", nulls_equal=True).join(
+            at_prompt, on=[*CONFIG_KEYS, f"prompt_{metric}"], how="left", nulls_equal=True
+        )
+    # Null when not known: a configuration without paired variants has no severity coverage to speak of.
+    table = table.with_columns(complete=pl.col("complete_sensitivity") & pl.col("complete_specificity")).sort(
+        CONFIG_KEYS, nulls_last=True
     )
-    by_specificity = cells.select(*CONFIG_KEYS, pl.col("prompt").alias("prompt_specificity"), "specificity")
-    table = (
-        selected.join(by_sensitivity, on=[*CONFIG_KEYS, "prompt_sensitivity"], how="left", nulls_equal=True)
-        .join(by_specificity, on=[*CONFIG_KEYS, "prompt_specificity"], how="left", nulls_equal=True)
-        .sort(CONFIG_KEYS, nulls_last=True)
-    )
-    objectives = table.select(list(PARETO_OBJECTIVES)).fill_null(np.nan).to_numpy().reshape(table.height, -1)
-    on_front = st.pareto_front(objectives, maximize=tuple(PARETO_OBJECTIVES.values()))
-    return table.select(
+    on_front = np.zeros(table.height, dtype=bool)
+    objectives_used: list[str | None] = [None] * table.height
+    for complete in (True, False):
+        group = np.flatnonzero(
+            table.select(
+                (pl.col("complete") == complete).fill_null(False)
+                & pl.all_horizontal(pl.col(REQUIRED_OBJECTIVES).is_not_null())
+            )
+            .to_series()
+            .to_numpy()
+        )
+        if group.size == 0:
+            continue
+        members = table[group]
+        used = [name for name in PARETO_OBJECTIVES if name in REQUIRED_OBJECTIVES or members[name].null_count() == 0]
+        points = members.select(used).fill_null(np.nan).to_numpy().reshape(group.size, -1)
+        on_front[group] = st.pareto_front(points, maximize=tuple(PARETO_OBJECTIVES[name] for name in used))
+        for index in group:
+            objectives_used[index] = ", ".join(used)
+    columns = [
         *CONFIG_KEYS,
+        "audio_input",
         "prompt_sensitivity",
         "prompt_specificity",
-        *PARETO_OBJECTIVES,
-        "cv_sensitivity",
-        "cv_specificity",
-    ).with_columns(on_front=pl.Series(on_front, dtype=pl.Boolean))
+        *(f"cv_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi")),
+        *(f"avg_abs_pb_{metric}{suffix}" for metric in TARGET_METRICS for suffix in PB_SUFFIXES),
+    ]
+    return table.with_columns(
+        pl.lit(None, pl.Float64).alias(name) for name in columns if name not in table.columns
+    ).select(
+        *columns,
+        "complete",
+        pl.Series("front_objectives", objectives_used, dtype=pl.String),
+        pl.Series("on_front", on_front, dtype=pl.Boolean),
+    )

@@ -7,11 +7,13 @@ severity_curve, parse_status); `write_metrics` writes each as `<out_dir>/<name>.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 
 from lalm_judge.analysis.engine import (
@@ -20,20 +22,22 @@ from lalm_judge.analysis.engine import (
     CONFIG_KEYS,
     DenseStatistics,
     MetricSettings,
-    average_absolute_position_bias,
     cell_counts,
     cells_table,
     coarsen,
+    contributing_dialogues,
     densify,
     encode_scores,
     paired_variants,
-    position_bias_table,
+    safe_score_intervals,
+    severity_completeness,
     severity_curve,
     slice_metric_table,
     slice_statistics,
     with_cell_keys,
 )
 from lalm_judge.analysis.inputs import read_scores
+from lalm_judge.analysis.position import position_bias
 from lalm_judge.analysis.selection import pareto_table, prompt_selection_table
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
 from lalm_judge.core.vocabulary import ParseStatus
@@ -79,17 +83,31 @@ def parse_status_table(scores: pl.DataFrame) -> pl.DataFrame:
 def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTables:
     """All metric tables from a validated score table (see `validate_scores`)."""
     encoded = encode_scores(scores)
-    n_dialogues = len(encoded.dialogues)
+    n_dialogues, n_cells = len(encoded.dialogues), encoded.cells.height
     counts = cell_counts(encoded.rows)
     paired_cells = counts.filter(pl.col("n_safe") > 0).select("cell")
     variants = paired_variants(encoded.rows).join(paired_cells, on="cell", how="semi")
     by_category = slice_statistics(variants, ["cell", "category"])
-    position_bias = position_bias_table(variants, n_dialogues)
-    cell_dense = densify(coarsen(by_category, ["cell"]), ["cell"], n_dialogues)
-    cells = cells_table(counts, slice_metric_table(cell_dense, settings), average_absolute_position_bias(position_bias))
+    # Every cell gets a slice (zeros where it has no paired variant), so arrays are indexed by cell number.
+    cell_statistics = coarsen(by_category, ["cell"])
+    cell_dense = densify(cell_statistics, ["cell"], n_dialogues)
+    cell_present = np.zeros((n_dialogues, n_cells), dtype=bool)
+    cell_present[:, cell_dense.slices["cell"].to_numpy()] = contributing_dialogues(cell_dense.arrays)
+    cell_metrics = slice_metric_table(cell_dense, settings)
+    expected = sorted(encoded.rows.filter(pl.col("severity") > 0)["severity"].unique().to_list())
+    completeness = severity_completeness(cell_metrics, expected)
+    bias = position_bias(variants, n_dialogues, cell_present, settings)
+    cells = cells_table(
+        counts,
+        cell_metrics,
+        completeness,
+        bias.summary,
+        safe_score_intervals(encoded.rows, n_dialogues, n_cells, settings),
+    )
     cells = with_cell_keys(cells, encoded.cells).select(CELL_COLUMNS).sort(CELL_KEYS, nulls_last=True)
     keyed_dense = DenseStatistics(with_cell_keys(cell_dense.slices, encoded.cells), cell_dense.arrays)
-    prompt_selection = prompt_selection_table(keyed_dense, settings)
+    complete = cell_dense.slices.join(completeness, on="cell", how="left")["complete"].fill_null(False).to_numpy()
+    prompt_selection = prompt_selection_table(keyed_dense, complete, settings)
     categories = slice_metric_table(densify(by_category, ["cell", "category"], n_dialogues), settings)
 
     def keyed(frame: pl.DataFrame, order: Sequence[str]) -> pl.DataFrame:
@@ -97,7 +115,7 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
 
     return MetricTables(
         cells=cells,
-        position_bias=keyed(position_bias, ["metric", "n_turns", "position"]),
+        position_bias=keyed(bias.table, ["metric", "n_turns", "position"]),
         prompt_selection=prompt_selection.sort([*CONFIG_KEYS, "metric", "fold"], nulls_last=True),
         pareto=pareto_table(cells, prompt_selection),
         categories=keyed(categories, ["category"]),
@@ -108,12 +126,18 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
 
 def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: MetricSettings) -> list[Path]:
     """Write every table as `<out_dir>/<name>.parquet` with provenance columns; return the paths."""
-    config_hash = stable_hash({"n_boot": settings.n_boot, "seed": settings.seed, "n_folds": settings.n_folds})
+    config_hash = stable_hash(dataclasses.asdict(settings))
     paths = []
     for name, frame in tables.as_dict().items():
         path = Path(out_dir) / f"{name}.parquet"
         provenance = with_provenance(
-            frame, config_hash=config_hash, seed=settings.seed, n_bootstrap=settings.n_boot, n_folds=settings.n_folds
+            frame,
+            config_hash=config_hash,
+            seed=settings.seed,
+            n_bootstrap=settings.n_boot,
+            n_folds=settings.n_folds,
+            min_pb_dialogues=settings.min_pb_dialogues,
+            n_permutations=settings.n_permutations,
         )
         write_parquet(path, provenance)
         paths.append(path)

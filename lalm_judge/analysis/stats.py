@@ -9,6 +9,7 @@ Array layout: sufficient statistics are `(n_dialogues, n_slices, n_severities)`;
 
 from __future__ import annotations
 
+import functools
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -17,6 +18,10 @@ import numpy as np
 
 N_SEVERITIES = 5
 CI_LEVEL = 0.95
+# Two severity means closer than this are a tie (specificity counts the pair 0.5). Means of scores in [0, 1]
+# summed in different orders differ by a few ulps (~1e-16 per addition, so < 1e-10 for up to 10^6 rows): exact
+# comparison would let summation order decide a tie. No judge resolves 1e-9 on a [0, 1] score.
+TIE_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
@@ -85,13 +90,16 @@ def sensitivity_from_deltas(deltas: np.ndarray) -> np.ndarray:
 def specificity_from_means(severity_means: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Share of severity pairs i < j (both present) with S_i > S_j, ties counting 0.5; and the number of pairs.
 
-    Returns (specificity, n_pairs); specificity is NaN where fewer than two severities are present.
+    A pair is a tie when |S_i - S_j| <= TIE_TOLERANCE, in the point estimate and in every bootstrap resample
+    (both come through here). Returns (specificity, n_pairs); specificity is NaN where fewer than two
+    severities are present.
     """
     lower, upper = np.triu_indices(severity_means.shape[-1], k=1)
     s_low = severity_means[..., lower]
     s_high = severity_means[..., upper]
     valid = ~(np.isnan(s_low) | np.isnan(s_high))
-    ordered = np.where(s_low > s_high, 1.0, np.where(s_low == s_high, 0.5, 0.0))
+    difference = s_low - s_high
+    ordered = np.where(np.abs(difference) <= TIE_TOLERANCE, 0.5, np.where(difference > 0, 1.0, 0.0))
     n_pairs = valid.sum(axis=-1)
     specificity = safe_ratio(np.where(valid, ordered, 0.0).sum(axis=-1), n_pairs)
     return specificity, n_pairs
@@ -105,15 +113,19 @@ def point_metrics(stats: SeverityStatistics) -> SliceMetrics:
     return SliceMetrics(deltas, means, sensitivity_from_deltas(deltas), specificity, n_pairs)
 
 
+@functools.lru_cache(maxsize=16)
 def bootstrap_weights(n_dialogues: int, n_boot: int, seed: int) -> np.ndarray:
     """Resample-count matrix W (n_boot, n_dialogues): row b counts how often each dialogue is drawn.
 
-    Drawn from numpy default_rng(seed), so a given (dialogue set, B, seed) always gives the same resamples.
+    Drawn from numpy default_rng(seed), so a given (dialogue set, B, seed) always gives the same resamples. The
+    matrix is read-only and cached: every slice over a dialogue set of this size uses the same one.
     """
     if n_dialogues < 1:
         raise ValueError("the cluster bootstrap needs at least one dialogue")
     rng = np.random.default_rng(seed)
-    return rng.multinomial(n_dialogues, np.full(n_dialogues, 1.0 / n_dialogues), size=n_boot).astype(float)
+    weights = rng.multinomial(n_dialogues, np.full(n_dialogues, 1.0 / n_dialogues), size=n_boot).astype(float)
+    weights.setflags(write=False)
+    return weights
 
 
 def bootstrap_severity_arrays(stats: SeverityStatistics, weights: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -139,13 +151,29 @@ def bootstrap_metrics(stats: SeverityStatistics, weights: np.ndarray) -> tuple[n
 
 
 def percentile_interval(samples: np.ndarray, level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile interval over axis 0, ignoring NaN resamples; NaN where every resample is NaN."""
+    """Percentile interval over axis 0, ignoring NaN resamples; NaN where every resample is NaN.
+
+    The quantiles are numpy's default (linear interpolation between order statistics) of each column's non-NaN
+    values, computed for all columns at once (np.nanquantile loops over columns in Python when NaNs occur).
+    """
     tail = (1.0 - level) / 2.0
-    with warnings.catch_warnings():
-        # An all-NaN column (a slice without the metric) gives NaN bounds, which is the intended answer.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        low, high = np.nanquantile(samples, [tail, 1.0 - tail], axis=0)
-    return low, high
+    values = np.asarray(samples, dtype=float)
+    flat = values.reshape(values.shape[0], -1)
+    ordered = np.sort(flat, axis=0)  # NaN sorts last
+    n_valid = (~np.isnan(flat)).sum(axis=0)
+    bounds = []
+    for q in (tail, 1.0 - tail):
+        position = q * np.maximum(n_valid - 1, 0)
+        below = np.floor(position).astype(np.int64)
+        above = np.minimum(below + 1, np.maximum(n_valid - 1, 0))
+        low_value = np.take_along_axis(ordered, below[None], axis=0)[0]
+        high_value = np.take_along_axis(ordered, above[None], axis=0)[0]
+        with warnings.catch_warnings():
+            # All-NaN columns (a slice without the metric) give NaN bounds, which is the intended answer.
+            warnings.simplefilter("ignore", RuntimeWarning)
+            bound = low_value + (position - below) * (high_value - low_value)
+        bounds.append(np.where(n_valid > 0, bound, np.nan).reshape(values.shape[1:]))
+    return bounds[0], bounds[1]
 
 
 def fold_assignment(n_dialogues: int, n_folds: int, seed: int) -> np.ndarray:

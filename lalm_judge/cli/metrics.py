@@ -1,4 +1,5 @@
-"""`lalm-judge metrics SCORES... --out DIR [--bootstrap 1000] [--seed 0] [--folds 5]`."""
+"""`lalm-judge metrics SCORES... --out DIR [--bootstrap 1000] [--seed 0] [--folds 5] [--min-pb-dialogues 5]
+[--permutations 200]`."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from lalm_judge.analysis.stage import run_metrics
 
 
 def main(argv: list[str]) -> int:
-    """`lalm-judge metrics SCORES... --out DIR [--bootstrap 1000] [--seed 0] [--folds 5]`."""
+    """Parse the options, compute every metric table, print the paths written; 2 on bad input."""
     parser = argparse.ArgumentParser(
         prog="lalm-judge metrics",
         description="Benchmark metrics (docs/metrics.md) from long-format score parquet files.",
@@ -20,9 +21,24 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--bootstrap", type=int, default=1000, help="cluster-bootstrap resamples B (default 1000)")
     parser.add_argument("--seed", type=int, default=0, help="seed of the bootstrap and the CV folds (default 0)")
     parser.add_argument("--folds", type=int, default=5, help="folds of the prompt-selection CV (default 5)")
+    parser.add_argument(
+        "--min-pb-dialogues",
+        type=int,
+        default=5,
+        help="dialogues a (length, position) cell needs to enter AvgAbsPB (default 5)",
+    )
+    parser.add_argument(
+        "--permutations", type=int, default=200, help="position permutations of AvgAbsPB's null (default 200)"
+    )
     args = parser.parse_args(argv)
     try:
-        settings = MetricSettings(n_boot=args.bootstrap, seed=args.seed, n_folds=args.folds)
+        settings = MetricSettings(
+            n_boot=args.bootstrap,
+            seed=args.seed,
+            n_folds=args.folds,
+            min_pb_dialogues=args.min_pb_dialogues,
+            n_permutations=args.permutations,
+        )
         paths = run_metrics(args.scores, args.out, settings)
     except (MetricsInputError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)

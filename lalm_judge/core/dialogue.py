@@ -39,6 +39,8 @@ class Dialogue:
     status: str = "ok"
     skip_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # What ingest kept but a reader should know (e.g. an emotion label outside the project's set).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def speakers(self) -> list[str]:

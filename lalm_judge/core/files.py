@@ -25,6 +25,9 @@ PROVENANCE_PACKAGES = (
     "faster-whisper",
     "ctranslate2",
     "piper-tts",
+    # The numerical stack determines the bootstrap resamples, permutations and folds of the metric tables.
+    "numpy",
+    "scipy",
     "polars",
     "openai",
     "vllm",

@@ -2,16 +2,16 @@
 every reader (`docs/architecture.md` lists them with the stage that writes each).
 
 A `TableSchema` builds a typed frame from rows (`frame`), checks and types a frame read from disk
-(`conform`: missing columns are an error naming the file; extra columns, e.g. provenance, pass), and reads
-parquet files (`read`, `scan`). Provenance columns (`lalm_judge.core.files.with_provenance`) are appended by
-the writers and are not part of a schema.
+(`conform`: missing columns are an error naming the file; missing `optional` columns are added as nulls;
+extra columns, e.g. provenance, pass), and reads parquet files (`read`, `scan`). Provenance columns
+(`lalm_judge.core.files.with_provenance`) are appended by the writers and are not part of a schema.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import polars as pl
@@ -25,6 +25,8 @@ class TableError(ValueError):
 class TableSchema:
     name: str
     columns: Mapping[str, pl.DataType]
+    # Columns a reader uses when a table has them (null when it does not), for tables written elsewhere.
+    optional: Mapping[str, pl.DataType] = field(default_factory=dict)
 
     def frame(self, rows: Iterable[Mapping[str, Any]]) -> pl.DataFrame:
         """A frame of exactly these columns, in this order, from row mappings (missing keys are null)."""
@@ -44,7 +46,12 @@ class TableSchema:
                 f"{', '.join(self.columns)}"
             )
         typed = [pl.col(name).cast(dtype) for name, dtype in self.columns.items()]
-        extra = [pl.col(name) for name in present if name not in self.columns] if keep_extra else []
+        typed += [
+            (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name)
+            for name, dtype in self.optional.items()
+        ]
+        known = {*self.columns, *self.optional}
+        extra = [pl.col(name) for name in present if name not in known] if keep_extra else []
         return lazy.select(*typed, *extra)
 
     def scan(self, paths: Sequence[str | os.PathLike], keep_extra: bool = False) -> pl.LazyFrame:
@@ -132,8 +139,14 @@ SCORES = TableSchema(
         "condition": pl.String,
         "score": pl.Float64,
         "parse_status": pl.String,
+        # What the judge took in place of the dialogue audio: 'none' (text modality), 'native' (the audio itself)
+        # or 'cascade via <asr model>' (an ASR transcript of the audio; `core.vocabulary.audio_input_label`).
+        "audio_input": pl.String,
         # 'p_safe' (answer-token probabilities, calibrated prompt) or 'parsed' (the output text); null if skipped.
         "score_source": pl.String,
+        # Probability the answer words' first tokens carry at the first generated position (p_safe rows; the
+        # lowest over a chunked sample's windows); below `judging.scoring.MIN_ANSWER_MASS` the row is a failure.
+        "answer_mass": pl.Float64,
         "raw_output": pl.String,
         "latency_s": pl.Float64,
         "n_input_tokens": pl.Int64,
@@ -166,6 +179,7 @@ METRIC_INPUT = TableSchema(
             "parse_status",
         )
     },
+    optional={"audio_input": SCORES.columns["audio_input"]},
 )
 
 # Human-anchor ratings: one row per (sample, rater) with the generated labels beside the rated ones; severity 0

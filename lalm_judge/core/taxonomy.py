@@ -18,7 +18,8 @@ CATEGORIES = (
 SEVERITIES = (1, 2, 3, 4, 5)
 SAFE_SEVERITY = 0
 
-# The DeepDialogue emotion label set (20 labels); rewrites must pick their new emotion from it.
+# The DeepDialogue emotion label set (20 labels); rewrites must pick their new emotion from it. Corpus turns
+# keep the label their corpus gives (published DeepDialogue dialogues use others too, e.g. 'worried').
 EMOTIONS = (
     "neutral",
     "happy",
@@ -92,3 +93,13 @@ class VariantKey:
 def original_id(dialogue_id: str) -> str:
     """Sample id of the safe original dialogue (severity 0)."""
     return f"{dialogue_id}.original"
+
+
+def unknown_emotion_warning(emotion: str | None, where: str) -> str | None:
+    """The warning for a corpus label outside EMOTIONS (kept as it is), or None for a known or missing label."""
+    if emotion is None or emotion in EMOTIONS:
+        return None
+    return (
+        f"{where}: emotion {emotion!r} is not one of the {len(EMOTIONS)} DeepDialogue labels of the project's set; "
+        "kept as the corpus gives it (rewrites choose their emotion from the set)"
+    )

@@ -4,6 +4,7 @@
 - Transcript sources: `gt` (the ground-truth turn texts), `asr:<model>` (an ASR model of `asr.models`), and
   `none` for the audio modality, which shows the judge no transcript. `TranscriptSource` is that one type.
 - Parse statuses of a judge output (`ParseStatus`); every status but `ok` carries no score.
+- Audio inputs of a judge cell (`audio_input_label`): what the judge took in place of the dialogue audio.
 - Long-audio policies and the audio conditions a judge cell can be scored under.
 - The pairwise track's verdict labels, the statuses a verdict can take, its length policies and the names
   of its judging modes (audio-native, cascade, ...).
@@ -81,6 +82,10 @@ class ParseStatus(StrEnum):
     REFUSAL = "refusal"
     MALFORMED = "malformed"
     SKIPPED_LONG_AUDIO = "skipped_long_audio"
+    # The answer words carry too little probability for P(safe) to mean anything (`judging.scoring`).
+    LOW_ANSWER_MASS = "low_answer_mass"
+    # A chunked sample some of whose windows did not parse: the minimum over the others may miss the harm.
+    INCOMPLETE_WINDOWS = "incomplete_windows"
 
 
 PARSE_STATUSES = tuple(status.value for status in ParseStatus)
@@ -117,3 +122,23 @@ def pairwise_mode(modality: str, source: TranscriptSource) -> str:
     if modality == AUDIO_TEXT:
         return "audio_and_transcript"
     return "cascade" if source.is_asr else "text_oracle"
+
+
+NO_AUDIO = "none"
+NATIVE_AUDIO = "native"
+_CASCADE = "cascade via "
+
+
+def audio_input_label(modality: str, cascade_asr_model: str | None = None) -> str:
+    """What a judge cell takes in place of the dialogue audio: 'none' (text modality), 'native' (it hears the
+    audio) or 'cascade via <asr model>' (it reads that ASR model's transcript of the audio, not the audio)."""
+    if modality == TEXT:
+        return NO_AUDIO
+    return f"{_CASCADE}{cascade_asr_model}" if cascade_asr_model else NATIVE_AUDIO
+
+
+def cascade_source(audio_input: str | None) -> TranscriptSource | None:
+    """The ASR transcript source of a 'cascade via <asr model>' audio input, else None."""
+    if audio_input is None or not audio_input.startswith(_CASCADE):
+        return None
+    return TranscriptSource.asr(audio_input.removeprefix(_CASCADE))

@@ -22,20 +22,15 @@ from typing import Any
 from lalm_judge.audio import tts
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.core.dialogue import CorpusError, Dialogue, SourceDialogue, Turn
-from lalm_judge.core.taxonomy import EMOTIONS, validate_dialogue_id
+from lalm_judge.core.taxonomy import unknown_emotion_warning, validate_dialogue_id
 from lalm_judge.data import benchmark, deepdialogue
 
 log = logging.getLogger(__name__)
 
 
-def _check_emotion(emotion: str | None, where: str) -> str | None:
-    if emotion is not None and emotion not in EMOTIONS:
-        raise CorpusError(f"{where}: unknown emotion {emotion!r}; use one of the DeepDialogue labels {EMOTIONS}")
-    return emotion
-
-
 def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
-    """Parse and validate `dialogues.jsonl` of the own format (ids, speakers, texts, emotions)."""
+    """Parse and validate `dialogues.jsonl` of the own format (ids, speakers, texts); emotion labels are the
+    corpus's own (ingest warns about labels outside `taxonomy.EMOTIONS`)."""
     path = Path(path)
     file = path / "dialogues.jsonl" if path.is_dir() else path
     records, seen = [], set()
@@ -54,7 +49,6 @@ def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
         for i, turn in enumerate(record.get("turns", [])):
             if not turn.get("speaker") or not str(turn.get("text", "")).strip():
                 raise CorpusError(f"{where}: turn {i} of {dialogue_id!r} needs a speaker and a text")
-            _check_emotion(turn.get("emotion"), f"{where} turn {i}")
         records.append(record)
     return records
 
@@ -141,6 +135,11 @@ def ingest(
         dialogue = benchmark.ingest(corpus, dialogue_id, clips_dir, sample_rate)
     else:
         dialogue = deepdialogue.ingest(corpus, dialogue_id, clips_dir, sample_rate)
+    for turn in dialogue.turns:
+        warning = unknown_emotion_warning(turn.emotion, f"dialogue {dialogue_id} turn {turn.index}")
+        if warning:
+            log.warning("%s", warning)
+            dialogue.warnings.append(warning)
     if len(dialogue.turns) < min_turns:
         dialogue.status = "skipped"
         dialogue.skip_reason = f"{len(dialogue.turns)} turn(s) < corpus.min_turns={min_turns}"

@@ -160,7 +160,10 @@ DESCRIPTIONS = {
     "n_turns": "number of turns",
     "speakers": "speaker label of each turn",
     "texts": "ground-truth text of each turn (the unsafe turn holds the rewrite)",
-    "emotions": "emotion label of each turn (DeepDialogue label set; the unsafe turn's is the rewrite's)",
+    "emotions": (
+        "emotion label of each turn (the corpus's own, usually of the DeepDialogue set; the unsafe turn's is the "
+        "rewrite's, always of that set)"
+    ),
     "asr_transcripts": "per ASR transcript source (`asr:<model>`), the recognized text of each turn",
     "turn_start_s": "start of each turn in `audio`, in seconds",
     "turn_end_s": "end of each turn in `audio`, in seconds",

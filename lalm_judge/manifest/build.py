@@ -75,6 +75,7 @@ def build_manifest(
         "dialogue_id": dialogue.dialogue_id,
         "status": dialogue.status,
         "skip_reason": dialogue.skip_reason,
+        "warnings": list(dialogue.warnings),
         "sample_rate": dialogue.sample_rate,
         "n_turns": len(turns),
         "gaps_s": dialogue.gaps_s(),

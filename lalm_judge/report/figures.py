@@ -21,7 +21,7 @@ from matplotlib.figure import Figure  # noqa: E402
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS  # noqa: E402
 from lalm_judge.analysis.stage import MetricTables, read_metric_tables  # noqa: E402
 from lalm_judge.core.files import atomic_path  # noqa: E402
-from lalm_judge.core.vocabulary import TranscriptSource  # noqa: E402
+from lalm_judge.core.vocabulary import TranscriptSource, cascade_source  # noqa: E402
 
 FORMATS = ("png", "svg")
 
@@ -43,24 +43,92 @@ def _metadata(fmt: str) -> dict[str, str | None]:
     return {"Date": None} if fmt == "svg" else {"Software": "lalm-judge"}
 
 
-def _source_label(modality: str, source: str) -> str:
+def _source_label(modality: str, source: str, audio_input: str | None = None) -> str:
+    if cascade_source(audio_input) is not None:
+        return f"{modality} ({audio_input})"
     return f"{modality} ({source})" if TranscriptSource(source).has_transcript else modality
 
 
-def plot_sensitivity(cells: pl.DataFrame, pareto: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
-    """Sensitivity with 95 % CI bars per judge x modality/transcript source (condition 'clean' if present),
-    each configuration at its CV-selected prompt for sensitivity."""
+def _labelled(frame: pl.DataFrame) -> pl.DataFrame:
+    """Add `series`: the modality/transcript-source label of each row (an ASR cascade says so)."""
+    audio_input = frame["audio_input"] if "audio_input" in frame.columns else [None] * frame.height
+    labels = [_source_label(*values) for values in zip(frame["modality"], frame["transcript_source"], audio_input)]
+    return frame.with_columns(series=pl.Series(labels, dtype=pl.String))
+
+
+# --- what each figure plots (tested against the metric tables), then how it is drawn ----------------------
+
+
+def sensitivity_bars(cells: pl.DataFrame, pareto: pl.DataFrame) -> pl.DataFrame:
+    """One bar per configuration at its CV-selected prompt for sensitivity (condition 'clean' if present):
+    judge, series, sensitivity, sensitivity_lo, sensitivity_hi."""
     selected = pareto.select(*CONFIG_KEYS, pl.col("prompt_sensitivity").alias("prompt"))
     table = cells.join(selected, on=list(CELL_KEYS), how="semi", nulls_equal=True)
     if "clean" in table["condition"].to_list():
         table = table.filter(pl.col("condition") == "clean")
-    table = table.sort(CELL_KEYS, nulls_last=True)
+    return _labelled(table.sort(CELL_KEYS, nulls_last=True)).select(
+        "judge", "series", "sensitivity", "sensitivity_lo", "sensitivity_hi"
+    )
+
+
+def pareto_points(pareto: pl.DataFrame) -> pl.DataFrame:
+    """One point per configuration: its cross-validated sensitivity and specificity, AvgAbsPB (sensitivity) as
+    colour, and whether it is on the front."""
+    return _labelled(pareto).select(
+        "judge", "series", "cv_sensitivity", "cv_specificity", "avg_abs_pb_sensitivity", "on_front"
+    )
+
+
+def prompt_lines(cells: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """The metric of every cell, by configuration (`config` label) and prompt."""
+    labelled = _labelled(cells)
+    return labelled.select(
+        pl.concat_str(pl.col("judge"), pl.col("series"), pl.col("condition"), separator=" ").alias("config"),
+        "prompt",
+        pl.col(metric).alias("value"),
+    ).sort("config", "prompt")
+
+
+def severity_lines(severity_curve: pl.DataFrame) -> pl.DataFrame:
+    """Mean score per judge, modality/transcript source and severity, averaged over prompts and conditions."""
+    return (
+        _labelled(severity_curve)
+        .group_by("judge", "series", "severity")
+        .agg(pl.col("mean_score").mean())
+        .sort("judge", "series", "severity")
+    )
+
+
+def position_bias_grid(position_bias: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """PB(L, k) per judge, averaged over its cells, of the (L, k) that enter AvgAbsPB (`included`); the others,
+    and position 1 (the reference), are not drawn."""
+    shown = position_bias.filter((pl.col("metric") == metric) & pl.col("included"))
+    return shown.group_by("judge", "n_turns", "position").agg(pl.col("pb").mean()).sort("judge", "n_turns", "position")
+
+
+def category_grid(categories: pl.DataFrame, metric: str) -> pl.DataFrame:
+    """The metric per configuration (`row` label, averaged over prompts) and harm category."""
+    labelled = categories.with_columns(
+        row=pl.concat_str(
+            pl.col("judge"),
+            pl.col("modality"),
+            pl.col("transcript_source").fill_null("-"),
+            pl.col("condition"),
+            separator=" ",
+        )
+    )
+    return labelled.group_by("row", "category").agg(pl.col(metric).mean().alias("value")).sort("row", "category")
+
+
+def plot_sensitivity(cells: pl.DataFrame, pareto: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
+    """Sensitivity with 95 % CI bars per judge x modality/transcript source (`sensitivity_bars`)."""
+    table = sensitivity_bars(cells, pareto)
     judges = table["judge"].unique(maintain_order=True).to_list()
-    series = table.select("modality", "transcript_source").unique(maintain_order=True).rows()
+    series = table["series"].unique(maintain_order=True).to_list()
     figure, axis = plt.subplots(figsize=(max(4.0, 1.2 * len(judges) * max(1, len(series)) / 2), 3.5))
     width = 0.8 / max(1, len(series))
-    for offset, (modality, source) in enumerate(series):
-        part = table.filter((pl.col("modality") == modality) & (pl.col("transcript_source") == source))
+    for offset, label in enumerate(series):
+        part = table.filter(pl.col("series") == label)
         x = np.array([judges.index(judge) for judge in part["judge"]]) + offset * width - 0.4 + width / 2
         value = part["sensitivity"].fill_null(np.nan).to_numpy()
         error = np.abs(
@@ -68,7 +136,7 @@ def plot_sensitivity(cells: pl.DataFrame, pareto: pl.DataFrame, stem: str | os.P
                 [value - part["sensitivity_lo"].fill_null(np.nan), part["sensitivity_hi"].fill_null(np.nan) - value]
             )
         )
-        axis.bar(x, value, width, yerr=np.nan_to_num(error), capsize=2, label=_source_label(modality, source))
+        axis.bar(x, value, width, yerr=np.nan_to_num(error), capsize=2, label=label)
     axis.axhline(0.0, color="black", linewidth=0.8)
     axis.set_xticks(range(len(judges)), judges, rotation=30, ha="right")
     axis.set_ylabel("sensitivity (min_i Delta_i)")
@@ -77,25 +145,25 @@ def plot_sensitivity(cells: pl.DataFrame, pareto: pl.DataFrame, stem: str | os.P
 
 
 def plot_pareto(pareto: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
-    """Sensitivity vs specificity per configuration, colour = AvgAbsPB (sensitivity), front circled."""
+    """Cross-validated sensitivity vs specificity per configuration, colour = AvgAbsPB (sensitivity), front
+    circled (`pareto_points`)."""
+    table = pareto_points(pareto)
     figure, axis = plt.subplots(figsize=(5, 4))
     points = axis.scatter(
-        pareto["sensitivity"].fill_null(np.nan),
-        pareto["specificity"].fill_null(np.nan),
-        c=pareto["avg_abs_pb_sensitivity"].fill_null(np.nan),
+        table["cv_sensitivity"].fill_null(np.nan),
+        table["cv_specificity"].fill_null(np.nan),
+        c=table["avg_abs_pb_sensitivity"].fill_null(np.nan),
         cmap="viridis_r",
     )
-    front = pareto.filter(pl.col("on_front"))
-    axis.scatter(front["sensitivity"], front["specificity"], s=140, facecolors="none", edgecolors="red", label="front")
+    front = table.filter(pl.col("on_front"))
+    axis.scatter(
+        front["cv_sensitivity"], front["cv_specificity"], s=140, facecolors="none", edgecolors="red", label="front"
+    )
     for row in front.iter_rows(named=True):
-        axis.annotate(
-            f"{row['judge']} {_source_label(row['modality'], row['transcript_source'])}",
-            (row["sensitivity"], row["specificity"]),
-            fontsize=6,
-        )
+        axis.annotate(f"{row['judge']} {row['series']}", (row["cv_sensitivity"], row["cv_specificity"]), fontsize=6)
     figure.colorbar(points, label="AvgAbsPB (sensitivity)")
-    axis.set_xlabel("sensitivity")
-    axis.set_ylabel("specificity")
+    axis.set_xlabel("sensitivity (cross-validated)")
+    axis.set_ylabel("specificity (cross-validated)")
     axis.legend(fontsize="small", frameon=False)
     return save_figure(figure, stem)
 
@@ -103,15 +171,13 @@ def plot_pareto(pareto: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
 def plot_prompt_strategies(
     cells: pl.DataFrame, stem: str | os.PathLike, metrics: tuple[str, ...] = ("sensitivity", "specificity")
 ) -> list[Path]:
-    """One line per configuration across prompt strategies, one panel per metric."""
+    """One line per configuration across prompt strategies, one panel per metric (`prompt_lines`)."""
     figure, axes = plt.subplots(1, len(metrics), figsize=(5 * len(metrics), 3.5), squeeze=False)
     prompts = sorted(cells["prompt"].unique().to_list())
     for axis, metric in zip(axes[0], metrics):
-        for config, part in cells.sort("prompt").group_by(list(CONFIG_KEYS), maintain_order=True):
-            judge, modality, source, condition = config
+        for (config,), part in prompt_lines(cells, metric).group_by("config", maintain_order=True):
             x = [prompts.index(prompt) for prompt in part["prompt"]]
-            label = f"{judge} {_source_label(modality, source)} {condition}"
-            axis.plot(x, part[metric].fill_null(np.nan), marker="o", label=label)
+            axis.plot(x, part["value"].fill_null(np.nan), marker="o", label=config)
         axis.set_xticks(range(len(prompts)), prompts, rotation=30, ha="right")
         axis.set_title(metric)
     axes[0][-1].legend(fontsize="x-small", frameon=False, bbox_to_anchor=(1.02, 1), loc="upper left")
@@ -120,16 +186,14 @@ def plot_prompt_strategies(
 
 def plot_severity_curves(severity_curve: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
     """Mean score vs severity (0 = safe original), one panel per judge, one line per modality/transcript source
-    (averaged over prompts and conditions)."""
-    judges = sorted(severity_curve["judge"].unique().to_list())
+    (`severity_lines`)."""
+    table = severity_lines(severity_curve)
+    judges = sorted(table["judge"].unique().to_list())
     figure, axes = plt.subplots(1, len(judges), figsize=(3.5 * len(judges), 3), squeeze=False, sharey=True)
-    averaged = severity_curve.group_by("judge", "modality", "transcript_source", "severity").agg(
-        pl.col("mean_score").mean()
-    )
     for axis, judge in zip(axes[0], judges):
-        part = averaged.filter(pl.col("judge") == judge).sort("modality", "transcript_source", "severity")
-        for (modality, source), line in part.group_by("modality", "transcript_source", maintain_order=True):
-            axis.plot(line["severity"], line["mean_score"], marker="o", label=_source_label(modality, source))
+        part = table.filter(pl.col("judge") == judge)
+        for (label,), line in part.group_by("series", maintain_order=True):
+            axis.plot(line["severity"], line["mean_score"], marker="o", label=label)
         axis.set_title(judge)
         axis.set_xlabel("severity")
     axes[0][0].set_ylabel("mean safety score")
@@ -138,13 +202,13 @@ def plot_severity_curves(severity_curve: pl.DataFrame, stem: str | os.PathLike) 
 
 
 def plot_position_bias(position_bias: pl.DataFrame, stem: str | os.PathLike, metric: str = "sensitivity") -> list[Path]:
-    """Heatmaps of PB(L, k) (dialogue length x unsafe-turn position), one per judge, averaged over its cells."""
+    """Heatmaps of PB(L, k) (dialogue length x unsafe-turn position), one per judge (`position_bias_grid`)."""
     table = position_bias.filter(pl.col("metric") == metric)
+    averaged = position_bias_grid(position_bias, metric)
     judges = sorted(table["judge"].unique().to_list())
     lengths = sorted(table["n_turns"].unique().to_list())
     positions = list(range(1, max(lengths, default=1) + 1))
     figure, axes = plt.subplots(1, len(judges), figsize=(3.5 * len(judges), 3), squeeze=False)
-    averaged = table.group_by("judge", "n_turns", "position").agg(pl.col("pb").mean())
     limit = float(np.nanmax(np.abs(averaged["pb"].fill_null(np.nan).to_numpy()), initial=1e-9))
     for axis, judge in zip(axes[0], judges):
         grid = np.full((len(lengths), len(positions)), np.nan)
@@ -162,23 +226,14 @@ def plot_position_bias(position_bias: pl.DataFrame, stem: str | os.PathLike, met
 
 
 def plot_categories(categories: pl.DataFrame, stem: str | os.PathLike, metric: str = "sensitivity") -> list[Path]:
-    """Heatmap of a metric per configuration (rows, averaged over prompts) and harm category (columns)."""
-    table = categories.with_columns(
-        row=pl.concat_str(
-            pl.col("judge"),
-            pl.col("modality"),
-            pl.col("transcript_source").fill_null("-"),
-            pl.col("condition"),
-            separator=" ",
-        )
-    )
-    averaged = table.group_by("row", "category").agg(pl.col(metric).mean())
+    """Heatmap of a metric per configuration (rows, averaged over prompts) and harm category (`category_grid`)."""
+    averaged = category_grid(categories, metric)
     rows = sorted(averaged["row"].unique().to_list())
     columns = sorted(averaged["category"].unique().to_list())
     grid = np.full((len(rows), len(columns)), np.nan)
     for row in averaged.iter_rows(named=True):
-        if row[metric] is not None:
-            grid[rows.index(row["row"]), columns.index(row["category"])] = row[metric]
+        if row["value"] is not None:
+            grid[rows.index(row["row"]), columns.index(row["category"])] = row["value"]
     figure, axis = plt.subplots(figsize=(1 + 0.8 * len(columns), 1 + 0.35 * len(rows)))
     image = axis.imshow(grid, cmap="viridis", aspect="auto")
     axis.set_xticks(range(len(columns)), columns, rotation=30, ha="right")
@@ -214,8 +269,9 @@ FIGURES = (
     FigureSpec(
         "pareto",
         "Pareto front",
-        "Sensitivity vs specificity per configuration (CV-selected prompts), colour = AvgAbsPB of sensitivity; "
-        "circled configurations are on the Pareto front (higher sensitivity and specificity, lower position bias).",
+        "Cross-validated sensitivity vs specificity per configuration (each dialogue scored by the prompt chosen "
+        "without it), colour = AvgAbsPB of sensitivity; circled configurations are on the Pareto front (higher "
+        "sensitivity and specificity, lower position bias; configurations lacking a severity are compared apart).",
         "pareto",
         lambda t, stem: plot_pareto(t.pareto, stem),
     ),
@@ -238,7 +294,8 @@ FIGURES = (
         "position_bias_sensitivity",
         "Position bias (sensitivity)",
         "PB(L, k) = Sensitivity(L, k) - Sensitivity(L, 1) per dialogue length L and unsafe-turn position k, "
-        "averaged over each judge's cells; 0 = no position bias.",
+        "averaged over each judge's cells; 0 = no position bias. Blank: (L, k) left out of AvgAbsPB (too few "
+        "dialogues, or no position-1 value); compare with the noise reference in the metrics table.",
         "position_bias",
         lambda t, stem: plot_position_bias(t.position_bias, stem, metric="sensitivity"),
     ),

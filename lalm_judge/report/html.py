@@ -14,7 +14,16 @@ from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.manifest.samples import Sample
 from lalm_judge.report.examples import AudioExample
 from lalm_judge.report.figures import FIGURES
-from lalm_judge.report.tables import cell_text, cells_display, guide_display
+from lalm_judge.report.tables import (
+    NOISE_LEVEL,
+    cell_text,
+    cells_display,
+    deltas_display,
+    guide_display,
+    metric_warnings,
+    pareto_display,
+    position_bias_display,
+)
 
 WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
 
@@ -136,9 +145,10 @@ DEFINITIONS = (
     "Sensitivity = min_i Delta_i: the drop even the mildest harm causes (> 0 is good).",
     "Specificity: share of the 10 severity pairs (i < j) whose mean scores are ordered S_i > S_j (ties 0.5).",
     "Position bias PB(L, k) = M(L, k) - M(L, 1) for dialogue length L and unsafe-turn position k; AvgAbsPB is "
-    "the mean |PB| over k >= 2.",
+    "the mean |PB| over the (L, k >= 2) with enough dialogues; its noise reference is a permutation null "
+    "(positions shuffled within dialogues).",
     "Intervals: 95 % percentile cluster bootstrap over dialogues. Prompt selection: k-fold cross-validation "
-    "over dialogues.",
+    "over dialogues; cross-validated values pool each dialogue's held-out score.",
 )
 
 
@@ -160,6 +170,8 @@ NAVIGATION = (
     ("guide", "Guide"),
     ("figures", "Figures"),
     ("cells", "Metrics"),
+    ("deltas", "Deltas"),
+    ("position-bias", "Position bias"),
     ("pareto", "Pareto"),
     ("prompts", "Prompt selection"),
     ("parsing", "Parse failures"),
@@ -199,6 +211,7 @@ def render_html(content: ReportContent) -> str:
             "ability.</strong> This run demonstrates the workflow; its numbers say nothing about audio-language "
             "models as judges.</div>"
         )
+    banner += "".join(f'<div class="warning">{html.escape(text)}</div>' for text in metric_warnings(content.cells))
     body = [
         banner,
         html_table(content.overview, css_class="data overview"),
@@ -208,10 +221,40 @@ def render_html(content: ReportContent) -> str:
         section(
             "cells",
             "Metrics per judge cell",
-            paragraph("Point estimates with 95 % bootstrap intervals; a cell without metrics says why."),
+            paragraph(
+                "Point estimates with 95 % cluster-bootstrap intervals; a cell without metrics, or lacking a "
+                "severity, says why. audio_input: what the judge takes for the audio ('cascade via <asr model>': "
+                "an ASR transcript, not the audio)."
+            ),
             html_table(cells_display(content.cells)),
         ),
-        section("pareto", "Pareto front over configurations", html_table(content.pareto)),
+        section(
+            "deltas",
+            "Score drop per severity",
+            paragraph("Delta_i (safe original minus variant, paired on dialogues) with 95 % intervals."),
+            html_table(deltas_display(content.cells)),
+        ),
+        section(
+            "position-bias",
+            "Position bias against noise",
+            paragraph(
+                "AvgAbsPB with its 95 % interval, and the mean AvgAbsPB of datasets whose unsafe-turn positions are "
+                "shuffled within each dialogue (noise_null: what noise alone gives) with the permutation p-value; "
+                f"beyond_noise when p < {NOISE_LEVEL}. (L, k) with too few dialogues or no position-1 value are "
+                "left out (position_bias.parquet has every PB(L, k) with its counts and interval)."
+            ),
+            html_table(position_bias_display(content.cells)),
+        ),
+        section(
+            "pareto",
+            "Pareto front over configurations",
+            paragraph(
+                "Cross-validated values (each dialogue scored by the prompt chosen without it, comparable with the "
+                "cells) with 95 % intervals; AvgAbsPB at the prompts selected for sensitivity and specificity. "
+                "Configurations lacking a severity are compared only among themselves."
+            ),
+            html_table(pareto_display(content.pareto)),
+        ),
         section("prompts", "Cross-validated prompt selection", html_table(content.prompt_selection)),
         section(
             "parsing",

@@ -20,7 +20,6 @@ from lalm_judge.report import figures
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
 from lalm_judge.report.html import ReportContent, render_html
 from lalm_judge.report.tables import (
-    PROVENANCE_COLUMNS,
     accounting_table,
     judge_table,
     overview_table,
@@ -71,7 +70,7 @@ def build_report(
         guide=guide,
         figure_names=copy_figures(figure_dir, out_dir / "figures"),
         cells=tables.cells,
-        pareto=tables.pareto.drop(*[c for c in tables.pareto.columns if c in PROVENANCE_COLUMNS]),
+        pareto=tables.pareto,
         prompt_selection=prompt_selection_summary(tables.prompt_selection),
         parse_status=tables.parse_status,
         wer=wer_table(asr_paths),

@@ -22,7 +22,15 @@ DIGITS = 3
 MISSING = "–"
 
 
-PROVENANCE_COLUMNS = ("config_hash", "seed", "n_bootstrap", "n_folds", "package_versions")
+PROVENANCE_COLUMNS = (
+    "config_hash",
+    "seed",
+    "n_bootstrap",
+    "n_folds",
+    "min_pb_dialogues",
+    "n_permutations",
+    "package_versions",
+)
 
 
 def cell_text(value: Any) -> str:
@@ -112,17 +120,19 @@ def accounting_table(accounting: Mapping[str, float]) -> pl.DataFrame:
 
 
 def prompt_selection_summary(prompt_selection: pl.DataFrame) -> pl.DataFrame:
-    """Per configuration and metric: the selected prompt, its mean held-out value and the per-fold choices."""
-    return (
+    """Per configuration and metric: the selected prompt, the cross-validated value with its interval, and the
+    per-fold choices."""
+    summary = (
         prompt_selection.group_by(*CONFIG_KEYS, "metric", maintain_order=True)
         .agg(
             pl.col("selected_prompt").first(),
-            pl.col("mean_heldout").first(),
+            pl.col("cv_value", "cv_lo", "cv_hi", "complete").first(),
             pl.col("chosen_prompt").fill_null(MISSING).str.join(", ").alias("fold_choices"),
             pl.col("reason").drop_nulls().unique(maintain_order=True).str.join("; ").alias("reason"),
         )
         .with_columns(pl.col("reason").replace("", None))
     )
+    return with_interval(summary, "cv_value", "cv_lo", "cv_hi")
 
 
 def interval_text(value: float | None, low: float | None, high: float | None) -> str:
@@ -141,24 +151,128 @@ def with_interval(frame: pl.DataFrame, metric: str, low: str | None = None, high
     return frame.with_columns(pl.Series(metric, shown, dtype=pl.String)).drop(low, high)
 
 
+def with_intervals(frame: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
+    for metric in metrics:
+        frame = with_interval(frame, metric)
+    return frame
+
+
 def cells_display(cells: pl.DataFrame) -> pl.DataFrame:
+    """The cells table as shown: values with their 95 % intervals; position bias in `position_bias_display`."""
+    intervals = ("sensitivity", "specificity", "mean_safe", "avg_abs_pb_sensitivity", "avg_abs_pb_specificity")
     table = cells.select(
         *CELL_KEYS,
-        "sensitivity",
-        "sensitivity_lo",
-        "sensitivity_hi",
-        "specificity",
-        "specificity_lo",
-        "specificity_hi",
-        "avg_abs_pb_sensitivity",
-        "avg_abs_pb_specificity",
-        "mean_safe",
+        "audio_input",
+        *(f"{metric}{suffix}" for metric in intervals for suffix in ("", "_lo", "_hi")),
+        "n_severities",
         "n_dialogues",
         "parse_failure_rate",
         "refusal_rate",
         "reason",
     )
-    return with_interval(with_interval(table, "sensitivity"), "specificity")
+    return with_intervals(table, intervals)
+
+
+def deltas_display(cells: pl.DataFrame) -> pl.DataFrame:
+    """Delta_i with its 95 % interval per cell, for the severities any cell has."""
+    present = [i for i in range(1, 6) if cells[f"delta_{i}"].is_not_null().any()]
+    table = cells.select(*CELL_KEYS, *(f"delta_{i}{s}" for i in present for s in ("", "_lo", "_hi")), "n_dialogues")
+    return with_intervals(table, [f"delta_{i}" for i in present])
+
+
+# Below this permutation p-value an AvgAbsPB is read as more than noise alone gives.
+NOISE_LEVEL = 0.05
+
+
+def position_bias_display(cells: pl.DataFrame) -> pl.DataFrame:
+    """Per cell and metric: AvgAbsPB with its interval, its permutation null (what noise alone gives), the
+    p-value, whether it exceeds noise, and the lengths left out."""
+    rows = []
+    for cell in cells.iter_rows(named=True):
+        for metric in ("sensitivity", "specificity"):
+            name = f"avg_abs_pb_{metric}"
+            p_value = cell[f"{name}_p"]
+            rows.append(
+                {
+                    **{key: cell[key] for key in CELL_KEYS},
+                    "metric": metric,
+                    "avg_abs_pb": interval_text(cell[name], cell[f"{name}_lo"], cell[f"{name}_hi"]),
+                    "noise_null": cell[f"{name}_null"],
+                    "p_value": p_value,
+                    "beyond_noise": None if p_value is None else p_value < NOISE_LEVEL,
+                    "lengths_left_out": cell["pb_left_out"],
+                }
+            )
+    schema = {
+        **dict.fromkeys(CELL_KEYS, pl.String),
+        "metric": pl.String,
+        "avg_abs_pb": pl.String,
+        "noise_null": pl.Float64,
+        "p_value": pl.Float64,
+        "beyond_noise": pl.Boolean,
+        "lengths_left_out": pl.String,
+    }
+    return pl.DataFrame(rows, schema=schema)
+
+
+def pareto_display(pareto: pl.DataFrame) -> pl.DataFrame:
+    """The Pareto table as shown: cross-validated values and AvgAbsPB objectives with their intervals."""
+    intervals = ("cv_sensitivity", "cv_specificity", "avg_abs_pb_sensitivity", "avg_abs_pb_specificity")
+    table = pareto.select(
+        *CONFIG_KEYS,
+        "audio_input",
+        "prompt_sensitivity",
+        "prompt_specificity",
+        *(f"{metric}{suffix}" for metric in intervals for suffix in ("", "_lo", "_hi")),
+        "complete",
+        "front_objectives",
+        "on_front",
+    )
+    return with_intervals(table, intervals)
+
+
+def _cell_name(row: Mapping[str, Any]) -> str:
+    source = row["transcript_source"]
+    modality = row["modality"] if source in (None, TranscriptSource.NONE) else f"{row['modality']}/{source}"
+    return f"{row['judge']} {modality} {row['prompt']}"
+
+
+def metric_warnings(cells: pl.DataFrame) -> list[str]:
+    """Warnings the report shows above its tables: position bias no larger than noise or not estimated, cells
+    lacking a severity, ASR cascades standing in for audio."""
+    warnings = []
+    measured = cells.filter(pl.col("avg_abs_pb_sensitivity").is_not_null())
+    if measured.height == 0 and cells.height:
+        warnings.append(
+            "Position bias is not estimated in any cell: no (length, position) has enough dialogues "
+            "(metrics.position_bias_min_dialogues); see the position-bias table for the lengths left out."
+        )
+    else:
+        noise = measured.filter(pl.col("avg_abs_pb_sensitivity_p") >= NOISE_LEVEL)
+        if noise.height:
+            warnings.append(
+                f"AvgAbsPB (sensitivity) of {noise.height} of {measured.height} cells is within what noise alone "
+                f"gives (permutation p >= {NOISE_LEVEL}): read it as no evidence of position bias, not as its size."
+            )
+    lacking = cells.filter(pl.col("reason").str.contains("has no paired parsed variant").fill_null(False))
+    if lacking.height:
+        names = ", ".join(_cell_name(row) for row in lacking.iter_rows(named=True))
+        warnings.append(
+            f"{lacking.height} cell(s) lack a severity ({names}): their sensitivity is a minimum over fewer "
+            "severities; they are compared only among themselves in prompt selection and on the Pareto front."
+        )
+    cascades = (
+        cells.filter(pl.col("audio_input").str.starts_with("cascade via").fill_null(False))
+        .select("judge", "modality", "audio_input")
+        .unique()
+        .sort("judge", "modality")
+    )
+    for row in cascades.iter_rows(named=True):
+        warnings.append(
+            f"{row['judge']} {row['modality']} is an ASR cascade ({row['audio_input']}): it reads the transcript "
+            "of that ASR model, not the audio, and is no audio-native judge."
+        )
+    return warnings
 
 
 def guide_display(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.DataFrame:

@@ -201,3 +201,31 @@ def test_only_the_requested_condition_is_recommended():
     assert pick(practitioner_guide(cells), TEXT_ONLY, "gt", "sensitivity")["judge"] == "a"
     noisy = practitioner_guide(cells, condition="noise_10")
     assert pick(noisy, TEXT_ONLY, "gt", "sensitivity")["judge"] == "b"
+
+
+def test_an_asr_cascade_is_never_offered_as_an_audio_native_judge():
+    """The embedding baseline's 'audio' cell reads a Whisper transcript: it competes where that transcript is the
+    input (audio only via that ASR model), never among the audio-native judges, and its row says what it is."""
+    cascade = {**cell("m", "audio", "none", sens=0.9, spec=0.9, pb=0.01), "audio_input": "cascade via whisper_tiny_en"}
+    native = {**cell("q", "audio", "none", sens=0.1, spec=0.5, pb=0.2), "audio_input": "native"}
+    text = {**cell("m", "text", ASR, sens=0.5, spec=0.5, pb=0.1), "audio_input": "none"}
+    cells = pl.DataFrame([cascade, native, text], schema={**CELL_SCHEMA, "audio_input": pl.String})
+    table = practitioner_guide(cells)
+    audio_native = pick(table, AUDIO_ONLY, "none", "sensitivity")
+    assert (audio_native["judge"], audio_native["audio_input"]) == ("q", "native")
+    via_asr = pick(table, AUDIO_ONLY, ASR, "sensitivity")
+    assert (via_asr["judge"], via_asr["modality"], via_asr["audio_input"]) == (
+        "m",
+        "audio",
+        "cascade via whisper_tiny_en",
+    )
+    assert pick(table, TEXT_ONLY, ASR, "sensitivity")["judge"] == "m"  # the text cell
+    assert pick(table, TEXT_ONLY, ASR, "sensitivity")["modality"] == "text"
+
+
+def test_complete_cells_rank_before_cells_lacking_a_severity():
+    complete = {**cell("a", "text", "gt", sens=0.2), "n_severities": 5}
+    lacking = {**cell("b", "text", "gt", sens=0.6), "n_severities": 4}
+    cells = pl.DataFrame([complete, lacking], schema={**CELL_SCHEMA, "n_severities": pl.Int64})
+    row = pick(practitioner_guide(cells), TEXT_ONLY, "gt", "sensitivity")
+    assert row["judge"] == "a"

@@ -124,7 +124,8 @@ def test_parse_failures_are_excluded_from_means_and_counted_in_rates():
 
 def test_position_bias_by_hand():
     """Length 2. Position 1: Delta = (0.5, 0.75) -> Sens 0.5; position 2: Delta = (0.25, 0.5) -> Sens 0.25.
-    PB(2, 2) = -0.25, AvgAbsPB = 0.25; specificity is 1 at both positions, so its PB is 0."""
+    PB(2, 2) = -0.25, AvgAbsPB = 0.25; specificity is 1 at both positions, so its PB is 0. One dialogue: the
+    minimum number of dialogues per (L, k) is lowered to 1 to let it count."""
     frame = table(
         [
             ("a", 0, None, 1.0, "ok"),
@@ -134,7 +135,7 @@ def test_position_bias_by_hand():
             ("a", 2, 1, 0.5, "ok"),
         ]
     )
-    tables = compute(frame)
+    tables = compute(frame, engine.MetricSettings(n_boot=50, seed=0, n_folds=2, min_pb_dialogues=1))
     sensitivity = tables.position_bias.filter(pl.col("metric") == "sensitivity").sort("position")
     assert sensitivity["position"].to_list() == [1, 2]
     assert sensitivity["value"].to_list() == pytest.approx([0.5, 0.25])
@@ -218,7 +219,7 @@ def test_prompt_selection_picks_the_informative_prompt_and_pareto_uses_it():
     assert selection["heldout_value"].to_list() == pytest.approx([0.15] * 10)
     assert selection["n_heldout_dialogues"].sum() == 2 * 10
     assert set(tables.pareto["prompt_sensitivity"]) == {"graded"}
-    assert tables.pareto["sensitivity"].to_list() == pytest.approx([0.15, 0.15])
+    assert tables.pareto["cv_sensitivity"].to_list() == pytest.approx([0.15, 0.15])
     assert tables.pareto["on_front"].all()
 
 
@@ -252,3 +253,201 @@ def test_metrics_command_writes_every_table_with_provenance(tmp_path, capsys):
     scores.drop("severity").write_parquet(bad)
     assert metrics_cli.main([str(bad), "--out", str(tmp_path / "x")]) == 2
     assert "severity" in capsys.readouterr().err
+
+
+# --- edge cases: ties, incomplete cells, uncertainty of position bias, cross-validated Pareto front -------------
+
+
+def constant_judge_table(n_dialogues: int = 10) -> pl.DataFrame:
+    scores = simulated.simulate_scores(
+        n_dialogues=n_dialogues, judges=("flat",), modalities=(("text", "gt"),), prompts=("basic",), failure_rate=0.0
+    )
+    return scores.with_columns(score=pl.lit(0.8))
+
+
+def test_a_judge_that_scores_everything_alike_has_specificity_one_half():
+    """Every severity mean is 0.8 however its sum is ordered: all 10 pairs tie, in the estimate and its CI."""
+    cell = only_cell(compute(constant_judge_table()))
+    assert cell["specificity"] == 0.5
+    assert cell["specificity_lo"] == 0.5 and cell["specificity_hi"] == 0.5
+    assert cell["sensitivity"] == pytest.approx(0.0, abs=1e-12)
+
+
+def test_cells_report_intervals_of_every_delta_and_of_the_mean_safe_score():
+    scores = simulated.simulate_scores(n_dialogues=10, judges=("j",), modalities=(("text", "gt"),), prompts=("p",))
+    cell = only_cell(compute(scores))
+    for name in [*(f"delta_{i}" for i in range(1, 6)), "mean_safe"]:
+        assert cell[f"{name}_lo"] < cell[name] < cell[f"{name}_hi"], name
+    # Delta_5 of the simulator is clearly positive: its whole interval is above 0.
+    assert cell["delta_5_lo"] > 0
+
+
+def test_a_cell_lacking_a_severity_says_so():
+    rows = [("a", 0, None, 1.0, "ok"), ("a", 1, 0, 0.75, "ok"), ("a", 2, 0, 0.5, "ok"), ("a", 3, 1, 0.25, "ok")]
+    complete = table(rows)
+    lacking = table([row for row in rows if row[1] != 1], prompt="rubric")
+    cells = compute(pl.concat([complete, lacking])).cells.sort("prompt")
+    full, partial = cells.row(0, named=True), cells.row(1, named=True)
+    assert full["n_severities"] == 3 and full["reason"] is None
+    assert partial["n_severities"] == 2
+    assert partial["sensitivity"] == pytest.approx(0.5)  # min over severities 2 and 3 only
+    assert "severity 1" in partial["reason"] and "minimum over severities 2, 3" in partial["reason"]
+
+
+def test_prompt_selection_and_pareto_keep_incomplete_cells_apart():
+    """Prompt 'partial' lacks severity 1, its weakest: its sensitivity looks better, but only because a severity is
+    missing. Complete prompts compete first; a configuration with only incomplete cells is compared apart."""
+    scores = simulated.simulate_scores(n_dialogues=10, judges=("j", "k"), modalities=(("text", "gt"),), prompts=("a",))
+    graded = scores.with_columns(score=1.0 - 0.15 * pl.col("severity"), parse_status=pl.lit("ok"))
+    partial = graded.filter(pl.col("judge") == "j", pl.col("severity") != 1).with_columns(prompt=pl.lit("partial"))
+    only_partial = graded.filter(pl.col("judge") == "k", pl.col("severity") != 1).with_columns(
+        score=1.0 - 0.2 * pl.col("severity")
+    )
+    frame = pl.concat([graded.filter(pl.col("judge") == "j"), partial, only_partial])
+    tables = compute(frame, engine.MetricSettings(n_boot=20, seed=1, n_folds=2))
+    selection = tables.prompt_selection.filter(pl.col("judge") == "j", pl.col("metric") == "sensitivity")
+    assert set(selection["chosen_prompt"]) == {"a"}
+    pareto = tables.pareto.sort("judge")
+    assert pareto["complete"].to_list() == [True, False]
+    # k (sensitivity 0.4 over severities 2-5) would dominate j (0.15); apart, each is on its own front.
+    assert pareto["on_front"].to_list() == [True, True]
+
+
+def test_cross_validation_breaks_ties_by_the_other_metric_then_by_name():
+    """Prompts 'a' and 'b' have the same sensitivity everywhere; 'b' orders the severities better."""
+    scores = simulated.simulate_scores(
+        n_dialogues=10, judges=("j",), modalities=(("text", "gt"),), prompts=("a", "b"), failure_rate=0.0
+    )
+    # Sensitivity = Delta_1 = 0.1 for both; 'a' scores severities 2-5 alike (ties), 'b' keeps falling.
+    a_score = pl.when(pl.col("severity") == 0).then(0.9).otherwise(0.8)
+    b_score = 0.9 - 0.1 * pl.col("severity")
+    frame = scores.with_columns(score=pl.when(pl.col("prompt") == "a").then(a_score).otherwise(b_score))
+    tables = compute(frame, engine.MetricSettings(n_boot=20, seed=1, n_folds=5))
+    sensitivity = tables.prompt_selection.filter(pl.col("metric") == "sensitivity")
+    assert set(sensitivity["chosen_prompt"]) == {"b"}
+
+
+def test_cross_validated_values_are_comparable_with_the_cells():
+    """With one prompt there is nothing to select: the held-out pooled value is the cell's value, with the same
+    interval; the Pareto table shows the cross-validated values and both position-bias objectives."""
+    scores = simulated.simulate_scores(n_dialogues=10, judges=("j",), prompts=("only",))
+    tables = compute(scores, engine.MetricSettings(n_boot=50, seed=3, n_folds=5))
+    cells = tables.cells.sort(engine.CELL_KEYS)
+    pareto = tables.pareto.sort(engine.CONFIG_KEYS)
+    for metric in ("sensitivity", "specificity"):
+        for suffix in ("", "_lo", "_hi"):
+            np.testing.assert_allclose(pareto[f"cv_{metric}{suffix}"], cells[f"{metric}{suffix}"], rtol=1e-12)
+    assert "sensitivity" not in pareto.columns  # only the cross-validated values compete
+    assert {"avg_abs_pb_sensitivity", "avg_abs_pb_specificity"} <= set(pareto.columns)
+    assert "mean_heldout" not in tables.prompt_selection.columns
+    per_config = tables.prompt_selection.filter(pl.col("metric") == "sensitivity", pl.col("fold") == 0)
+    assert per_config.sort(engine.CONFIG_KEYS)["cv_value"].to_list() == pytest.approx(cells["sensitivity"].to_list())
+
+
+def test_pareto_front_uses_held_out_values():
+    """j looks far better on all data (in sample), k is better held out: the front follows the held-out values."""
+    cells = pl.DataFrame(
+        {
+            "judge": ["j", "k"],
+            "modality": ["text", "text"],
+            "transcript_source": ["gt", "gt"],
+            "prompt": ["p", "p"],
+            "condition": ["clean", "clean"],
+            "sensitivity": [0.9, 0.1],  # in sample, j looks far better
+            "specificity": [0.9, 0.1],
+            **{f"avg_abs_pb_{m}{s}": [0.1, 0.1] for m in ("sensitivity", "specificity") for s in ("", "_lo", "_hi")},
+            "audio_input": ["none", "none"],
+            "n_severities": [5, 5],
+        }
+    )
+    selection = pl.DataFrame(
+        {
+            "judge": ["j", "j", "k", "k"],
+            "modality": ["text"] * 4,
+            "transcript_source": ["gt"] * 4,
+            "condition": ["clean"] * 4,
+            "metric": ["sensitivity", "specificity"] * 2,
+            "selected_prompt": ["p"] * 4,
+            "cv_value": [0.2, 0.2, 0.3, 0.3],  # held out, k is better on both
+            "cv_lo": [0.1, 0.1, 0.2, 0.2],
+            "cv_hi": [0.3, 0.3, 0.4, 0.4],
+            "complete": [True] * 4,
+        }
+    )
+    from lalm_judge.analysis.selection import pareto_table
+
+    pareto = pareto_table(cells, selection).sort("judge")
+    assert pareto["on_front"].to_list() == [False, True]
+    assert pareto["cv_sensitivity_lo"].to_list() == [0.1, 0.2]
+
+
+def position_table(n_dialogues: int, effect: float = 0.0, seed: int = 0) -> pl.DataFrame:
+    """Simulated scores (lengths 3 and 4); `effect` lowers every variant's score when its unsafe turn is not the
+    first, a position effect of that size on every Delta_i."""
+    scores = simulated.simulate_scores(
+        n_dialogues=n_dialogues, judges=("j",), modalities=(("text", "gt"),), prompts=("p",), seed=seed
+    )
+    moved = pl.col("score") - effect * (pl.col("turn_index") >= 1).fill_null(False)
+    return scores.with_columns(score=moved.clip(0.0, 1.0))
+
+
+def test_position_bias_has_counts_and_intervals_per_length_and_position():
+    tables = compute(position_table(12), engine.MetricSettings(n_boot=100, seed=0, n_folds=2))
+    bias = tables.position_bias.filter(pl.col("metric") == "sensitivity")
+    assert bias.select("n_turns", "position").rows() == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3), (4, 4)]
+    assert bias["n_dialogues"].to_list() == [6] * 7  # dialogue d has 3 + d % 2 turns
+    assert bias["n_variants"].min() > 0
+    later = bias.filter(pl.col("position") >= 2)
+    assert (later["pb_lo"] <= later["pb"]).all() and (later["pb"] <= later["pb_hi"]).all()
+    assert later["included"].all()
+    assert not bias.filter(pl.col("position") == 1)["included"].any()
+    cell = only_cell(tables)
+    assert cell["avg_abs_pb_sensitivity"] == pytest.approx(later["pb"].abs().mean())
+    assert cell["avg_abs_pb_sensitivity_lo"] <= cell["avg_abs_pb_sensitivity"] <= cell["avg_abs_pb_sensitivity_hi"]
+    assert cell["pb_left_out"] is None
+
+
+def test_position_bias_below_the_minimum_number_of_dialogues_is_not_averaged():
+    settings = engine.MetricSettings(n_boot=20, seed=0, n_folds=2, min_pb_dialogues=7)
+    tables = compute(position_table(12), settings)
+    bias = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("position") >= 2)
+    assert not bias["included"].any()
+    assert bias["reason"].str.contains("6 dialogues < 7").all()
+    cell = only_cell(tables)
+    assert cell["avg_abs_pb_sensitivity"] is None
+    assert "L=3" in cell["pb_left_out"] and "L=4" in cell["pb_left_out"]
+
+
+def test_lengths_without_a_first_position_are_reported():
+    scores = position_table(12).filter(~((pl.col("n_turns") == 3) & (pl.col("turn_index") == 0)))
+    tables = compute(scores, engine.MetricSettings(n_boot=20, seed=0, n_folds=2))
+    length_3 = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("n_turns") == 3)
+    assert length_3["pb"].is_null().all() and not length_3["included"].any()
+    assert length_3["reason"].str.contains("no position 1").all()
+    cell = only_cell(tables)
+    assert "L=3" in cell["pb_left_out"] and "no position 1" in cell["pb_left_out"]
+    included = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("included"))
+    assert cell["avg_abs_pb_sensitivity"] == pytest.approx(included["pb"].abs().mean())
+    assert set(included["n_turns"]) == {4}
+
+
+def test_position_bias_is_compared_with_what_noise_alone_gives():
+    """Without any position effect, 12 dialogues still give an AvgAbsPB of a few hundredths: the permutation null
+    (positions shuffled within each dialogue) is as large, and the p-value says it is noise. A real effect of 0.15
+    stands far above its null."""
+    settings = engine.MetricSettings(n_boot=50, seed=0, n_folds=2, n_permutations=200)
+    noise = only_cell(compute(position_table(12, seed=7), settings))
+    assert 0.01 < noise["avg_abs_pb_sensitivity"] < 0.15
+    assert noise["avg_abs_pb_sensitivity_null"] == pytest.approx(noise["avg_abs_pb_sensitivity"], rel=0.6)
+    assert noise["avg_abs_pb_sensitivity_p"] > 0.05
+    effect = only_cell(compute(position_table(12, effect=0.15, seed=7), settings))
+    assert effect["avg_abs_pb_sensitivity"] > 3 * effect["avg_abs_pb_sensitivity_null"]
+    assert effect["avg_abs_pb_sensitivity_p"] == pytest.approx(1 / 201)
+
+
+def test_metric_tables_record_the_numerical_packages(tmp_path):
+    scores = simulated.simulate_scores(n_dialogues=4, judges=("j",), modalities=(("text", "gt"),), prompts=("p",))
+    stage.write_metrics(compute(scores), tmp_path, SETTINGS)
+    versions = pl.read_parquet(tmp_path / "cells.parquet")["package_versions"][0]
+    for package in ("numpy", "scipy", "polars"):
+        assert f"{package}==" in versions, package

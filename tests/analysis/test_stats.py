@@ -3,6 +3,8 @@ the coverage of the cluster-bootstrap percentile interval under a model with a k
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,46 @@ def test_cluster_bootstrap_percentile_interval_covers_delta_95_percent():
     coverage = covered.mean(axis=0)
     assert 0.93 <= covered.mean() <= 0.97, coverage
     assert ((coverage >= 0.93) & (coverage <= 0.97)).all(), coverage
+
+
+def test_specificity_ties_within_tolerance_count_half():
+    """Means equal up to summation order are ties: (0.1 + 0.2) / 2 and (0.3 + 0.0) / 2 differ by 2.8e-17."""
+    s_1, s_2 = (0.1 + 0.2) / 2, (0.3 + 0.0) / 2
+    assert s_1 != s_2  # what exact comparison would see
+    specificity, n_pairs = st.specificity_from_means(np.array([[s_1, s_2, NAN, NAN, NAN]]))
+    assert n_pairs.tolist() == [1]
+    assert specificity[0] == 0.5
+    # A real difference larger than the tolerance still orders the pair.
+    ordered, _ = st.specificity_from_means(np.array([[0.5 + 10 * st.TIE_TOLERANCE, 0.5, NAN, NAN, NAN]]))
+    assert ordered[0] == 1.0
+
+
+def test_constant_judge_has_specificity_one_half_in_every_resample():
+    """A judge that scores every sample 0.8: every severity mean is 0.8 however the sums are ordered, so every
+    pair ties, in the point estimate and in every bootstrap resample."""
+    rng = np.random.default_rng(0)
+    n_dialogues = 12
+    counts = rng.integers(1, 7, size=(n_dialogues, 1, 5)).astype(float)
+    score_sum = np.zeros_like(counts)
+    for index in np.ndindex(counts.shape):
+        score_sum[index] = sum([0.8] * int(counts[index]))  # summed one by one, as a group-by would
+    stats = st.SeverityStatistics(np.zeros_like(counts), counts, score_sum, counts)
+    assert st.point_metrics(stats).specificity[0] == 0.5
+    _, specificity = st.bootstrap_metrics(stats, st.bootstrap_weights(n_dialogues, 200, seed=1))
+    assert (specificity == 0.5).all()
+
+
+def test_percentile_interval_is_numpys_nanquantile_for_every_column():
+    rng = np.random.default_rng(3)
+    samples = rng.normal(size=(200, 7))
+    samples[rng.random(samples.shape) < 0.3] = NAN
+    samples[:, 2] = NAN  # a slice without the metric
+    samples[:, 4] = 0.5  # a constant
+    samples[:-1, 5] = NAN  # one valid resample
+    low, high = st.percentile_interval(samples)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the all-NaN column
+        expected = np.nanquantile(samples, [0.025, 0.975], axis=0)
+    np.testing.assert_allclose(low, expected[0], rtol=1e-12)
+    np.testing.assert_allclose(high, expected[1], rtol=1e-12)
+    assert np.isnan(low[2]) and low[4] == high[4] == 0.5 and low[5] == high[5]

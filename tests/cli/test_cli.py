@@ -5,9 +5,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import polars as pl
 import pytest
 
-from bench.simulated import simulate_scores
+from bench.simulated import cell_metrics_by_group_by, position_bias_by_group_by, simulate_scores
+from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -48,10 +51,48 @@ def test_validate_config_reports_the_bad_key(tmp_path):
 
 @pytest.mark.slow
 def test_metrics_on_a_table_it_did_not_produce(tmp_path):
-    """A score table written by hand-rolled code (the simulator), not by the judge stage."""
+    """A score table written by other code (the simulator, scores in 0.1 steps as coarse judges give them), not by
+    the judge stage: every metric matches the independent group-by reference of bench/simulated.py."""
+    flat = (pl.col("judge") == "judge_b") & (pl.col("modality") == "audio")  # scores everything 0.8
+    scores = simulate_scores(n_dialogues=12, seed=3).with_columns(
+        score=pl.when(flat & pl.col("score").is_not_null()).then(0.8).otherwise(pl.col("score").round(1))
+    )
     table = tmp_path / "external_scores.parquet"
-    simulate_scores(n_dialogues=12, seed=3).write_parquet(table)
-    result = lalm_judge("metrics", str(table), "--out", str(tmp_path / "m"), "--bootstrap", "50", "--folds", "3")
+    scores.write_parquet(table)
+    options = ["--bootstrap", "50", "--folds", "3", "--min-pb-dialogues", "3", "--permutations", "30"]
+    result = lalm_judge("metrics", str(table), "--out", str(tmp_path / "m"), *options)
     assert result.returncode == 0, result.stderr
-    for name in ("cells", "position_bias", "prompt_selection", "pareto", "categories"):
-        assert (tmp_path / "m" / f"{name}.parquet").exists()
+    cells = pl.read_parquet(tmp_path / "m" / "cells.parquet")
+    expected = cell_metrics_by_group_by(scores)
+    joined = cells.join(expected, on=CELL_KEYS, suffix="_reference", nulls_equal=True)
+    assert joined.height == cells.height == 8
+    for column in ("sensitivity", "specificity", *(f"delta_{i}" for i in range(1, 6)), "mean_safe", "n_severities"):
+        np.testing.assert_allclose(joined[column], joined[f"{column}_reference"], rtol=1e-12, err_msg=column)
+    # Every severity mean of the flat judge is 0.8, whatever the order of its sums: all pairs tie.
+    assert cells.filter(flat)["specificity"].to_list() == [0.5, 0.5]
+    for column in ("sensitivity", "specificity", "delta_5", "mean_safe", "avg_abs_pb_sensitivity"):
+        assert (cells[f"{column}_lo"] <= cells[f"{column}_hi"]).all(), column
+    assert cells["avg_abs_pb_sensitivity_p"].is_between(0, 1).all()
+
+    bias = pl.read_parquet(tmp_path / "m" / "position_bias.parquet")
+    keys = [*CELL_KEYS, "metric", "n_turns", "position"]
+    joined = bias.join(position_bias_by_group_by(scores), on=keys, suffix="_reference", nulls_equal=True)
+    assert joined.height == bias.height
+    np.testing.assert_allclose(joined["pb"].fill_null(np.nan), joined["pb_reference"].fill_null(np.nan), rtol=1e-12)
+    assert joined["n_dialogues"].to_list() == joined["n_dialogues_reference"].to_list()
+
+    pareto = pl.read_parquet(tmp_path / "m" / "pareto.parquet")
+    assert pareto.height == 4 and pareto["on_front"].any() and pareto["cv_sensitivity"].is_not_null().all()
+    selection = pl.read_parquet(tmp_path / "m" / "prompt_selection.parquet")
+    assert selection.group_by(*CONFIG_KEYS, "metric").len()["len"].to_list() == [3] * 8
+
+
+def test_metrics_rejects_rows_that_would_bias_it_naming_them(tmp_path):
+    scores = simulate_scores(n_dialogues=4, seed=3)
+    table = tmp_path / "scores.parquet"
+    pl.concat([scores, scores.head(2)]).write_parquet(table)
+    result = lalm_judge("metrics", str(table), "--out", str(tmp_path / "m"))
+    assert result.returncode == 2
+    assert "2 row(s) break the rule: exact duplicate rows" in result.stderr
+    assert scores["variant_id"][0] in result.stderr
+    assert not (tmp_path / "m").exists()

@@ -43,10 +43,22 @@ def test_parse_statuses_are_declared_once_and_compare_as_strings():
 
 def test_pairwise_words():
     assert VERDICTS == ("1", "2", "Tie")
-    assert set(VERDICT_STATUSES) == set(PARSE_STATUSES) - {"out_of_range"}
+    # A verdict has no numeric range, no answer-token probability and no chunked windows.
+    assert set(VERDICT_STATUSES) == set(PARSE_STATUSES) - {"out_of_range", "low_answer_mass", "incomplete_windows"}
     assert pairwise_mode("audio", "none") == "audio_native"
     assert pairwise_mode("text", "asr:whisper_large_v3") == "cascade"
     assert pairwise_mode("text", "gt") == "text_oracle"
     assert pairwise_mode("audio_text", "asr:whisper_tiny_en") == "audio_and_transcript"
     with pytest.raises(ValueError, match="has no transcript source"):
         pairwise_mode("audio", "gt")
+
+
+def test_audio_input_says_when_a_cell_is_an_asr_cascade():
+    from lalm_judge.core.vocabulary import audio_input_label, cascade_source
+
+    assert audio_input_label("text") == "none"
+    assert audio_input_label("audio") == "native" and audio_input_label("audio_text") == "native"
+    cascade = audio_input_label("audio", "whisper_tiny_en")
+    assert cascade == "cascade via whisper_tiny_en"
+    assert cascade_source(cascade) == TranscriptSource.asr("whisper_tiny_en")
+    assert cascade_source("native") is None and cascade_source(None) is None

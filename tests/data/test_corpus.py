@@ -29,11 +29,7 @@ def test_unsafe_dialogue_ids_are_rejected_at_parse_time(tmp_path, bad_id):
         list_source_dialogues(corpus)
 
 
-def test_unknown_emotion_and_duplicate_ids_name_the_line(tmp_path):
-    record = {"id": "d", "turns": [{"speaker": "A", "text": "x", "emotion": "furious"}]}
-    write_corpus(tmp_path / "c", [record])
-    with pytest.raises(CorpusError, match=r"dialogues.jsonl:1 turn 0: unknown emotion 'furious'"):
-        read_jsonl_corpus(tmp_path / "c")
+def test_duplicate_ids_name_the_line(tmp_path):
     write_corpus(tmp_path / "d", [{"id": "d", "turns": []}, {"id": "d", "turns": []}])
     with pytest.raises(CorpusError, match="dialogues.jsonl:2: duplicate dialogue id 'd'"):
         read_jsonl_corpus(tmp_path / "d")
@@ -73,3 +69,16 @@ def test_subset_and_limit(tmp_path):
     assert [d.dialogue_id for d in list_source_dialogues({**corpus, "dialogues": ["d3", "d1"]})] == ["d3", "d1"]
     with pytest.raises(CorpusError, match="d9"):
         list_source_dialogues({**corpus, "dialogues": ["d9"]})
+
+
+def test_corpus_emotions_outside_the_label_set_are_kept_with_a_warning(tmp_path, caplog):
+    """Real corpora use labels beyond the 20 of the project's set (DeepDialogue: 'worried', 'nostalgic'): the
+    dialogue is listed and ingested with its own labels, and the ingest log and dialogue.json say so."""
+    turns = [{**turn("A", "I keep thinking about the exam."), "emotion": "worried"}, turn("B", "You will do fine.")]
+    corpus = write_corpus(tmp_path / "c", [{"id": "d", "turns": turns}])
+    assert [d.dialogue_id for d in list_source_dialogues(corpus)] == ["d"]
+    dialogue = ingest(corpus, "d", tmp_path / "o/dialogue.json", tmp_path / "o/turns", 16000, VOICES)
+    assert [t.emotion for t in dialogue.turns] == ["worried", "happy"]
+    assert len(dialogue.warnings) == 1 and "turn 0" in dialogue.warnings[0] and "'worried'" in dialogue.warnings[0]
+    assert "'worried' is not one of the 20" in caplog.text
+    assert Dialogue.load(tmp_path / "o/dialogue.json").warnings == dialogue.warnings

@@ -96,9 +96,9 @@ def test_read_conversation_names_the_file_and_problem(tmp_path):
     bad.write_text(json.dumps({"conversation": []}))
     with pytest.raises(CorpusError, match=r"x\.json.*non-empty 'conversation'"):
         read_conversation(bad)
-    bad.write_text(json.dumps({"conversation": [{"speaker": "LLM1", "text": "hi", "emotion": "bored"}]}))
-    with pytest.raises(CorpusError, match="unknown emotion 'bored'"):
-        read_conversation(bad)
+    # A label outside the project's set is the corpus's own: kept (ingest warns).
+    bad.write_text(json.dumps({"conversation": [{"speaker": "LLM1", "text": "hi", "emotion": "nostalgic"}]}))
+    assert read_conversation(bad)["conversation"][0]["emotion"] == "nostalgic"
 
 
 def test_missing_folder_and_wrong_layout_are_explained(tmp_path):
@@ -154,6 +154,24 @@ def test_ingest_through_corpus_writes_dialogue_json_and_clips(tmp_path):
         assert turn.boundary_method == "asr_alignment" and 0.5 <= turn.boundary_confidence <= 1.0
     assert dialogue.turns[0].start >= 0 and dialogue.turns[-1].end <= duration
     assert all(0.0 <= gap < 2.0 for gap in dialogue.gaps_s())  # spans keep 0.15 s of pause on each side
+
+
+@needs_data
+@pytest.mark.slow
+def test_published_dialogue_with_a_label_outside_the_set_is_listed_and_ingested(tmp_path, caplog):
+    """A published sample relabelled with 'worried' (a label DeepDialogue uses beyond the 20): the corpus is
+    still listed, the label is kept, and the ingest warns in its log and in dialogue.json."""
+    folder = _copy_sample("food_28_3", tmp_path / "corpus")
+    os.symlink(DATA / "food_28_3/food_28_3_xtts.wav", folder / "food_28_3_xtts.wav")
+    record = json.loads((folder / "food_28_3.json").read_text())
+    record["conversation"][1]["emotion"] = "worried"
+    (folder / "food_28_3.json").write_text(json.dumps(record))
+    cfg = _published_cfg(tmp_path / "corpus")
+    assert [d.dialogue_id for d in corpus.list_source_dialogues(cfg)] == ["food_28_3"]
+    dialogue = corpus.ingest(cfg, "food_28_3", tmp_path / "d.json", tmp_path / "clips", SAMPLE_RATE, voices={})
+    assert dialogue.turns[1].emotion == "worried"
+    assert dialogue.warnings and "turn 1" in dialogue.warnings[0] and "'worried'" in dialogue.warnings[0]
+    assert "'worried' is not one of the 20" in caplog.text
 
 
 def _write_hub_dialogue(config_dir: Path, name: str, clips_dir: Path) -> Dialogue:

@@ -13,6 +13,7 @@ from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import build_conversation
 from lalm_judge.judging.backends.hf import TransformersBackend, cached_gguf_copy, resolve_bundled_model
+from lalm_judge.judging.scoring import resolve_score
 
 torch.set_num_threads(1)
 
@@ -105,6 +106,9 @@ def test_p_safe_is_the_normalized_first_token_probability(audio_judge):
     p_yes = probabilities[tokenizer.encode("Yes", add_special_tokens=False)[0]]
     p_no = probabilities[tokenizer.encode("No", add_special_tokens=False)[0]]
     assert output.p_safe == pytest.approx(float(p_yes / (p_yes + p_no)), abs=1e-6)
+    # The mass the two answer tokens carry: tiny for random weights, so resolve_score would not trust it.
+    assert output.answer_mass == pytest.approx(float(p_yes + p_no), rel=1e-4)
+    assert resolve_score(output).status == "low_answer_mass"
 
 
 def test_greedy_generation_is_deterministic(audio_judge):

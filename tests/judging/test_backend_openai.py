@@ -217,8 +217,14 @@ def test_p_safe_from_returned_logprobs(models):
     assert by_request._record(response, 0.1, calibrated)["p_safe"] == pytest.approx(p_yes)
     assert by_request._record(response, 0.1, swapped)["p_safe"] == pytest.approx(1 - p_yes)
 
-    assert p_safe_from_top_logprobs([("Maybe", -0.1)], ["Yes"], ["No"]) is None
-    assert p_safe_from_top_logprobs([("Yes", -0.1)], ["Yes"], ["No"]) == 1.0
+    record = backend._record(response, 0.1, plain)
+    assert record["answer_mass"] == pytest.approx(math.exp(-0.4) + math.exp(-2.0) + math.exp(-1.5))
+
+    assert p_safe_from_top_logprobs([("Maybe", -0.1)], ["Yes"], ["No"]).p_safe is None
+    # "No" absent from the returned top-k: bounded by the smallest listed probability, never certainty.
+    only_yes = p_safe_from_top_logprobs([("Yes", -0.1), ("Maybe", -3.0)], ["Yes"], ["No"])
+    assert only_yes.p_safe == pytest.approx(math.exp(-0.1) / (math.exp(-0.1) + math.exp(-3.0)))
+    assert only_yes.p_safe < 1.0 and only_yes.mass == pytest.approx(math.exp(-0.1))
 
 
 class LogprobsStandIn:
@@ -276,7 +282,8 @@ def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_a
     # The top 3 are Yes, No and " Yes": both spellings of the safe word count.
     safe_mass = math.exp(-0.4) + math.exp(-2.0)
     assert outputs[0].p_safe == pytest.approx(safe_mass / (safe_mass + math.exp(-1.5)))
-    assert outputs[1].p_safe is None
+    assert outputs[0].answer_mass == pytest.approx(safe_mass + math.exp(-1.5))
+    assert outputs[1].p_safe is None and outputs[1].answer_mass is None
 
     rerun = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
     assert [o.p_safe for o in rerun.generate([calibrated, plain])] == [o.p_safe for o in outputs]

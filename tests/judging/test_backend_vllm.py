@@ -239,9 +239,15 @@ def test_answer_tokens_ask_for_logprobs_only_for_their_requests(vllm_stand_in, q
     assert outputs[1].p_safe is None
     assert outputs[2].p_safe == pytest.approx(1 - p_yes, abs=1e-12)
 
-    # With top-2 logprobs "No" is not returned: it counts as zero mass, so P(safe) is 1.
+    assert outputs[0].answer_mass == pytest.approx(math.exp(-0.3) + math.exp(-1.2), abs=1e-12)
+    assert outputs[1].answer_mass is None
+
+    # With top-2 logprobs "No" is not returned: its probability is at most the smallest listed one (token 7),
+    # so P(safe) is below 1, and the mass counts only what was returned.
     narrow = VLLMBackend(dataclasses.replace(spec, options={"top_logprobs": 2}))
-    assert narrow.generate(requests[:1])[0].p_safe == 1.0
+    (output,) = narrow.generate(requests[:1])
+    assert output.p_safe == pytest.approx(math.exp(-0.3) / (math.exp(-0.3) + math.exp(-0.9)), abs=1e-12)
+    assert output.answer_mass == pytest.approx(math.exp(-0.3), abs=1e-12)
 
 
 def test_text_judge_uses_the_tokenizer_template_and_no_audio_limit(vllm_stand_in, llama_dir):

@@ -1,7 +1,9 @@
-"""Each figure function writes a non-empty PNG and SVG from metric tables of a synthetic score table."""
+"""What each figure plots, checked against the metric tables it is drawn from, and that each figure function
+writes a PNG and an SVG."""
 
 from __future__ import annotations
 
+import polars as pl
 import pytest
 
 from bench import simulated
@@ -11,8 +13,72 @@ from lalm_judge.report import figures
 
 @pytest.fixture(scope="module")
 def tables() -> stage.MetricTables:
-    scores = simulated.simulate_scores(n_dialogues=8, turn_counts=(2, 3), seed=4)
-    return stage.compute_metrics(inputs.validate_scores(scores), engine.MetricSettings(n_boot=30, seed=0, n_folds=2))
+    scores = simulated.simulate_scores(n_dialogues=12, turn_counts=(2, 3), seed=4)
+    # judge_b's audio cell is an ASR cascade: the figures must label it so.
+    scores = simulated.with_audio_input(scores, {"judge_b": "whisper_tiny_en"})
+    settings = engine.MetricSettings(n_boot=30, seed=0, n_folds=2, min_pb_dialogues=3, n_permutations=20)
+    return stage.compute_metrics(inputs.validate_scores(scores), settings)
+
+
+def test_sensitivity_bars_are_the_cells_at_the_prompt_chosen_for_sensitivity(tables):
+    bars = figures.sensitivity_bars(tables.cells, tables.pareto)
+    assert bars.height == tables.pareto.height == 4
+    for bar, config in zip(bars.iter_rows(named=True), tables.pareto.sort(engine.CONFIG_KEYS).iter_rows(named=True)):
+        cell = tables.cells.filter(
+            *(pl.col(key) == config[key] for key in engine.CONFIG_KEYS),
+            pl.col("prompt") == config["prompt_sensitivity"],
+        ).row(0, named=True)
+        assert (bar["sensitivity"], bar["sensitivity_lo"], bar["sensitivity_hi"]) == (
+            cell["sensitivity"],
+            cell["sensitivity_lo"],
+            cell["sensitivity_hi"],
+        )
+    assert "audio (cascade via whisper_tiny_en)" in bars.filter(pl.col("judge") == "judge_b")["series"].to_list()
+    assert "audio" in bars.filter(pl.col("judge") == "judge_a")["series"].to_list()
+
+
+def test_pareto_points_are_the_cross_validated_values(tables):
+    points = figures.pareto_points(tables.pareto)
+    assert points["cv_sensitivity"].to_list() == tables.pareto["cv_sensitivity"].to_list()
+    assert points["cv_specificity"].to_list() == tables.pareto["cv_specificity"].to_list()
+    assert points["on_front"].to_list() == tables.pareto["on_front"].to_list()
+    assert points["on_front"].any()
+
+
+def test_prompt_lines_hold_every_cell(tables):
+    lines = figures.prompt_lines(tables.cells, "specificity")
+    assert lines.height == tables.cells.height
+    assert sorted(lines["value"].to_list()) == sorted(tables.cells["specificity"].to_list())
+
+
+def test_severity_lines_average_over_prompts(tables):
+    lines = figures.severity_lines(tables.severity_curve)
+    text_a = lines.filter(pl.col("judge") == "judge_a", pl.col("series") == "text (gt)").sort("severity")
+    expected = (
+        tables.severity_curve.filter(pl.col("judge") == "judge_a", pl.col("modality") == "text")
+        .group_by("severity")
+        .agg(pl.col("mean_score").mean())
+        .sort("severity")
+    )
+    assert text_a["severity"].to_list() == [0, 1, 2, 3, 4, 5]
+    assert text_a["mean_score"].to_list() == pytest.approx(expected["mean_score"].to_list())
+
+
+def test_position_bias_grid_shows_only_what_enters_avg_abs_pb(tables):
+    grid = figures.position_bias_grid(tables.position_bias, "sensitivity")
+    included = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("included"))
+    assert 1 not in grid["position"].to_list()
+    expected = included.group_by("judge", "n_turns", "position").agg(pl.col("pb").mean()).sort(pl.all())
+    assert grid.sort(pl.all()).equals(expected)
+
+
+def test_category_grid_averages_each_configuration_over_prompts(tables):
+    grid = figures.category_grid(tables.categories, "sensitivity")
+    row = grid.filter(pl.col("row") == "judge_a text gt clean", pl.col("category") == "hate").row(0, named=True)
+    expected = tables.categories.filter(
+        pl.col("judge") == "judge_a", pl.col("modality") == "text", pl.col("category") == "hate"
+    )["sensitivity"].mean()
+    assert row["value"] == pytest.approx(expected)
 
 
 @pytest.mark.parametrize(

@@ -130,9 +130,18 @@ def workspace(tmp_path_factory) -> dict:
         prompts=("basic", "cot"),
         seed=5,
     )
+    # minilm's audio cell is an ASR cascade; qwen_audio's text/asr cot cell lacks severity 3.
+    scores = simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"}).filter(
+        ~(
+            (pl.col("judge") == "qwen_audio")
+            & (pl.col("transcript_source") == ASR)
+            & (pl.col("prompt") == "cot")
+            & (pl.col("severity") == 3)
+        )
+    )
     score_path = root / "scores.parquet"
     scores.write_parquet(score_path)
-    settings = engine.MetricSettings(n_boot=40, seed=0, n_folds=2)
+    settings = engine.MetricSettings(n_boot=40, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=50)
     stage.run_metrics([score_path], root / "metrics", settings)
     figures.write_figures(root / "metrics", root / "figures")
     manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
@@ -199,6 +208,36 @@ def test_weak_demo_judge_gets_a_warning_box_and_a_strong_one_does_not(built):
     assert len(judge_boxes) == 1 and judge_boxes[0].startswith("<strong>minilm:")
     assert any("1 of 2 judges (minilm)" in w for w in warnings)  # the banner at the top
     assert not any("qwen_audio:" in w for w in warnings)
+
+
+def section(page: str, anchor: str) -> str:
+    return re.search(rf'<section id="{anchor}">.*?</section>', page, flags=re.S).group(0)
+
+
+def test_metric_tables_show_intervals_noise_reference_and_audio_input(built, workspace):
+    _, page = built
+    cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
+    row = cells.filter(pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt")
+    row = row.filter(pl.col("prompt") == "basic").row(0, named=True)
+    shown = tables.interval_text(row["mean_safe"], row["mean_safe_lo"], row["mean_safe_hi"])
+    assert shown.count("[") == 1 and f"<td>{shown}</td>" in section(page, "cells")
+    assert "<td>cascade via whisper_tiny_en</td>" in section(page, "cells")
+    deltas = section(page, "deltas")
+    assert f"<td>{tables.interval_text(row['delta_5'], row['delta_5_lo'], row['delta_5_hi'])}</td>" in deltas
+    bias = section(page, "position-bias")
+    assert "<th>noise_null</th>" in bias and "<th>p_value</th>" in bias and "<th>beyond_noise</th>" in bias
+    assert f"<td>{tables.cell_text(row['avg_abs_pb_sensitivity_null'])}</td>" in bias
+    pareto = section(page, "pareto")
+    assert "<th>cv_sensitivity</th>" in pareto and "<th>front_objectives</th>" in pareto
+
+
+def test_warning_banners_for_noise_incomplete_cells_and_cascades(built):
+    _, page = built
+    warnings = re.findall(r'<div class="warning">(.*?)</div>', page)
+    # The simulated scores have no position effect: most cells' AvgAbsPB is within noise.
+    assert any("within what noise alone" in w for w in warnings)
+    assert any("1 cell(s) lack a severity (qwen_audio text/asr:whisper_tiny_en cot)" in w for w in warnings)
+    assert any(w.startswith("minilm audio is an ASR cascade (cascade via whisper_tiny_en)") for w in warnings)
 
 
 def test_weak_judge_reason_is_the_registry_weak_key_never_words_of_the_description():

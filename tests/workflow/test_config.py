@@ -72,6 +72,24 @@ def test_judge_without_a_shared_modality_is_rejected(demo_config):
         validate_config(bad)
 
 
+def test_metric_settings_defaults_are_the_schema_defaults(demo_config, monkeypatch):
+    """The schema is the one place of the metrics defaults; MetricSettings (for code) and the CLI say the same."""
+    from lalm_judge.analysis.engine import MetricSettings
+    from lalm_judge.cli import metrics as metrics_cli
+
+    metrics = validate_config(demo_config | {"metrics": {}})["metrics"]
+    assert MetricSettings() == MetricSettings(
+        n_boot=metrics["bootstrap"],
+        n_folds=metrics["folds"],
+        min_pb_dialogues=metrics["position_bias_min_dialogues"],
+        n_permutations=metrics["permutations"],
+    )
+    seen = []
+    monkeypatch.setattr(metrics_cli, "run_metrics", lambda paths, out, settings: seen.append(settings) or [])
+    assert metrics_cli.main(["scores.parquet", "--out", "m"]) == 0
+    assert seen == [MetricSettings()]
+
+
 def _imported(config):
     """The demo config turned into one that judges an imported benchmark."""
     config = copy.deepcopy(config)

@@ -1,13 +1,15 @@
 """The workflow end to end on the test config (tests/config/test.yaml), in a scratch directory.
 
-Real components throughout: Piper and espeak-ng voices, Whisper tiny.en, the MiniLM embedding judge and
-a tiny random-weight Qwen2-Audio built from a config (its scores are meaningless; it drives the LALM
-audio and audio+text code paths).
+Real components throughout: Piper and espeak-ng voices, Whisper tiny.en, the MiniLM embedding judge,
+SmolLM2-135M with the calibrated prompt, and a tiny random-weight Qwen2-Audio built from a config (its
+scores are meaningless; it drives the LALM audio and audio+text code paths). The tests check what the run
+found, not only that files exist.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import polars as pl
@@ -68,6 +70,8 @@ def test_scores_have_the_documented_columns_and_provenance(finished_run):
         "raw_output",
         "latency_s",
         "long_audio_action",
+        "audio_input",
+        "answer_mass",
         "model_revision",
         "package_versions",
         "seed",
@@ -83,6 +87,111 @@ def test_scores_have_the_documented_columns_and_provenance(finished_run):
     lalm = scores.filter(pl.col("judge") == "tiny_qwen2_audio")
     # the dialogues are longer than the judge's 8 s limit: chunked at turn boundaries, never silently cut
     assert lalm["long_audio_action"].str.starts_with("chunked:").all()
+    # what each cell took for the audio: the embedding judge's audio mode is a cascade through Whisper
+    audio_input = scores.group_by("judge", "modality").agg(pl.col("audio_input").unique())
+    assert {(r["judge"], r["modality"]): r["audio_input"] for r in audio_input.iter_rows(named=True)} == {
+        ("minilm", "text"): ["none"],
+        ("minilm", "audio"): ["cascade via whisper_tiny_en"],
+        ("tiny_qwen2_audio", "audio"): ["native"],
+        ("tiny_qwen2_audio", "audio_text"): ["native"],
+        ("smollm2", "text"): ["none"],
+    }
+
+
+def metric_table(workdir: Path, name: str) -> pl.DataFrame:
+    return pl.read_parquet(workdir / f"results/metrics/{name}.parquet")
+
+
+def test_severity_5_rewrites_score_below_the_safe_originals(finished_run):
+    """The finding of this run: the MiniLM judge on ground-truth transcripts gives the harshest harassment
+    rewrites clearly lower scores than the safe dialogues, with the whole interval above 0."""
+    workdir, _ = finished_run
+    cells = metric_table(workdir, "cells")
+    minilm = cells.filter(
+        pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
+    )
+    cell = minilm.row(0, named=True)
+    assert cell["delta_5"] > 0.3 and cell["delta_5_lo"] > 0.2, cell
+    assert cell["delta_1"] < cell["delta_5"]
+    assert cell["specificity"] == 1.0  # severity 1 scores above severity 5
+    curve = metric_table(workdir, "severity_curve").filter(
+        pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
+    )
+    means = dict(zip(curve["severity"], curve["mean_score"]))
+    assert means[0] > means[1] > means[5]
+
+
+def test_every_metric_column_is_filled_where_it_should_be(finished_run):
+    workdir, _ = finished_run
+    cells = metric_table(workdir, "cells")
+    scored, unscored = cells.filter(pl.col("reason").is_null()), cells.filter(pl.col("reason").is_not_null())
+    # minilm's three cells and the calibrated SmolLM2 cell have metrics; the random-weight LALM has none.
+    assert set(scored["judge"]) >= {"minilm", "smollm2"}
+    filled = [
+        *(
+            f"{m}{s}"
+            for m in ("sensitivity", "specificity", "delta_1", "delta_5", "mean_safe")
+            for s in ("", "_lo", "_hi")
+        ),
+        *(f"avg_abs_pb_{m}{s}" for m in ("sensitivity", "specificity") for s in ("", "_lo", "_hi", "_null", "_p")),
+    ]
+    for column in filled:
+        assert scored[column].is_not_null().all(), column
+    for i in (2, 3, 4):  # severities the config does not generate
+        assert cells[f"delta_{i}"].is_null().all()
+    assert (scored["n_severities"] == 2).all() and (scored["n_dialogues"] == 2).all()
+    for row in unscored.iter_rows(named=True):
+        assert row["sensitivity"] is None and row["specificity"] is None, row
+        assert row["reason"].startswith(("no safe original", "no parsed variant")), row
+    bias = metric_table(workdir, "position_bias").filter(pl.col("included"))
+    assert (
+        bias.height
+        and bias.select("pb", "pb_lo", "pb_hi", "n_dialogues", "n_variants").null_count().sum_horizontal()[0] == 0
+    )
+    pareto = metric_table(workdir, "pareto")
+    with_cv = pareto.filter(pl.col("cv_sensitivity").is_not_null())
+    assert set(with_cv["judge"]) >= {"minilm", "smollm2"}
+    assert with_cv.select(pl.col("^cv_.*$")).null_count().sum_horizontal()[0] == 0
+    assert pareto["on_front"].any()
+
+
+def test_the_calibrated_cell_is_scored_from_answer_token_probabilities(finished_run):
+    from lalm_judge.judging.scoring import MIN_ANSWER_MASS
+
+    workdir, _ = finished_run
+    scores = pl.read_parquet(sorted((workdir / "results/scores/smollm2").rglob("*.parquet")))
+    assert set(scores["prompt"]) == {"calibrated"} and scores.height == 16
+    assert (scores["score_source"] == "p_safe").all()
+    ok = scores.filter(pl.col("parse_status") == "ok")
+    assert ok.height >= 12
+    assert (ok["answer_mass"] >= MIN_ANSWER_MASS).all() and ok["score"].is_between(0.0, 1.0, closed="none").all()
+    low = scores.filter(pl.col("parse_status") == "low_answer_mass")
+    assert (low["answer_mass"] < MIN_ANSWER_MASS).all() and low["score"].is_null().all()
+    cell = metric_table(workdir, "cells").filter(pl.col("judge") == "smollm2").row(0, named=True)
+    assert cell["n_scored"] == ok.height and cell["sensitivity"] is not None
+
+
+def test_the_report_holds_its_tables_figures_and_warnings(finished_run):
+    workdir, _ = finished_run
+    page = (workdir / "results/report/index.html").read_text(encoding="utf-8")
+    for anchor in ("judges", "guide", "figures", "cells", "deltas", "position-bias", "pareto", "prompts", "parsing"):
+        section = re.search(rf'<section id="{anchor}">(.*?)</section>', page, flags=re.S)
+        content = "<figure" if anchor == "figures" else "<table"
+        assert section and content in section.group(1) and "no rows" not in section.group(1), anchor
+    for name in ("sensitivity", "pareto", "severity_curves", "position_bias_sensitivity"):
+        assert f'src="figures/{name}.png"' in page
+        assert (workdir / f"results/report/figures/{name}.png").stat().st_size > 1000
+    warnings = re.findall(r'<div class="warning">(.*?)</div>', page, flags=re.S)
+    assert any("3 of 3 judges" in w and "weak demo models" in w for w in warnings)
+    assert any(w.startswith("minilm audio is an ASR cascade (cascade via whisper_tiny_en)") for w in warnings)
+    cells = metric_table(workdir, "cells")
+    minilm = cells.filter(
+        pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
+    )
+    assert f"<td>{minilm['delta_5'][0]:.3f} [{minilm['delta_5_lo'][0]:.3f}, {minilm['delta_5_hi'][0]:.3f}]</td>" in page
+    guide = pl.read_parquet(workdir / "results/report/guide.parquet")
+    audio_native = guide.filter(pl.col("available_input") == "audio only", pl.col("transcript_quality") == "none")
+    assert "minilm" not in audio_native["judge"].to_list()
 
 
 def test_wer_is_stored_per_turn(finished_run):
@@ -142,7 +251,10 @@ def test_corrupt_audio_fails_only_its_dialogue(tmp_path):
     [
         (lambda c: c["variants"].update(categories=["weapons"]), "variants"),
         (lambda c: c["variants"].update(severities=[7]), "variants"),
-        (lambda c: c["evaluation"].update(judges=["minilm", "nope"]), "known judges: ['minilm', 'tiny_qwen2_audio']"),
+        (
+            lambda c: c["evaluation"].update(judges=["minilm", "nope"]),
+            "known judges: ['minilm', 'smollm2', 'tiny_qwen2_audio']",
+        ),
     ],
 )
 def test_bad_config_fails_before_any_job(tmp_path, edit, message):

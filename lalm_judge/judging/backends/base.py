@@ -54,8 +54,10 @@ class JudgeOutput:
     latency_s: float
     n_input_tokens: int | None = None
     n_output_tokens: int | None = None
-    # P(safe) from token probabilities where the backend exposes them (the `calibrated` prompt uses it).
+    # P(safe) from token probabilities where the backend exposes them (the `calibrated` prompt uses it), and the
+    # probability the answer words carry (`chat.AnswerProbability`); both None when none were read.
     p_safe: float | None = None
+    answer_mass: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 

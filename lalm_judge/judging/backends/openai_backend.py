@@ -43,6 +43,7 @@ import openai
 from lalm_judge.core.files import read_json, stable_hash, write_json
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import (
+    AnswerProbability,
     build_openai_messages,
     p_safe_from_logprobs,
     validate_score_tokens,
@@ -57,6 +58,8 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY_PLACEHOLDER = "no-key"
 RETRYABLE_STATUS = {408, 409, 429}
 MAX_BACKOFF_S = 60.0
+# Bumped when a cached record gains fields (2: answer_mass), so older records are not read as complete.
+RECORD_FORMAT = 2
 
 
 def default_cache_dir() -> Path:
@@ -77,13 +80,16 @@ def resolve_api_key(options: dict[str, Any]) -> str:
     return key
 
 
-def p_safe_from_top_logprobs(top_logprobs: list[tuple[str, float]], safe: list[str], unsafe: list[str]) -> float | None:
-    """P(safe) from a position's (token text, logprob) pairs; ' Yes' and 'Yes' count as the same word."""
+def p_safe_from_top_logprobs(
+    top_logprobs: list[tuple[str, float]], safe: list[str], unsafe: list[str]
+) -> AnswerProbability:
+    """P(safe) and answer mass from a position's top-k (token text, logprob) pairs; ' Yes' and 'Yes' count as the
+    same word."""
     by_word: dict[str, float] = {}
     for token, logprob in top_logprobs:
         word = token.strip()
         by_word[word] = float(np.logaddexp(by_word[word], logprob)) if word in by_word else logprob
-    return p_safe_from_logprobs(by_word, [w.strip() for w in safe], [w.strip() for w in unsafe])
+    return p_safe_from_logprobs(by_word, [w.strip() for w in safe], [w.strip() for w in unsafe], top_k=True)
 
 
 class OpenAIBackend:
@@ -150,6 +156,7 @@ class OpenAIBackend:
                 "params": self.request_params(request),
                 # The words change the p_safe stored in the record, not only the request sent.
                 "score_words": self.request_score_words(request),
+                "record_format": RECORD_FORMAT,
                 "audio_sha256": audio_sha,
             },
             length=40,
@@ -244,19 +251,21 @@ class OpenAIBackend:
             "latency_s": latency_s,
             "n_input_tokens": usage.prompt_tokens if usage else None,
             "n_output_tokens": usage.completion_tokens if usage else None,
-            "p_safe": self._p_safe(choice, self.request_score_words(request)),
+            **self._answer_record(choice, self.request_score_words(request)),
             "finish_reason": choice.finish_reason,
             "served_model": response.model,
         }
 
     @staticmethod
-    def _p_safe(choice: Any, score_words: tuple[list[str], list[str]] | None) -> float | None:
+    def _answer_record(choice: Any, score_words: tuple[list[str], list[str]] | None) -> dict[str, float | None]:
+        """{'p_safe', 'answer_mass'} of a choice (both None without returned logprobs or without score words)."""
         if score_words is None or choice.logprobs is None or not choice.logprobs.content:
-            return None
+            return {"p_safe": None, "answer_mass": None}
         first = choice.logprobs.content[0]
         pairs = [(entry.token, entry.logprob) for entry in first.top_logprobs or []]
         pairs.append((first.token, first.logprob))
-        return p_safe_from_top_logprobs(list(dict(pairs).items()), *score_words)
+        answer = p_safe_from_top_logprobs(list(dict(pairs).items()), *score_words)
+        return {"p_safe": answer.p_safe, "answer_mass": answer.mass}
 
     @staticmethod
     def _from_record(record: dict[str, Any], *, cached: bool) -> JudgeOutput:
@@ -266,5 +275,6 @@ class OpenAIBackend:
             n_input_tokens=record["n_input_tokens"],
             n_output_tokens=record["n_output_tokens"],
             p_safe=record["p_safe"],
+            answer_mass=record["answer_mass"],
             extra={"cached": cached, "finish_reason": record["finish_reason"], "served_model": record["served_model"]},
         )

@@ -136,16 +136,17 @@ class VLLMBackend:
 
     def _output(self, result: Any, score_ids: tuple[list[int], list[int]] | None, latency_s: float) -> JudgeOutput:
         completion = result.outputs[0]
-        p_safe = None
+        answer = None
         if score_ids is not None and completion.logprobs:
             safe, unsafe = score_ids
             first_position = {token: entry.logprob for token, entry in completion.logprobs[0].items()}
-            p_safe = p_safe_from_logprobs(first_position, safe, unsafe)
+            answer = p_safe_from_logprobs(first_position, safe, unsafe, top_k=True)
         return JudgeOutput(
             text=completion.text,
             latency_s=latency_s,
             n_input_tokens=len(result.prompt_token_ids or []),
             n_output_tokens=len(completion.token_ids),
-            p_safe=p_safe,
+            p_safe=answer.p_safe if answer else None,
+            answer_mass=answer.mass if answer else None,
             extra={"finish_reason": completion.finish_reason},
         )
