@@ -35,7 +35,7 @@ pairwise-demo: setup
 	@test -d models/tiny_qwen2_audio || $(VENV)/bin/python -c \
 	  "from bench.models import build_tiny_qwen2audio; build_tiny_qwen2audio('models/tiny_qwen2_audio')"
 	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES) \
-	  --replace-workflow-config --configfile configs/pairwise_demo.yaml
+	  --configfile configs/pairwise_demo.yaml
 	@echo "Report: results/pairwise/report/index.html"
 
 # The checks of `make lint` first (style, the import contract, the workflow lint), then the test suite.

@@ -5,7 +5,12 @@ from snakemake.utils import min_version, validate
 min_version("9.0")
 
 
-configfile: "config.yaml"
+# The demo config is read only when no --configfile is given: Snakemake merges a --configfile into the
+# workflow's configfile mapping by mapping, so configs/paper.yaml would otherwise inherit the demo's voices,
+# ASR models and judges.
+if not workflow.overwrite_configfiles:
+
+    configfile: "config.yaml"
 
 
 validate(config, "schemas/config.schema.yaml")

@@ -58,8 +58,11 @@ def dry_run(workdir: Path, config_path: Path, extra: list[str], quiet: bool = Tr
         "--configfile",
         str(config_path),
     ]
+    # The paper config's XTTS voices need the Coqui licence accepted before the workflow parses; planning
+    # synthetic dialogues downloads and runs nothing.
+    env = {**os.environ, "COQUI_TOS_AGREED": "1"}
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise SystemExit(f"snakemake -n failed:\n{proc.stderr[-3000:]}")

@@ -1,17 +1,22 @@
-"""Start and stop a real local OpenAI-compatible server (`transformers serve`) for tests and benchmarks."""
+"""Start and stop a real local OpenAI-compatible server (`transformers serve`) for tests and benchmarks, and
+small stdlib HTTP servers on 127.0.0.1 that stand in for remote APIs (`start_stand_in`, `reply_json`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 
 def free_port() -> int:
@@ -84,3 +89,21 @@ def stop_server(server: LocalServer, grace_s: float = 10.0) -> None:
     except subprocess.TimeoutExpired:
         os.killpg(server.process.pid, signal.SIGKILL)
         server.process.wait(timeout=grace_s)
+
+
+def reply_json(handler: BaseHTTPRequestHandler, status: int, payload: Any) -> None:
+    """Answer the handler's request with `payload` as JSON."""
+    data = json.dumps(payload).encode()
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
+def start_stand_in(handler_class: type[BaseHTTPRequestHandler]) -> tuple[ThreadingHTTPServer, str]:
+    """Serve `handler_class` on a free 127.0.0.1 port in a daemon thread; (server, 'http://127.0.0.1:<port>').
+    Stop it with `server.shutdown(); server.server_close()`."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server, f"http://127.0.0.1:{server.server_address[1]}"

@@ -13,7 +13,8 @@ rule transcribe_dialogue:
         seed=SEED,
     threads: get_asr_threads
     resources:
-        mem_mb=4000,
+        gpu=get_asr_gpus,
+        mem_mb=get_asr_mem_mb,
         runtime=120,
     conda:
         "../envs/asr.yaml"

@@ -3,20 +3,29 @@
 # is canonical (`canonical`: keys sorted), so reordering or reformatting the config reruns nothing.
 import os
 
+from snakemake.logging import logger
+
 from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
-from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, tracks
+from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, check_run_environment, tracks
+from lalm_judge.workflow.gpu import check_gpu_budget
 from lalm_judge.workflow.pairwise import PairwisePlan
-from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs
+from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs, gpu_requests
 
-check_config(config)
+# Notes are cells routed to a documented alternative and unpinned revisions; problems stop the parse.
+for note in check_config(config) + check_run_environment(config):
+    if workflow.is_main_process:
+        logger.warning(f"note: {note}")
 # A config runs the safety track, the pairwise track or both; each plan exists only for its track.
 TRACKS = tracks(config)
 PLAN = Plan(config) if SAFETY in TRACKS else None
 PAIRWISE_PLAN = PairwisePlan(config) if PAIRWISE in TRACKS else None
 SEED = config["seed"]
 IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchmark.IMPORTED
+# Snakemake lowers each job's `gpu` to a --resources gpu=N given on the command line or in a profile, so a
+# judge, TTS or ASR job would start with fewer GPUs than it needs: stop before any job instead.
+check_gpu_budget(gpu_requests(config), workflow.global_resources.get("gpu"))
 
 
 wildcard_constraints:
@@ -55,7 +64,7 @@ def get_asr_tables(wildcards=None):
 
 
 def get_asr_tables_by_model(wildcards):
-    return {m: f"results/asr/{m}/{wildcards.dialogue}.parquet" for m in PLAN.asr_models()}
+    return canonical({m: f"results/asr/{m}/{wildcards.dialogue}.parquet" for m in PLAN.asr_models()})
 
 
 def get_manifests():
@@ -108,13 +117,20 @@ def get_judge_resource(name):
     return resource
 
 
+def get_ingest_voices():
+    """Voices that speak text-only turns at ingest: only `jsonl` corpora have such turns (DeepDialogue ships its audio),
+    so for the other formats a TTS change reruns no ingest."""
+    return canonical(config["tts"]["voices"]) if config["corpus"]["format"] == "jsonl" else {}
+
+
 def get_generator_options():
     """The rewrite generator's own settings (the cache folder is a workflow setting)."""
     return canonical({k: v for k, v in config["variants"]["generator"].items() if k != "cache_dir"})
 
 
 def get_asr_model_options(wildcards):
-    return canonical(config["asr"]["models"][wildcards.asr])
+    """The ASR model's settings; its `gpu` request schedules the job and changes no transcript."""
+    return canonical({k: v for k, v in config["asr"]["models"][wildcards.asr].items() if k != "gpu"})
 
 
 def get_asr_pattern(imported):
@@ -133,6 +149,22 @@ def get_benchmark_transcripts(wildcards):
 
 def get_asr_threads(wildcards):
     return config["asr"]["models"][wildcards.asr]["cpu_threads"]
+
+
+def get_asr_gpus(wildcards):
+    """GPUs of an ASR job: `asr.models.<name>.gpu` (1 for a cuda model, checked when the config is parsed)."""
+    return config["asr"]["models"][wildcards.asr]["gpu"]
+
+
+def get_asr_mem_mb(wildcards):
+    # Whisper large-v3 in float16 holds about 3 GB on the host while it loads onto the GPU.
+    return 8000 if config["asr"]["models"][wildcards.asr]["gpu"] else 4000
+
+
+def get_tts_mem_mb():
+    # XTTS-v2 loads its 1.9 GB checkpoint through host memory (about 5 GB at peak); Piper/espeak need little.
+    engines = {v["engine"] for v in config["tts"]["voices"].values()}
+    return 8000 if "xtts" in engines else 2000
 
 
 def get_tts_conda_env(wildcards):

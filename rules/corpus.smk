@@ -7,7 +7,7 @@ rule ingest_dialogue:
     params:
         corpus=canonical(config["corpus"]),
         sample_rate=config["audio"]["sample_rate"],
-        voices=canonical(config["tts"]["voices"]),
+        voices=get_ingest_voices(),
     resources:
         mem_mb=2000,
         runtime=30,

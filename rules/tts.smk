@@ -12,7 +12,8 @@ rule synthesize_variants:
         match_loudness=config["tts"]["match_loudness"],
         seed=SEED,
     resources:
-        mem_mb=2000,
+        gpu=config["tts"]["gpu"],
+        mem_mb=get_tts_mem_mb(),
         runtime=60,
     conda:
         get_tts_conda_env

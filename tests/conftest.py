@@ -2,7 +2,12 @@
 
 import pytest
 
-from bench.models import build_tiny_llama, build_tiny_qwen2audio
+from bench.models import (
+    build_tiny_audioflamingo3,
+    build_tiny_llama,
+    build_tiny_qwen2audio,
+    build_tiny_qwen25omni_thinker,
+)
 
 
 @pytest.fixture(scope="session")
@@ -13,3 +18,13 @@ def qwen2audio_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def llama_dir(tmp_path_factory):
     return build_tiny_llama(tmp_path_factory.mktemp("models") / "llama")
+
+
+@pytest.fixture(scope="session")
+def audioflamingo3_dir(tmp_path_factory):
+    return build_tiny_audioflamingo3(tmp_path_factory.mktemp("models") / "audioflamingo3")
+
+
+@pytest.fixture(scope="session")
+def qwen25omni_dir(tmp_path_factory):
+    return build_tiny_qwen25omni_thinker(tmp_path_factory.mktemp("models") / "qwen25omni")

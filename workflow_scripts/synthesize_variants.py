@@ -1,7 +1,8 @@
 from lalm_judge.audio.synthesis import synthesize_turn_variants
 from lalm_judge.core.logs import log_to
+from lalm_judge.workflow.gpu import job_gpus
 
-with log_to(snakemake.log[0]):
+with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
     synthesize_turn_variants(
         snakemake.input.dialogue,
         snakemake.input.variants,

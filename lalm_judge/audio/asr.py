@@ -1,11 +1,20 @@
-"""Speech recognition with faster-whisper, and word error rate against ground-truth text."""
+"""Speech recognition with faster-whisper, and word error rate against ground-truth text.
+
+On CUDA, CTranslate2 (>= 4.6.3, a CUDA 12.8 build without cuDNN) loads cuBLAS 12 with `dlopen` at the first
+transcription, where a missing library fails with "Library libcublas.so.12 is not found or cannot be loaded".
+A cuda model therefore loads cuBLAS when it is built (`preload_cublas`): the system's, else the one of the
+`nvidia-cublas-cu12` package in envs/asr.yaml, which no library path names (a `script:` job cannot set
+LD_LIBRARY_PATH before Python starts); once loaded, CTranslate2's own `dlopen` finds it by its soname.
+"""
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import os
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -40,6 +49,30 @@ def resolve_model_path(model: str) -> str:
     return model
 
 
+CUBLAS_LIBRARIES = ("libcublasLt.so.12", "libcublas.so.12")
+
+
+def preload_cublas() -> str:
+    """Load cuBLAS 12 for CTranslate2 on CUDA; return where it came from. Raise naming the package when absent."""
+    try:
+        for name in CUBLAS_LIBRARIES:
+            ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
+        return "system"
+    except OSError:
+        pass
+    try:
+        import nvidia.cublas.lib as package  # nvidia-cublas-cu12
+    except ImportError as err:
+        raise RuntimeError(
+            "faster-whisper on cuda needs cuBLAS 12 (libcublas.so.12), found neither on the system library path "
+            "nor from the nvidia-cublas-cu12 package; run ASR in envs/asr.yaml or install nvidia-cublas-cu12"
+        ) from err
+    folder = Path(next(iter(package.__path__)))
+    for name in CUBLAS_LIBRARIES:
+        ctypes.CDLL(str(folder / name), mode=ctypes.RTLD_GLOBAL)
+    return str(folder)
+
+
 class WhisperASR:
     """One loaded faster-whisper model. Greedy decoding at temperature 0 keeps results deterministic."""
 
@@ -56,6 +89,8 @@ class WhisperASR:
 
         if model.startswith("bundled:"):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        if device.startswith("cuda"):
+            preload_cublas()
         self.model_name = model
         self.model = WhisperModel(
             resolve_model_path(model), device=device, compute_type=compute_type, cpu_threads=cpu_threads

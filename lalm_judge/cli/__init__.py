@@ -18,6 +18,7 @@ COMMANDS = {
     "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),
     "export": ("lalm_judge.cli.export", "the run's benchmark as a Hugging Face dataset ('export --format hf')"),
     "import": ("lalm_judge.cli.import_benchmark", "a released benchmark as a corpus to judge ('import --format hf')"),
+    "pin-revisions": ("lalm_judge.cli.pin", "write the hub commit of every judge model into a config"),
 }
 
 

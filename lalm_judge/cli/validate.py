@@ -1,4 +1,5 @@
-"""`lalm-judge validate-config FILE`: print the errors, or 'ok' with the number of judges."""
+"""`lalm-judge validate-config FILE`: print the errors, or the notes (cells routed to a documented alternative,
+unpinned revisions) and 'ok' with the number of judges."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import sys
 
 import yaml
 
-from lalm_judge.workflow.config import ConfigError, load_config
+from lalm_judge.workflow.config import ConfigError, check_config, load_config
 
 
 def main(argv: list[str]) -> int:
@@ -19,5 +20,7 @@ def main(argv: list[str]) -> int:
     except (ConfigError, OSError, yaml.YAMLError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for note in check_config(config):
+        print(f"note: {note}")
     print(f"ok: {args.config} ({len(config['judges'])} judges, seed {config['seed']})")
     return 0

@@ -35,6 +35,7 @@ from lalm_judge.core.vocabulary import (
 )
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.prompts import Prompt, build_request, load_prompt
 from lalm_judge.judging.scoring import ParsedScore, resolve_score
 from lalm_judge.judging.windows import AudioPlan, Window, plan_long_audio, turn_windows
@@ -74,15 +75,15 @@ def dialogue_audio(sample: Sample, sample_rate: int) -> tuple[np.ndarray, list[W
 AudioLoader = Callable[[Sample, int], tuple[np.ndarray, list[Window]]]
 
 
-def _requests_for(sample: Sample, cell: CellSettings, load_audio: AudioLoader) -> tuple[AudioPlan, list[JudgeRequest]]:
+def _requests_for(
+    sample: Sample, cell: CellSettings, load_audio: AudioLoader, max_audio_s: float | None
+) -> tuple[AudioPlan, list[JudgeRequest]]:
     if cell.modality == TEXT:
         plan = AudioPlan("none", (Window(tuple(range(sample.n_turns)), 0, 0),))
         waveform = None
     else:
         waveform, segments = load_audio(sample, cell.audio_sample_rate)
-        plan = plan_long_audio(
-            segments, len(waveform), cell.audio_sample_rate, cell.spec.max_audio_s, cell.spec.long_audio
-        )
+        plan = plan_long_audio(segments, len(waveform), cell.audio_sample_rate, max_audio_s, cell.spec.long_audio)
     requests = []
     for k, window in enumerate(plan.windows):
         audio = None if waveform is None else (waveform[window.start : window.end], cell.audio_sample_rate)
@@ -218,8 +219,11 @@ def score_samples(
     total: int | None = None,
     load_audio: AudioLoader = dialogue_audio,
 ) -> list[dict[str, Any]]:
-    """Score samples in batches of `spec.batch_size` requests; one row per sample, in input order."""
-    batch_size = max(1, int(cell.spec.batch_size))
+    """Score samples in batches of `spec.batch_size` requests (every request at once for backends that batch
+    themselves, `capabilities.request_batch_size`); one row per sample, in input order."""
+    batch_size = request_batch_size(cell.spec)
+    # A backend may read less audio than the judge's max_audio_s (a processor's window, read at load).
+    max_audio_s = getattr(backend, "max_audio_s", cell.spec.max_audio_s)
     works: list[_SampleWork] = []
     pending: list[tuple[_SampleWork, JudgeRequest]] = []
 
@@ -232,12 +236,12 @@ def score_samples(
         pending.clear()
 
     for sample in tqdm(samples, total=total, disable=not progress, desc=f"{cell.spec.name} {cell.modality}"):
-        plan, requests = _requests_for(sample, cell, load_audio)
+        plan, requests = _requests_for(sample, cell, load_audio, max_audio_s)
         work = _SampleWork(sample, plan)
         works.append(work)
         for request in requests:
             pending.append((work, request))
-            if len(pending) >= batch_size:
+            if batch_size is not None and len(pending) >= batch_size:
                 flush()
     if pending:
         flush()

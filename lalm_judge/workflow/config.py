@@ -1,22 +1,37 @@
 """Loading and checking a run configuration: JSON-Schema validation with defaults, then the
-cross-references a schema cannot express (judge names, transcript sources, modalities).
+cross-references a schema cannot express (judge names, transcript sources, modalities, what each judge can
+serve, GPU requests), and the run environment a config needs (licences, tokens).
 
 A config holds the safety track (`evaluation` and its data sections), the pairwise track (`pairwise`) or
-both; `tracks` says which, and each track's checks run only when it is present."""
+both; `tracks` says which, and each track's checks run only when it is present. Everything here runs when
+the workflow is parsed, before any job: a config that cannot run fails with a message naming the key, the
+judge and the cell; a cell routed to a documented alternative (the calibrated prompt on a judge without token
+probabilities) is reported as a note.
+"""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import json
+import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import yaml
 
-from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TranscriptSource
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
+from lalm_judge.judging.backends.capabilities import family_of
+from lalm_judge.workflow.plan import JudgeCell, judge_cells
+
+# Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
+# fails in a batch job): coqui-tts `TTS/utils/manage.py`, `ModelManager.tos_agreed`.
+COQUI_LICENCE_ENV = "COQUI_TOS_AGREED"
+CALIBRATED_PROMPT = "calibrated"
+LOCAL_BACKENDS = ("transformers", "vllm")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SAFETY = "safety"
@@ -65,6 +80,9 @@ def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Pa
     if errors:
         lines = [f"judges.{name}.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
         raise ConfigError("invalid judge entry:\n  " + "\n  ".join(lines))
+    problems = judge_problems(name, entry)
+    if problems:
+        raise ConfigError("invalid judge entry:\n  " + "\n  ".join(problems))
     return entry
 
 
@@ -77,13 +95,23 @@ def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
     return tuple(track for track, key in ((SAFETY, "evaluation"), (PAIRWISE, "pairwise")) if key in config)
 
 
-def check_config(config: dict[str, Any]) -> None:
-    """Cross-reference checks of a validated config, run at parse time before any job is scheduled."""
-    if SAFETY in tracks(config):
-        _check_safety(config)
+def check_config(config: dict[str, Any]) -> list[str]:
+    """Cross-reference checks of a validated config, run at parse time before any job is scheduled.
+
+    Raises ConfigError naming the problems; returns notes on cells routed to a documented alternative and on
+    settings that make a run irreproducible (unpinned model revisions).
+    """
+    notes = _check_safety(config) if SAFETY in tracks(config) else []
     if PAIRWISE in tracks(config):
         _check_pairwise(config)
+        notes += [
+            note
+            for name in config["pairwise"]["judges"]
+            if SAFETY not in tracks(config) or name not in config["evaluation"]["judges"]
+            for note in judge_notes(name, config["judges"][name], [])
+        ]
     _check_imported(config)
+    return notes
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
@@ -123,9 +151,12 @@ def _check_pairwise(config: dict[str, Any]) -> None:
                 f"pairwise.judges: judge {name!r} reads text only, so it needs pairwise.transcript_sources "
                 "(e.g. 'asr:<asr model>' for the cascade)"
             )
+    problems = [problem for name in pairwise["judges"] for problem in judge_problems(name, judges[name])]
+    if problems:
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
 
 
-def _check_safety(config: dict[str, Any]) -> None:
+def _check_safety(config: dict[str, Any]) -> list[str]:
     judges = config["judges"]
     evaluation = config["evaluation"]
     unknown = [j for j in evaluation["judges"] if j not in judges]
@@ -151,6 +182,143 @@ def _check_safety(config: dict[str, Any]) -> None:
         cascade = entry["options"].get("cascade_asr")
         if cascade is not None and cascade not in asr_models:
             raise ConfigError(f"judges.{name}.options.cascade_asr: {cascade!r} is not in asr.models")
+    problems = _gpu_problems(config)
+    cells = judge_cells(config)
+    for name in evaluation["judges"]:
+        problems += judge_problems(name, judges[name], [c for c in cells if c.judge == name])
+    if problems:
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
+    return [note for name in evaluation["judges"] for note in judge_notes(name, judges[name], cells)]
+
+
+def _cell_list(cells: Sequence[JudgeCell]) -> str:
+    shown = ", ".join(c.label for c in cells[:4])
+    return shown + (f" and {len(cells) - 4} more" if len(cells) > 4 else "")
+
+
+def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCell] = ()) -> list[str]:
+    """What a judge entry asks of its model that the model cannot serve (see `capabilities` for the facts)."""
+    where = f"judges.{name}"
+    backend, capabilities = entry["backend"], entry["capabilities"]
+    audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
+    audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
+    problems = []
+    if capabilities["prompt_format"] != "chat" and backend != "vllm":
+        problems.append(
+            f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "
+            f"not by {backend!r}"
+        )
+    if entry["options"].get("score_tokens") and not capabilities["logprobs"]:
+        problems.append(f"{where}.options.score_tokens needs token probabilities, but capabilities.logprobs is false")
+    family = family_of(entry["model"])
+    if family is None:
+        return problems
+    if backend not in family.backends:
+        reason = f" ({family.why_backends})" if family.why_backends else ""
+        problems.append(
+            f"{where}.backend: {family.name} ({entry['model']}) runs on {' or '.join(family.backends)}, "
+            f"not {backend!r}{reason}"
+        )
+    if audio_modalities and not family.audio:
+        cells_text = f"; cells {_cell_list(audio_cells)} cannot be served" if audio_cells else ""
+        problems.append(
+            f"{where}.modalities: {audio_modalities} need audio input, but {family.name} is a text model{cells_text}; "
+            "keep only 'text'"
+        )
+    limit = family.max_audio_s
+    if audio_modalities and limit is not None and (entry["max_audio_s"] is None or entry["max_audio_s"] > limit):
+        problems.append(
+            f"{where}.max_audio_s: {entry['max_audio_s']} is over {family.name}'s {limit:g} s of audio (it would cut "
+            f"the rest silently); set max_audio_s <= {limit:g} and let long_audio ({entry['long_audio']}) handle "
+            "longer dialogues"
+        )
+    for key in ("system_role", "prompt_format", "logprobs"):
+        known = getattr(family, key)
+        if known is not None and capabilities[key] != known:
+            problems.append(
+                f"{where}.capabilities.{key} is {json.dumps(capabilities[key])}, but {family.name} needs "
+                f"{json.dumps(known)}: set capabilities.{key}: {json.dumps(known)}"
+            )
+    return problems
+
+
+def judge_notes(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCell]) -> list[str]:
+    """Cells of this judge routed to their documented alternative, and an unpinned model revision."""
+    notes = []
+    calibrated = [c for c in cells if c.judge == name and c.prompt == CALIBRATED_PROMPT]
+    if calibrated and not entry["capabilities"]["logprobs"]:
+        notes.append(
+            f"judge {name}, cells {_cell_list(calibrated)}: no token probabilities (capabilities.logprobs: false), "
+            "so the calibrated prompt is scored from its parsed SAFETY_SCORE line (score_source 'parsed')"
+        )
+    if entry["backend"] in LOCAL_BACKENDS and entry["revision"] == "main" and hub_model_id(entry["model"]):
+        notes.append(
+            f"judges.{name}.revision is 'main': a rerun may score with other weights; pin the commit with "
+            "`lalm-judge pin-revisions CONFIG`"
+        )
+    return notes
+
+
+def hub_model_id(model: str) -> bool:
+    """Whether `model` names a hub repository ('owner/name'), not a local folder or a bundled model."""
+    return model.count("/") == 1 and not model.startswith(("bundled:", ".", "/")) and not Path(model).exists()
+
+
+def _gpu_problems(config: dict[str, Any]) -> list[str]:
+    """A stage on cuda must request a GPU (or SLURM puts it on a CPU node), and one on the CPU requests none."""
+    problems = []
+    for name, model in config["asr"]["models"].items():
+        if (model["device"] == "cuda") != (model["gpu"] > 0):
+            problems.append(
+                f"asr.models.{name}: device {model['device']!r} with gpu {model['gpu']}; "
+                + ("a cuda model needs gpu: 1" if model["device"] == "cuda" else "set gpu: 0 on the CPU")
+            )
+    cuda_voices = sorted(v for v, voice in config["tts"]["voices"].items() if voice.get("device") == "cuda")
+    if cuda_voices and config["tts"]["gpu"] == 0:
+        problems.append(f"tts.gpu is 0, but the voices {cuda_voices} run on cuda; set tts.gpu: 1")
+    return problems
+
+
+def _voices(config: Mapping[str, Any]) -> dict[str, Any]:
+    """Every TTS voice of the config: the safety track's `tts.voices` and the pairwise items' voices."""
+    voices = {f"tts.voices.{v}": voice for v, voice in config.get("tts", {}).get("voices", {}).items()}
+    items = config.get("pairwise", {}).get("items", {})
+    voices.update({f"pairwise.items.voices.{v}": voice for v, voice in items.get("voices", {}).items()})
+    return voices
+
+
+def _run_judges(config: Mapping[str, Any]) -> list[str]:
+    names = [*config.get("evaluation", {}).get("judges", []), *config.get("pairwise", {}).get("judges", [])]
+    return list(dict.fromkeys(names))
+
+
+def check_run_environment(config: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> list[str]:
+    """What the run needs from the environment before any job starts.
+
+    Raises ConfigError when XTTS voices are configured but the Coqui licence is not accepted (coqui-tts would
+    ask on stdin inside a batch job and fail or hang). Returns warnings, e.g. a gated model without a token.
+    """
+    environ = os.environ if environ is None else environ
+    xtts_voices = sorted(key for key, voice in _voices(config).items() if voice["engine"] == "xtts")
+    if xtts_voices and environ.get(COQUI_LICENCE_ENV) != "1":
+        raise ConfigError(
+            f"{', '.join(xtts_voices)} use XTTS-v2, whose weights are under the Coqui Public Model License "
+            "(non-commercial, https://tts-hub.github.io/cpml). Read it; if you accept it, export "
+            f"{COQUI_LICENCE_ENV}=1 in the shell that starts snakemake (jobs inherit it). Without it coqui-tts "
+            "would ask on stdin inside every TTS job."
+        )
+    warnings = []
+    token = environ.get("HF_TOKEN") or environ.get("HUGGING_FACE_HUB_TOKEN")
+    hf_home = Path(environ.get("HF_HOME", Path.home() / ".cache/huggingface"))
+    token_file = Path(environ.get("HF_TOKEN_PATH") or hf_home / "token")
+    for name in _run_judges(config):
+        family = family_of(config["judges"][name]["model"])
+        if family is not None and family.gated and not token and not token_file.is_file():
+            warnings.append(
+                f"judges.{name}: {config['judges'][name]['model']} is a gated hub repository; request access on its "
+                "model page and export HF_TOKEN (or run `hf auth login`), or its jobs fail at download"
+            )
+    return warnings
 
 
 def _check_imported(config: dict[str, Any]) -> None:

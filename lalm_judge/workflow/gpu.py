@@ -34,6 +34,27 @@ class GpuUnavailable(RuntimeError):
     """A job asked for more GPUs than the machine has, or none became free in time."""
 
 
+def check_gpu_budget(requests: Mapping[str, int], granted: object | None) -> None:
+    """Refuse a run whose GPU stages ask for more GPUs than a global `--resources gpu=N` grants.
+
+    `requests` maps a stage ('judge:<name>', 'tts', 'asr:<model>') to the GPUs one of its jobs asks for;
+    `granted` is Snakemake's global `gpu` resource (its value, or an object with `.value`), None when none is
+    set. Snakemake lowers every job's `gpu` to that amount, so such a job would start with fewer GPUs than it
+    needs (with none, on whatever device CUDA picks).
+    """
+    granted = getattr(granted, "value", granted)
+    if granted is None:
+        return
+    granted = int(granted)
+    short = {stage: gpus for stage, gpus in requests.items() if gpus > granted}
+    if short:
+        listed = ", ".join(f"{stage} ({gpus})" for stage, gpus in sorted(short.items()))
+        raise GpuUnavailable(
+            f"jobs of {listed} need more GPUs than --resources gpu={granted} grants; on a GPU machine pass "
+            f"--resources gpu=<its number of GPUs> (at least {max(short.values())}); on SLURM set no gpu resource"
+        )
+
+
 def _split_ids(value: str) -> list[str]:
     return [token.strip() for token in value.split(",") if token.strip()]
 

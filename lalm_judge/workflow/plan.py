@@ -30,6 +30,41 @@ class JudgeCell:
     prompt: str
     condition: str
 
+    @property
+    def label(self) -> str:
+        """The cell as its score path spells it below the judge: '<modality>-<source>/<prompt>/<condition>'."""
+        return f"{self.modality}-{self.transcript_source}/{self.prompt}/{self.condition}"
+
+
+def judge_cells(config: dict[str, Any]) -> list[JudgeCell]:
+    """Every judge cell of a validated config: each judge's modalities x transcript sources x prompts x conditions."""
+    evaluation = config["evaluation"]
+    cells = []
+    for judge in evaluation["judges"]:
+        entry = config["judges"][judge]
+        schedule = entry["schedule"]
+        modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
+        prompts = schedule.get("prompts") or evaluation["prompts"]
+        sources = schedule.get("transcript_sources") or evaluation["transcript_sources"]
+        for modality in modalities:
+            for source in [TranscriptSource.NONE] if modality == AUDIO else sources:
+                for prompt in prompts:
+                    for condition in evaluation["conditions"]:
+                        cells.append(JudgeCell(judge, modality, TranscriptSource(source), prompt, condition))
+    return cells
+
+
+def gpu_requests(config: dict[str, Any]) -> dict[str, int]:
+    """GPUs one job of each GPU stage requests ('tts', 'asr:<model>', 'judge:<name>'); stages without GPUs are
+    left out. The judges are those of both tracks; TTS and ASR those of the safety track."""
+    requests = {}
+    if "evaluation" in config:
+        requests["tts"] = config["tts"]["gpu"]
+        requests.update({f"asr:{name}": model["gpu"] for name, model in config["asr"]["models"].items()})
+    judges = [*config.get("evaluation", {}).get("judges", []), *config.get("pairwise", {}).get("judges", [])]
+    requests.update({f"judge:{name}": config["judges"][name]["schedule"]["resources"]["gpu"] for name in judges})
+    return {stage: gpus for stage, gpus in requests.items() if gpus > 0}
+
 
 class Plan:
     """Everything the rules need to know about a config, computed once per parse."""
@@ -71,20 +106,7 @@ class Plan:
         return list(self.config["asr"]["models"])
 
     def judge_cells(self) -> list[JudgeCell]:
-        evaluation = self.config["evaluation"]
-        cells = []
-        for judge in evaluation["judges"]:
-            entry = self.config["judges"][judge]
-            schedule = entry["schedule"]
-            modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
-            prompts = schedule.get("prompts") or evaluation["prompts"]
-            sources = schedule.get("transcript_sources") or evaluation["transcript_sources"]
-            for modality in modalities:
-                for source in [TranscriptSource.NONE] if modality == AUDIO else sources:
-                    for prompt in prompts:
-                        for condition in evaluation["conditions"]:
-                            cells.append(JudgeCell(judge, modality, TranscriptSource(source), prompt, condition))
-        return cells
+        return judge_cells(self.config)
 
 
 def export_checkout_to_jobs(checkout: str) -> None:

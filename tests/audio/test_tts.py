@@ -108,3 +108,67 @@ def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path
         assert active_level_db(audio, sr) == pytest.approx(np.mean(neighbours), abs=0.5)
     again = run("clips_again").filter(pl.col("clip").is_not_null())
     assert [read_audio(c)[0].tobytes() for c in table["clip"]] == [read_audio(c)[0].tobytes() for c in again["clip"]]
+
+
+class _CoquiStandIn:
+    """Stands in for coqui-tts 0.28's `TTS.api.TTS` (its weights come from the hub and it imports only with a CUDA
+    torchaudio): `TTS(model_name).to(device)`, `tts(text=..., speaker_wav=..., language=..., split_sentences=...,
+    **inference_kwargs)` returning a list of floats, `synthesizer.output_sample_rate` (24 kHz). Like XTTS it samples
+    from the torch RNG and takes no seed."""
+
+    def __init__(self, model_name):
+        import torch
+
+        self.torch, self.model_name, self.device = torch, model_name, None
+        self.synthesizer = type("Synthesizer", (), {"output_sample_rate": 24000})()
+
+    def to(self, device):
+        self.device = device
+        return self
+
+    def tts(self, text, speaker=None, language=None, speaker_wav=None, emotion=None, split_sentences=True, **kwargs):
+        if emotion is not None:
+            raise ValueError("Emotion can only be used with Coqui Studio models. Which is discontinued.")
+        return (self.torch.rand(240) * 0.1).tolist()
+
+
+@pytest.fixture
+def coqui_stand_in(monkeypatch):
+    import sys
+    import types
+
+    package, api = types.ModuleType("TTS"), types.ModuleType("TTS.api")
+    api.TTS = _CoquiStandIn
+    package.api = api
+    monkeypatch.setitem(sys.modules, "TTS", package)
+    monkeypatch.setitem(sys.modules, "TTS.api", api)
+    monkeypatch.setattr("importlib.metadata.version", lambda name: "0.28.0")
+
+
+def test_xtts_refuses_to_start_without_the_accepted_licence(monkeypatch, coqui_stand_in):
+    """coqui-tts would ask for the CPML on stdin: EOFError or a hang in a batch job."""
+    from lalm_judge.audio.tts.xtts import XTTSEngine
+
+    monkeypatch.delenv("COQUI_TOS_AGREED", raising=False)
+    with pytest.raises(RuntimeError, match="COQUI_TOS_AGREED=1"):
+        XTTSEngine(device="cpu")
+
+
+def test_xtts_utterances_do_not_depend_on_the_order_of_synthesis(monkeypatch, coqui_stand_in):
+    from lalm_judge.audio.tts.xtts import XTTSEngine
+
+    monkeypatch.setenv("COQUI_TOS_AGREED", "1")
+    engine = XTTSEngine(device="cpu", seed=3)
+    first = SynthesisRequest("First line.", "happy", ("a.wav",), ("happy",))
+    second = SynthesisRequest("Second line.", "sad", ("a.wav",), ("happy",))
+    one, sr = engine.synthesize(first)
+    engine.synthesize(second)
+    again, _ = engine.synthesize(first)
+    other_order = XTTSEngine(device="cpu", seed=3)
+    other_order.synthesize(second)
+    assert sr == 24000 and np.array_equal(one, again) and np.array_equal(one, other_order.synthesize(first)[0])
+    assert not np.array_equal(one, engine.synthesize(second)[0])
+    assert engine.describe() == {
+        "tts_model": "tts_models/multilingual/multi-dataset/xtts_v2",
+        "tts_revision": "coqui-tts==0.28.0",
+    }

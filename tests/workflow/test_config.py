@@ -4,7 +4,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lalm_judge.workflow.config import ConfigError, load_config, tracks, validate_config
+from lalm_judge.workflow.config import (
+    ConfigError,
+    check_config,
+    check_run_environment,
+    load_config,
+    tracks,
+    validate_config,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -196,3 +203,84 @@ def test_the_pairwise_track_cannot_use_released_safety_transcripts(demo_config, 
     both["pairwise"]["transcript_sources"] = ["asr:whisper_tiny_en"]
     with pytest.raises(ConfigError, match="asr:whisper_tiny_en has released transcripts of the safety benchmark"):
         validate_config(both)
+
+
+# --- What each judge can serve, checked when the config is parsed (judge capabilities) ------------------------
+@pytest.fixture
+def paper_config():
+    return yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # MiniCPM-o's remote code does not import under transformers 5; vLLM serves it.
+        (
+            lambda j: j["minicpm_o"].update(backend="transformers", capabilities={}),
+            r"judges\.minicpm_o\.backend: MiniCPM-o \(openbmb/MiniCPM-o-4_5\) runs on vllm, not 'transformers'",
+        ),
+        (
+            lambda j: j["meralion2_10b"].update(capabilities={}),
+            r"judges\.meralion2_10b\.capabilities\.system_role is true, but MERaLiON-2 needs false",
+        ),
+        (
+            lambda j: j["gemini_25_flash"].update(capabilities={}),
+            r"judges\.gemini_25_flash\.capabilities\.logprobs is true, .* set capabilities\.logprobs: false",
+        ),
+        (
+            lambda j: j["qwen2_audio_7b"].update(max_audio_s=60),
+            r"judges\.qwen2_audio_7b\.max_audio_s: 60 is over Qwen2-Audio's 30 s of audio",
+        ),
+        (
+            lambda j: j["llama31_8b"].update(modalities=["text", "audio"]),
+            r"judges\.llama31_8b\.modalities: \['audio'\] need audio input, but Llama-3\.1-Instruct is a text model; "
+            r"cells audio-none/basic/clean, audio-none/cot/clean",
+        ),
+        (
+            lambda j: j["audio_flamingo_3"].update(capabilities={"prompt_format": "minicpmo"}),
+            r"judges\.audio_flamingo_3\.capabilities\.prompt_format: 'minicpmo' is built by the vllm backend only",
+        ),
+    ],
+)
+def test_a_judge_that_cannot_serve_its_cells_is_rejected_when_parsed(paper_config, edit, message):
+    edit(paper_config["judges"])
+    with pytest.raises(ConfigError, match=message):
+        validate_config(paper_config)
+
+
+def test_the_calibrated_cells_of_a_judge_without_logprobs_are_routed_with_a_note(paper_config):
+    notes = check_config(validate_config(paper_config))
+    (routed,) = [note for note in notes if "calibrated" in note]
+    assert routed.startswith(
+        "judge gemini_25_flash, cells text-gt/calibrated/clean, text-asr:whisper_large_v3/calibrated"
+    )
+    assert "scored from its parsed SAFETY_SCORE line (score_source 'parsed')" in routed
+    unpinned = [note for note in notes if "revision is 'main'" in note]
+    assert len(unpinned) == 6 and all("lalm-judge pin-revisions" in note for note in unpinned)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (
+            lambda c: c["asr"]["models"]["whisper_base"].update(gpu=0),
+            r"asr\.models\.whisper_base: device 'cuda' with gpu 0",
+        ),
+        (lambda c: c["tts"].update(gpu=0), r"tts\.gpu is 0, but the voices \['default_a', 'default_b'\] run on cuda"),
+    ],
+)
+def test_a_cuda_stage_without_a_gpu_request_is_rejected(paper_config, edit, message):
+    edit(paper_config)
+    with pytest.raises(ConfigError, match=message):
+        validate_config(paper_config)
+
+
+def test_xtts_voices_need_the_accepted_coqui_licence(paper_config, tmp_path):
+    config = validate_config(paper_config)
+    with pytest.raises(
+        ConfigError, match=r"tts\.voices\.default_a, tts\.voices\.default_b use XTTS-v2.*COQUI_TOS_AGREED=1"
+    ):
+        check_run_environment(config, {})
+    warnings = check_run_environment(config, {"COQUI_TOS_AGREED": "1", "HF_HOME": str(tmp_path)})
+    assert len(warnings) == 1 and "judges.llama31_8b" in warnings[0] and "HF_TOKEN" in warnings[0]
+    assert check_run_environment(config, {"COQUI_TOS_AGREED": "1", "HF_TOKEN": "hf_x"}) == []

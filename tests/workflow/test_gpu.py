@@ -16,6 +16,7 @@ from lalm_judge.workflow.gpu import (
     GPUS_ENV,
     LOCK_DIR_ENV,
     GpuUnavailable,
+    check_gpu_budget,
     claim_gpus,
     job_gpus,
     machine_gpus,
@@ -140,3 +141,13 @@ def test_parse_gpu_listing():
     )
     assert parse_gpu_listing(listing) == ["0", "1"]
     assert parse_gpu_listing("") == []
+
+
+def test_a_gpu_budget_below_a_stages_request_is_refused():
+    requests = {"judge:qwen": 2, "tts": 1}
+    check_gpu_budget(requests, None)  # no budget (SLURM, or no --resources gpu): nothing is lowered
+    check_gpu_budget(requests, 2)
+    with pytest.raises(GpuUnavailable, match=r"jobs of judge:qwen \(2\) need more GPUs than --resources gpu=1 grants"):
+        check_gpu_budget(requests, 1)
+    with pytest.raises(GpuUnavailable, match=r"judge:qwen \(2\), tts \(1\) .*at least 2"):
+        check_gpu_budget(requests, 0)

@@ -25,6 +25,7 @@ from tests.support.workflow import (
     PlannedJob,
     planned_jobs,
     prepare_workdir,
+    reformatted,
     snakemake,
     write_config,
     write_corpus,
@@ -177,15 +178,6 @@ def test_tuning_a_judges_resources_reruns_nothing(completed_run):
     assert dry_run(workdir, changed) == []
 
 
-def reordered(value):
-    """The same config with every mapping's keys in reverse order (recursively); lists keep their order."""
-    if isinstance(value, dict):
-        return {key: reordered(value[key]) for key in reversed(list(value))}
-    if isinstance(value, list):
-        return [reordered(item) for item in value]
-    return value
-
-
 def dry_run_text(workdir: Path, text: str) -> list[PlannedJob]:
     """Like `dry_run`, with the config file's text given as written (formatting and comments included)."""
     configfile = workdir / "config.yaml"
@@ -196,12 +188,6 @@ def dry_run_text(workdir: Path, text: str) -> list[PlannedJob]:
     finally:
         configfile.write_text(completed_config)
     return planned_jobs(result)
-
-
-def reformatted(config: dict) -> str:
-    """Every mapping reordered, written in flow style with comments and quoted strings, as other tools do."""
-    body = yaml.safe_dump(reordered(config), sort_keys=False, default_flow_style=True, default_style='"', width=60)
-    return "# written back by another tool\n" + body
 
 
 def test_a_reordered_and_reformatted_config_schedules_nothing(completed_run):

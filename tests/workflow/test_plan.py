@@ -1,8 +1,11 @@
 import json
 from collections import Counter
+from pathlib import Path
+
+import yaml
 
 from lalm_judge.workflow.config import validate_config
-from lalm_judge.workflow.plan import Plan, shard_of
+from lalm_judge.workflow.plan import Plan, gpu_requests, shard_of
 
 
 def test_shards_are_stable_and_balanced():
@@ -45,3 +48,12 @@ def test_plan_cells_and_turns(tmp_path):
     assert len(cells) == 12
     assert {c.transcript_source for c in cells if c.modality == "audio"} == {"none"}
     assert {c.prompt for c in cells if c.judge == "text_only"} == {"rubric"}
+
+
+def test_gpu_requests_of_the_paper_stages():
+    config = validate_config(yaml.safe_load((Path(__file__).resolve().parents[2] / "configs/paper.yaml").read_text()))
+    requests = gpu_requests(config)
+    assert (
+        requests.pop("tts") == 1 and requests.pop("asr:whisper_large_v3") == 1 and requests.pop("asr:whisper_base") == 1
+    )
+    assert requests == {f"judge:{j}": 1 for j in config["evaluation"]["judges"] if j != "gemini_25_flash"}

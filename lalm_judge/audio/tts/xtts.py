@@ -1,16 +1,30 @@
 """Coqui XTTS-v2 voice cloning (paper configuration; runs in envs/tts-xtts.yaml on a GPU node).
 
-The speaker reference is the set of original clips of the same speaker. XTTS has no emotion input:
-the emotion label steers the style by choosing, among the speaker's clips, those whose original
-emotion matches the target (all of the speaker's clips when none match), since XTTS copies the
-prosody of its reference.
+The speaker reference is the set of original clips of the same speaker. XTTS has no emotion input
+(coqui-tts refuses `emotion=` for every model but the discontinued Coqui Studio ones): the emotion label
+steers the style by choosing, among the speaker's clips, those whose original emotion matches the target
+(all of the speaker's clips when none match), since XTTS copies the prosody of its reference.
+
+Licence: the XTTS-v2 weights are under the Coqui Public Model License. coqui-tts asks for it on stdin
+unless `COQUI_TOS_AGREED=1` (coqui-tts 0.28 `TTS/utils/manage.py`), which fails or hangs inside a batch
+job; the engine refuses to start without the variable, and the workflow checks it when it parses the config.
+
+Determinism: XTTS samples (`do_sample=True`) and takes no seed, so the torch RNG is seeded before every
+utterance from (seed, text, emotion, references): a clip does not depend on which clips the job made before it.
+Weights: coqui-tts 0.28 downloads them from the hub repository `tts-hub/XTTS-v2` into the Hugging Face cache.
 """
 
 from __future__ import annotations
 
+import importlib.metadata
+import os
+
 import numpy as np
 
+from lalm_judge.core.files import stable_hash
+
 XTTS_MODEL = "tts_models/multilingual/multi-dataset/xtts_v2"
+LICENCE_ENV = "COQUI_TOS_AGREED"
 
 
 def choose_references(request, max_clips: int = 3) -> list[str]:
@@ -22,6 +36,11 @@ def choose_references(request, max_clips: int = 3) -> list[str]:
     return (matching + others)[:max_clips]
 
 
+def utterance_seed(seed: int, text: str, emotion: str | None, references: list[str]) -> int:
+    """The torch seed of one utterance: fixed by what is spoken and cloned, not by the order of synthesis."""
+    return int(stable_hash({"seed": seed, "text": text, "emotion": emotion, "references": references}, 15), 16)
+
+
 class XTTSEngine:
     def __init__(
         self,
@@ -31,19 +50,26 @@ class XTTSEngine:
         temperature: float = 0.65,
         seed: int = 0,
     ):
+        if os.environ.get(LICENCE_ENV) != "1":
+            raise RuntimeError(
+                f"XTTS-v2 is under the Coqui Public Model License (non-commercial): read it, and if you accept it "
+                f"export {LICENCE_ENV}=1 before starting the workflow; without it coqui-tts asks on stdin"
+            )
         import torch
         from TTS.api import TTS
 
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        torch.manual_seed(seed)
-        self.model_name, self.language, self.temperature = model, language, temperature
+        self.torch = torch
+        self.model_name, self.language, self.temperature, self.seed = model, language, temperature, seed
         self.tts = TTS(model).to(device)
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
+        references = choose_references(request)
+        self.torch.manual_seed(utterance_seed(self.seed, request.text, request.emotion, references))
         wav = self.tts.tts(
             text=request.text,
-            speaker_wav=choose_references(request),
+            speaker_wav=references,
             language=self.language,
             temperature=self.temperature,
             split_sentences=True,
@@ -51,4 +77,4 @@ class XTTSEngine:
         return np.asarray(wav, dtype=np.float32), int(self.tts.synthesizer.output_sample_rate)
 
     def describe(self) -> dict[str, str]:
-        return {"tts_model": self.model_name, "tts_revision": "coqui-tts"}
+        return {"tts_model": self.model_name, "tts_revision": f"coqui-tts=={importlib.metadata.version('coqui-tts')}"}

@@ -69,6 +69,30 @@ class JudgeBackend(Protocol):
         ...
 
 
+PROMPT_FORMATS = ("chat", "meralion", "minicpmo")
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a judge's model or endpoint can serve (`judges.<name>.capabilities`; defaults as in the schema).
+
+    `logprobs`: token probabilities are returned (the calibrated prompt's P(safe)); without them no logprobs
+    are requested and the calibrated prompt is scored from its parsed SAFETY_SCORE. `system_role`: the chat
+    template accepts a system message; without it the system prompt is prepended to the user turn.
+    `prompt_format`: how a request becomes the prompt (`chat`, `meralion`, `minicpmo`; see the vllm backend).
+    """
+
+    logprobs: bool = True
+    system_role: bool = True
+    prompt_format: str = "chat"
+
+    @classmethod
+    def from_config(cls, values: Mapping[str, Any] | Capabilities | None) -> Capabilities:
+        if isinstance(values, Capabilities):
+            return values
+        return cls(**dict(values or {}))
+
+
 @dataclass(frozen=True)
 class JudgeSpec:
     """What determines a judge's answers: one entry of the judge registry (`judges.<name>` in config) without
@@ -87,6 +111,7 @@ class JudgeSpec:
     batch_size: int = 8
     # Backend-specific settings (base_url, api_key_env, gguf_file, model_class, tensor_parallel_size, ...).
     options: dict[str, Any] = field(default_factory=dict)
+    capabilities: Capabilities = field(default_factory=Capabilities)
     # GPUs of the job (schedule.resources.gpu): vLLM's default tensor parallel size.
     gpus: int = 0
 
@@ -98,5 +123,6 @@ class JudgeSpec:
         """The spec of a validated registry entry (defaults filled by the schema)."""
         values = {k: v for k, v in entry.items() if k not in cls.NOT_IN_SPEC and k != "gpus"}
         values["modalities"] = tuple(values["modalities"]) if "modalities" in values else cls.modalities
+        values["capabilities"] = Capabilities.from_config(values.get("capabilities"))
         gpus = entry.get("gpus", entry.get("schedule", {}).get("resources", {}).get("gpu", 0))
         return cls(name=name, gpus=int(gpus), **values)

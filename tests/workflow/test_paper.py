@@ -1,0 +1,162 @@
+"""The paper configuration as a GPU-cluster user runs it, planned on CPU: `snakemake -n --configfile configs/paper.yaml`
+from a checkout (the demo's config.yaml beside it) on a synthetic corpus in the DeepDialogue-xtts hub layout.
+
+The plan must hold only the paper's voices, ASR models and judges (not the demo's, which a merged config.yaml
+would add), ask for GPUs in every GPU stage (judges, XTTS, Whisper on CUDA) and have the expected jobs per stage.
+A config with every mapping reordered plans the same jobs and, once the outputs are recorded (`--touch`),
+recomputes nothing (Snakemake compares params by their repr, so every config-derived param is canonical).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bench.dag_scale import materialize_outputs
+from lalm_judge.workflow.plan import shard_of
+from tests.support.workflow import (
+    HUB_DIALOGUES,
+    ROOT,
+    planned_jobs,
+    reformatted,
+    scheduled_jobs,
+    snakemake,
+    write_hub_corpus,
+)
+
+pytestmark = [pytest.mark.workflow, pytest.mark.slow]
+
+PAPER = ROOT / "configs" / "paper.yaml"
+PAPER_CONFIG = yaml.safe_load(PAPER.read_text())
+GPU_JUDGES = {"qwen2_audio_7b", "audio_flamingo_3", "meralion2_10b", "llama31_8b", "qwen25_omni_7b", "minicpm_o"}
+JUDGES = GPU_JUDGES | {"gemini_25_flash"}
+# Cells per judge: 3 modalities x (3 transcript sources for text and audio_text, none for audio) = 7, Llama text only
+# = 3, each x 5 prompts x 1 condition.
+CELLS = {judge: 7 * 5 for judge in JUDGES} | {"llama31_8b": 3 * 5}
+DIALOGUE_IDS = [
+    f"{configuration.removeprefix('dialogues_')}_{name}".lower().replace("-", "_")
+    for configuration, name, _ in HUB_DIALOGUES
+]
+N_TURNS = sum(n for _, _, n in HUB_DIALOGUES)
+SHARDS = {shard_of(d, PAPER_CONFIG["evaluation"]["shards"]) for d in DIALOGUE_IDS}
+
+
+@pytest.fixture(scope="module")
+def checkout(tmp_path_factory) -> Path:
+    """A working directory laid out like the checkout: the demo config.yaml and the paper corpus folder."""
+    workdir = tmp_path_factory.mktemp("paper")
+    shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
+    write_hub_corpus(workdir / PAPER_CONFIG["corpus"]["path"])
+    return workdir
+
+
+@pytest.fixture
+def licence_accepted(monkeypatch):
+    monkeypatch.setenv("COQUI_TOS_AGREED", "1")
+
+
+def paper_dry_run(workdir: Path, configfile: Path = PAPER, *args: str, check: bool = True):
+    return snakemake(workdir, configfile, "-n", "--cores", "2", *args, check=check)
+
+
+@pytest.fixture(scope="module")
+def plan(checkout):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COQUI_TOS_AGREED", "1")
+        result = paper_dry_run(checkout)
+    return result, planned_jobs(result)
+
+
+def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
+    result, _ = plan
+    judge_jobs = sum(CELLS.values()) * len(SHARDS)
+    assert sum(CELLS.values()) == 225
+    assert scheduled_jobs(result) == {
+        "ingest_dialogue": len(DIALOGUE_IDS),
+        "rewrite_turn": N_TURNS,
+        "synthesize_variants": N_TURNS,
+        "transcribe_dialogue": 2 * len(DIALOGUE_IDS),
+        "build_manifest": len(DIALOGUE_IDS),
+        "audio_accounting": 1,
+        "shard_index": len(SHARDS),
+        "judge_shard": judge_jobs,
+        "compute_metrics": 1,
+        "figures": 1,
+        "report": 1,
+        "all": 1,
+    }
+
+
+def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
+    _, jobs = plan
+    asr = {Path(job.outputs[0]).parent.name for job in jobs if job.rule == "transcribe_dialogue"}
+    assert asr == {"whisper_large_v3", "whisper_base"}, "no demo Whisper tiny.en"
+    judges = [Path(job.outputs[0]).parts[2] for job in jobs if job.rule == "judge_shard"]
+    assert {judge: judges.count(judge) for judge in set(judges)} == {j: n * len(SHARDS) for j, n in CELLS.items()}
+
+
+def test_every_gpu_stage_requests_a_gpu(plan):
+    _, jobs = plan
+    for job in jobs:
+        if job.rule in ("synthesize_variants", "transcribe_dialogue"):
+            assert job.resource("gpu") == "1", job
+        elif job.rule == "judge_shard":
+            judge = Path(job.outputs[0]).parts[2]
+            assert job.resource("gpu") == ("1" if judge in GPU_JUDGES else "0"), job
+        else:
+            assert job.resource("gpu") in (None, "0"), job
+
+
+def test_without_the_xtts_licence_nothing_is_planned(checkout, monkeypatch):
+    monkeypatch.delenv("COQUI_TOS_AGREED", raising=False)
+    result = paper_dry_run(checkout, check=False)
+    assert result.returncode != 0
+    assert "export COQUI_TOS_AGREED=1" in result.stdout + result.stderr
+
+
+def test_a_gpu_budget_below_a_jobs_request_is_refused(checkout, licence_accepted):
+    result = paper_dry_run(checkout, PAPER, "--resources", "gpu=0", check=False)
+    assert result.returncode != 0
+    assert "need more GPUs than --resources gpu=0 grants" in result.stdout + result.stderr
+
+
+def recorded_params(workdir: Path, output: str) -> list[str]:
+    """The params Snakemake recorded for an output (.snakemake/metadata: one JSON per base64 path)."""
+    name = base64.urlsafe_b64encode(output.encode()).decode()
+    return json.loads((workdir / ".snakemake" / "metadata" / name).read_text())["params"]
+
+
+@pytest.fixture(scope="module")
+def reordered_paper(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("reordered") / "paper.yaml"
+    path.write_text(reformatted(PAPER_CONFIG))
+    assert yaml.safe_load(path.read_text()) == PAPER_CONFIG
+    return path
+
+
+def test_a_reordered_paper_config_plans_the_same_jobs(checkout, plan, reordered_paper, licence_accepted):
+    _, jobs = plan
+    again = planned_jobs(paper_dry_run(checkout, reordered_paper))
+    assert {(job.rule, job.outputs, job.resources) for job in again} == {(j.rule, j.outputs, j.resources) for j in jobs}
+
+
+def test_a_reordered_paper_config_recomputes_nothing_after_a_run(tmp_path, reordered_paper, licence_accepted):
+    """Every job recorded as run with the original config (outputs present, `--touch` writes Snakemake's metadata:
+    params, code, software env); then the reordered config schedules nothing. One two-turn dialogue keeps the
+    run short (`--touch` pauses 0.1 s per job)."""
+    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
+    write_hub_corpus(tmp_path / PAPER_CONFIG["corpus"]["path"], [("dialogues_x", "pets_1_2", 2)])
+    planned = paper_dry_run(tmp_path)
+    materialize_outputs(tmp_path, planned.stdout + planned.stderr)
+    snakemake(tmp_path, PAPER, "--touch", "--forceall", "--cores", "1")
+    tts_table = next(job.outputs[0] for job in planned_jobs(planned) if job.rule == "synthesize_variants")
+    voice = {"device": "cuda", "engine": "xtts", "language": "en"}
+    assert repr({"default_a": voice, "default_b": voice}) in recorded_params(tmp_path, tts_table), "no demo voice"
+
+    assert "Nothing to be done" in paper_dry_run(tmp_path).stdout
+    assert "Nothing to be done" in paper_dry_run(tmp_path, reordered_paper).stdout
