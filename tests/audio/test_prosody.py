@@ -55,7 +55,9 @@ def test_the_table_has_every_original_turn_and_every_spoken_variant(tmp_path):
             {"variant_id": "d.t1.hate.s3", "turn_index": 1, "status": "refusal"},
         ]
     ).write_parquet(tmp_path / "tts.parquet")
-    table = describe_turns(str(tmp_path / "dialogue.json"), [str(tmp_path / "tts.parquet")], str(tmp_path / "p.parquet"))
+    table = describe_turns(
+        str(tmp_path / "dialogue.json"), [str(tmp_path / "tts.parquet")], str(tmp_path / "p.parquet")
+    )
     assert table["sample_id"].to_list() == ["d.original", "d.original", "d.t1.hate.s1"]
     assert table["turn_index"].to_list() == [0, 1, 1]
     assert table["f0_median_hz"].to_list() == pytest.approx([110, 220, 300], rel=0.02)
