@@ -116,3 +116,12 @@ def test_injection_appends_the_sentence_after_a_pause():
 def test_conditions_without_a_waveform_transform_are_errors():
     with pytest.raises(ControlError, match="does not transform"):
         transform_turn("tts_control", speech_like(0.1), SR, SETTINGS, seed=0, sample_id="d.t0.tts_control")
+
+
+def test_the_settings_defaults_are_those_of_the_config_schema():
+    from pathlib import Path
+
+    from lalm_judge.workflow.config import load_config
+
+    config = load_config(Path(__file__).parents[2] / "config.yaml")
+    assert ControlSettings.from_config(config["controls"]) == ControlSettings()
