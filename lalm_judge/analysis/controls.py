@@ -41,6 +41,7 @@ from lalm_judge.analysis.engine import (
     contributing_dialogues,
     densify,
     encode_scores,
+    key_index,
     paired_variants,
     slice_statistics,
 )
@@ -160,20 +161,30 @@ def _metric_differences(
 
 def paired_shifts(rows: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     """Parsed control rows joined with the parsed clean row of their reference sample: columns cell, dialogue,
-    group ('unsafe' for variants, 'safe' for severity 0) and shift = score(control) - score(clean reference)."""
+    group ('unsafe' for variants, 'safe' for severity 0) and shift = score(control) - score(clean reference).
+
+    Sample ids are joined as integer codes (string joins dominate at paper scale)."""
     ok = rows.filter(pl.col("parse_status") == ParseStatus.OK)
-    ids = ok["variant_id"].unique().to_list()
-    references = pl.DataFrame(
-        {"variant_id": ids, "reference_id": [clean_reference_id(i) for i in ids]},
-        schema={"variant_id": pl.String, "reference_id": pl.String},
+    sample_code, samples = key_index(ok, ["variant_id"])
+    ids = samples["variant_id"].to_list()
+    position = {sample_id: code for code, sample_id in enumerate(ids)}
+    reference = np.asarray([position.get(clean_reference_id(i), -1) for i in ids], dtype=np.int64)
+    ok = ok.select(
+        "cell",
+        "dialogue",
+        "severity",
+        "score",
+        sample=pl.Series(sample_code),
+        reference=pl.Series(reference[sample_code]),
     )
-    control = ok.join(pairs, on="cell").join(references, on="variant_id")
-    clean = ok.select(
-        pl.col("cell").alias("clean_cell"), "dialogue", pl.col("variant_id").alias("reference_id"), "score"
-    )
+    control = ok.join(pairs, on="cell")
     # Several clean rows of one reference (a repeated sample) are averaged, as the engine averages safe rows.
-    clean = clean.group_by("clean_cell", "dialogue", "reference_id").agg(clean_score=pl.col("score").mean())
-    return control.join(clean, on=["clean_cell", "dialogue", "reference_id"]).select(
+    clean = (
+        ok.filter(pl.col("cell").is_in(pairs["clean_cell"].implode()))
+        .group_by(pl.col("cell").alias("clean_cell"), pl.col("sample").alias("reference"))
+        .agg(clean_score=pl.col("score").mean())
+    )
+    return control.join(clean, on=["clean_cell", "reference"]).select(
         "cell",
         "dialogue",
         group=pl.when(pl.col("severity") > 0).then(pl.lit("unsafe")).otherwise(pl.lit("safe")),
