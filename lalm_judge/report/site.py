@@ -21,7 +21,7 @@ from lalm_judge.manifest.samples import Manifest
 from lalm_judge.report import figures
 from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
-from lalm_judge.report.html import ReportContent, html_table, render_html
+from lalm_judge.report.html import ReportContent, render_html
 from lalm_judge.report.tables import (
     accounting_table,
     judge_table,
@@ -85,9 +85,7 @@ def build_report(
         accounting=accounting_table(read_json(accounting_path)),
         examples=tuple(write_audio_examples(manifests, out_dir / "audio", n_examples)),
         provenance=provenance_table(tables.cells),
-        controls=controls_section(
-            controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES), html_table
-        ),
+        controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:

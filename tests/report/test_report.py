@@ -420,6 +420,6 @@ def test_a_control_that_was_not_run_says_which_condition_to_add(workspace, tmp_p
     controls.run_controls([tmp_path / "clean.parquet"], tmp_path / "metrics", tmp_path / "controls", settings)
     paths = report_controls.write_control_figures(tmp_path / "controls", tmp_path / "figures")
     assert len(paths) == 2 * len(report_controls.CONTROL_FIGURES)
-    section = report_controls.controls_section(controls.read_control_tables(tmp_path / "controls"), (), html.html_table)
+    section = report_controls.controls_section(controls.read_control_tables(tmp_path / "controls"), ())
     for condition in ("masked", "noise_10", "tts_control", "silence", "injection"):
         assert f"Not run: add the condition {condition} to evaluation.conditions" in section
