@@ -18,14 +18,14 @@ the same judge, modality, transcript source and prompt:
 - `prosody_correlation`: the Pearson correlation of the scores of the variants with the energy and pitch of
   their unsafe turn, per judge cell and feature, with a cluster-bootstrap CI.
 
-Reuses the engine's encoding, pairing and per-dialogue sufficient statistics and the bootstrap of
-`lalm_judge.analysis.stats`; B, the seed and the 95 % percentile intervals are those of the metrics stage.
+Reuses the engine's encoding, pairing, per-dialogue sufficient statistics and resample groups
+(`resample_groups`, `ratio_intervals`) and the bootstrap of `lalm_judge.analysis.stats`; B, the seed and the 95 %
+percentile intervals are those of the metrics stage.
 """
 
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +43,8 @@ from lalm_judge.analysis.engine import (
     encode_scores,
     key_index,
     paired_variants,
+    ratio_intervals,
+    resample_groups,
     slice_statistics,
 )
 from lalm_judge.analysis.inputs import read_scores
@@ -131,23 +133,19 @@ def _metric_differences(
 ) -> dict[int, dict[str, float]]:
     """Per control cell: sensitivity and specificity of both cells on their common dialogues, the difference
     (control - clean) and its percentile interval, resampling both cells with the same dialogues."""
-    present = contributing_dialogues(arrays)
-    groups: dict[bytes, list[tuple[int, int]]] = defaultdict(list)
-    for control, clean in pairs:
-        groups[np.packbits(present[:, control] & present[:, clean]).tobytes()].append((control, clean))
     out: dict[int, dict[str, float]] = {}
-    for members in groups.values():
-        control, clean = members[0]
-        common = np.flatnonzero(present[:, control] & present[:, clean])
-        if common.size == 0:
-            continue
-        slices = np.asarray([index for pair in members for index in pair])
-        subset = arrays.take_dialogues(common).take_slices(slices)
+    if not pairs:
+        return out
+    present = contributing_dialogues(arrays)
+    common = np.stack([present[:, control] & present[:, clean] for control, clean in pairs], axis=1)
+    for members, dialogues, weights in resample_groups(common, settings.n_boot, settings.seed):
+        chosen = [pairs[m] for m in members]
+        slices = np.asarray([index for pair in chosen for index in pair])
+        subset = arrays.take_dialogues(dialogues).take_slices(slices)
         point = st.point_metrics(subset)
-        weights = st.bootstrap_weights(common.size, settings.n_boot, settings.seed)
         resampled = dict(zip(_SENS_SPEC, st.bootstrap_metrics(subset, weights)))
-        for k, (control, _) in enumerate(members):
-            row: dict[str, float] = {"n_dialogues": common.size}
+        for k, (control, _) in enumerate(chosen):
+            row: dict[str, float] = {"n_dialogues": dialogues.size}
             for metric in _SENS_SPEC:
                 values = getattr(point, metric)
                 row[f"{metric}_control"], row[f"{metric}_clean"] = values[2 * k], values[2 * k + 1]
@@ -192,29 +190,6 @@ def paired_shifts(rows: pl.DataFrame, pairs: pl.DataFrame) -> pl.DataFrame:
     )
 
 
-def _mean_intervals(
-    sums: np.ndarray, counts: np.ndarray, settings: MetricSettings
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Pooled means sum/count per column of (n_dialogues, n_columns) sums, with percentile intervals from the
-    cluster bootstrap over the dialogues that contribute to each column."""
-    means = st.safe_ratio(sums.sum(axis=0), counts.sum(axis=0))
-    low, high = np.full(means.shape, np.nan), np.full(means.shape, np.nan)
-    present = counts > 0
-    groups: dict[bytes, list[int]] = defaultdict(list)
-    for column in range(sums.shape[1]):
-        groups[np.packbits(present[:, column]).tobytes()].append(column)
-    for members in groups.values():
-        dialogues = np.flatnonzero(present[:, members[0]])
-        if dialogues.size == 0:
-            continue
-        weights = st.bootstrap_weights(dialogues.size, settings.n_boot, settings.seed)
-        resampled = st.safe_ratio(
-            weights @ sums[np.ix_(dialogues, members)], weights @ counts[np.ix_(dialogues, members)]
-        )
-        low[members], high[members] = st.percentile_interval(resampled)
-    return means, low, high
-
-
 def _shift_statistics(shifts: pl.DataFrame, n_dialogues: int, settings: MetricSettings) -> pl.DataFrame:
     """Mean shift with CI per (cell, group), and the number of paired samples."""
     grouped = shifts.group_by("cell", "group", "dialogue").agg(total=pl.col("shift").sum(), n=pl.len())
@@ -228,7 +203,8 @@ def _shift_statistics(shifts: pl.DataFrame, n_dialogues: int, settings: MetricSe
     sums, counts = np.zeros((n_dialogues, columns.height)), np.zeros((n_dialogues, columns.height))
     d, c = indexed["dialogue"].to_numpy(), indexed["column"].to_numpy()
     sums[d, c], counts[d, c] = indexed["total"].to_numpy(), indexed["n"].to_numpy()
-    means, low, high = _mean_intervals(sums, counts, settings)
+    means = st.safe_ratio(sums.sum(axis=0), counts.sum(axis=0))
+    low, high = ratio_intervals(sums, counts, settings.n_boot, settings.seed)
     return columns.select("cell", "group").with_columns(
         pl.Series("mean", means), pl.Series("lo", low), pl.Series("hi", high), pl.Series("n", counts.sum(axis=0))
     )

@@ -89,7 +89,7 @@ def test_the_difference_of_sensitivity_and_its_interval_resample_both_cells_with
             diffs[metric].append(resampled[metric][1] - resampled[metric][0])
     for metric, values in diffs.items():
         low, high = percentile_interval(np.asarray(values))
-        assert (effect[f"{metric}_diff_lo"], effect[f"{metric}_diff_hi"]) == pytest.approx((low, high))
+        assert (effect[f"{metric}_diff_lo"], effect[f"{metric}_diff_hi"]) == pytest.approx((float(low), float(high)))
     assert effect["n_dialogues"] == 8
 
 
@@ -135,10 +135,10 @@ def test_a_judge_whose_audio_scores_do_not_move_under_silence_ignores_audio():
     deaf = controls.control_flags(controls.control_effects(clean_and_control("silence", safe_drop=0.0), SETTINGS))
     assert deaf["check"].to_list() == ["ignores_audio"] and deaf["flagged"][0]
     listening = controls.control_flags(
-        controls.control_effects(clean_and_control("silence", control_shift=0.3), SETTINGS)
+        controls.control_effects(clean_and_control("silence", control_shift=0.05), SETTINGS)
     )
     assert not listening["flagged"][0]
-    assert "unsafe score shift +0.300" in listening["evidence"][0]
+    assert "unsafe score shift +0.050" in listening["evidence"][0]
 
 
 def test_a_control_cell_without_its_clean_cell_says_so():

@@ -184,15 +184,15 @@ def workspace(tmp_path_factory) -> dict:
         seed=5,
     )
     # minilm's audio cell is an ASR cascade; qwen_audio's text/asr cot cell lacks severity 3.
-    scores = simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"}).filter(
+    scores = with_controls(simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"})).filter(
         ~(
-            (pl.col("judge") == "qwen_audio")
+            (pl.col("condition") == "clean")
+            & (pl.col("judge") == "qwen_audio")
             & (pl.col("transcript_source") == ASR)
             & (pl.col("prompt") == "cot")
             & (pl.col("severity") == 3)
         )
     )
-    scores = with_controls(scores)
     score_path = root / "scores.parquet"
     scores.write_parquet(score_path)
     prosody_path = root / "prosody.parquet"
@@ -407,9 +407,11 @@ def test_the_flags_name_the_judge_that_ignores_audio_and_the_one_the_injection_m
 def test_the_guide_does_not_recommend_the_cell_that_ignores_audio(built):
     index, _ = built
     guide = pl.read_parquet(index.parent / "guide.parquet")
-    audio_only = guide.filter((pl.col("available_input") == "audio only") & (pl.col("transcript_quality") == "none"))
-    assert "minilm" not in audio_only["judge"].to_list()
-    assert all("ignores audio under the silence check: minilm" in note for note in audio_only["note"].to_list())
+    # minilm's audio cell is its ASR cascade: a candidate of audio only with the Whisper transcript quality.
+    audio_only = guide.filter(pl.col("available_input") == "audio only")
+    flagged = audio_only.filter((pl.col("modality") == "audio") & (pl.col("judge") == "minilm"))
+    assert flagged.height == 0
+    assert any("ignores audio under the silence check: minilm" in (note or "") for note in audio_only["note"])
 
 
 def test_a_control_that_was_not_run_says_which_condition_to_add(workspace, tmp_path):
