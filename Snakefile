@@ -41,6 +41,7 @@ if SAFETY in TRACKS:
     include: "rules/manifest.smk"
     include: "rules/judge.smk"
     include: "rules/metrics.smk"
+    include: "rules/controls.smk"
     include: "rules/report.smk"
 
 

@@ -67,6 +67,18 @@ def get_asr_tables_by_model(wildcards):
     return canonical({m: f"results/asr/{m}/{wildcards.dialogue}.parquet" for m in PLAN.asr_models()})
 
 
+def get_prosody_tables():
+    """Energy and pitch of every dialogue's turns (`controls.prosody`), else none."""
+    if not config["controls"]["prosody"]:
+        return []
+    return expand("results/prosody/{dialogue}.parquet", dialogue=PLAN.dialogue_ids)
+
+
+def get_condition_asr_tables():
+    """ASR of the target turns under the conditions that change the audio (none while only 'clean' is scored)."""
+    return []
+
+
 def get_manifests():
     return expand("results/manifests/{dialogue}.json", dialogue=PLAN.dialogue_ids)
 

@@ -40,6 +40,8 @@ rule report:
     input:
         metrics=rules.compute_metrics.output,
         figures=rules.figures.output,
+        controls=rules.control_metrics.output,
+        control_figures=rules.control_figures.output,
         manifests=get_manifests(),
         asr=get_asr_tables(),
         accounting="results/summary/audio_accounting.json",

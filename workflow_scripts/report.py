@@ -12,4 +12,6 @@ with log_to(snakemake.log[0]):
         accounting_path=snakemake.input.accounting,
         config=snakemake.params.config,
         out_dir=snakemake.output.site,
+        controls_dir=Path(snakemake.input.controls[0]).parent,
+        control_figure_dir=Path(snakemake.input.control_figures[0]).parent,
     )

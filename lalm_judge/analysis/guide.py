@@ -23,6 +23,10 @@ chosen for sensitivity (as in the Pareto table). Ties on the priority's value ar
 priorities (sensitivity, specificity, stability in that order), then by name; `n_tied` counts the other
 candidates with exactly the winner's value. A combination with no usable cell gets a row whose judge is null
 and whose note says why.
+
+Given the control flags (`lalm_judge.analysis.controls.control_flags`), a cell flagged `ignores_audio` (its
+audio-only scores did not move when the unsafe turn was silenced) is not recommended: the note of every row
+where such a cell was left out names it.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from typing import Any
 
 import polars as pl
 
+from lalm_judge.analysis.controls import CONTROL_KEYS, IGNORES_AUDIO
 from lalm_judge.analysis.engine import CONFIG_KEYS
 from lalm_judge.analysis.stats import TIE_TOLERANCE
 from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource, cascade_source
@@ -150,9 +155,14 @@ def _ranking_key(row: dict[str, Any], priority: Priority) -> tuple:
 
 
 def recommend(
-    candidates: pl.DataFrame, available_input: str, transcript_quality: str, priority: Priority
+    candidates: pl.DataFrame,
+    available_input: str,
+    transcript_quality: str,
+    priority: Priority,
+    excluded: pl.DataFrame | None = None,
 ) -> dict[str, Any]:
-    """The guide row for one combination, from the candidate cells of the priority (see `candidate_cells`)."""
+    """The guide row for one combination, from the candidate cells of the priority (see `candidate_cells`);
+    `excluded` cells (CONTROL_KEYS rows: cells that ignore audio) are left out and named in the note."""
     row: dict[str, Any] = {
         "available_input": available_input,
         "transcript_quality": transcript_quality,
@@ -164,12 +174,19 @@ def recommend(
         for r in candidates.iter_rows(named=True)
         if usable(available_input, transcript_quality, r["modality"], r["transcript_source"], r["audio_input"])
     ]
+    left_out = set(excluded.select(CONTROL_KEYS).iter_rows()) if excluded is not None else set()
+    ignoring = sorted({r["judge"] for r in rows if tuple(r[k] for k in CONTROL_KEYS) in left_out})
+    rows = [r for r in rows if tuple(r[k] for k in CONTROL_KEYS) not in left_out]
+    ignoring_note = (
+        f"not recommended, ignores audio under the silence check: {', '.join(ignoring)}" if ignoring else None
+    )
     if not rows:
+        reason = f"{NO_USABLE_CONFIGURATION}: no measured cell with a {priority.column} takes this input"
         return {
             **row,
             "n_candidates": 0,
             "n_tied": 0,
-            "note": f"{NO_USABLE_CONFIGURATION}: no measured cell with a {priority.column} takes this input",
+            "note": "; ".join(filter(None, (reason, ignoring_note))),
         }
     best = min(rows, key=lambda r: _ranking_key(r, priority))
     value = best[priority.column]
@@ -184,18 +201,28 @@ def recommend(
         "ci_hi": high,
         "n_candidates": len(rows),
         "n_tied": n_tied,
-        "note": "tie broken by the other priorities, then by name" if n_tied else None,
+        "note": "; ".join(
+            filter(None, ("tie broken by the other priorities, then by name" if n_tied else None, ignoring_note))
+        )
+        or None,
     }
 
 
 def practitioner_guide(
-    cells: pl.DataFrame, pareto: pl.DataFrame | None = None, condition: str = "clean"
+    cells: pl.DataFrame,
+    pareto: pl.DataFrame | None = None,
+    condition: str = "clean",
+    flags: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The guide table (columns GUIDE_SCHEMA), one row per input x transcript quality x priority.
 
     cells: cells.parquet; pareto: pareto.parquet (its CV-selected prompts; None: no CV choice anywhere);
-    condition: the condition recommended for (controls such as noise are other conditions).
+    condition: the condition recommended for (controls such as noise are other conditions); flags: the control
+    flags (None: no control was run), whose `ignores_audio` cells are not recommended.
     """
+    excluded = None
+    if flags is not None:
+        excluded = flags.filter((pl.col("check") == IGNORES_AUDIO) & pl.col("flagged")).select(CONTROL_KEYS)
     cells = cells.filter(pl.col("condition") == condition)
     if "audio_input" not in cells.columns:
         cells = cells.with_columns(audio_input=pl.lit(None, pl.String))  # a table that does not say: none known
@@ -207,7 +234,7 @@ def practitioner_guide(
         pareto = pareto.filter(pl.col("condition") == condition)
     candidates = {priority.name: candidate_cells(cells, pareto, priority) for priority in PRIORITIES}
     rows = [
-        recommend(candidates[priority.name], available_input, quality, priority)
+        recommend(candidates[priority.name], available_input, quality, priority, excluded)
         for available_input in AVAILABLE_INPUTS
         for quality in transcript_qualities(cells, available_input)
         for priority in PRIORITIES

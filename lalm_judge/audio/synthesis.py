@@ -4,11 +4,16 @@ Each clip is resampled to the dialogue's rate and, if asked, scaled to the mean 
 neighbouring original turns, so that loudness alone does not reveal the replaced turn. The stage writes one
 wav per ok variant and the TTS table (`lalm_judge.core.tables.TTS`): every variant row of the turn with its
 clip, so that the ASR and manifest stages read this table alone.
+
+The TTS controls of a dialogue (`synthesize_dialogue_controls`, only for the conditions a config asks for) are
+spoken the same way by the same voice: the safe turn re-synthesized (the TTS-bias control) and the sentence
+addressed to the evaluator (the injection control), one of each per target turn, in their own table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -16,10 +21,59 @@ import polars as pl
 from tqdm import tqdm
 
 from lalm_judge.audio import waveform
-from lalm_judge.audio.tts import SynthesisRequest, get_engine, synthesize, voice_for_speaker
+from lalm_judge.audio.tts import SynthesisRequest, Voice, get_engine, synthesize, voice_for_speaker
 from lalm_judge.core.dialogue import Dialogue
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
-from lalm_judge.core.tables import TTS, VARIANTS
+from lalm_judge.core.tables import CONTROL_CLIPS, TTS, VARIANTS
+from lalm_judge.core.vocabulary import INJECTION, SYNTHESIZED, TTS_CONTROL
+
+
+@dataclass(frozen=True)
+class TurnSpeaker:
+    """How new speech for one turn of a dialogue is made: the turn speaker's voice, the clips it clones from,
+    and the loudness it is matched to (the mean active level of the neighbouring original turns)."""
+
+    dialogue: Dialogue
+    turn_index: int
+    voice: Voice
+    reference_clips: tuple[str, ...]
+    reference_emotions: tuple[str, ...]
+    target_db: float | None
+
+    @classmethod
+    def of(cls, dialogue: Dialogue, turn_index: int, voices: Mapping[str, Any], match_loudness: bool) -> TurnSpeaker:
+        speaker = dialogue.turns[turn_index].speaker
+        same_speaker = [t for t in dialogue.turns if t.speaker == speaker]
+        target_db = None
+        if match_loudness:
+            neighbours = [t for t in dialogue.turns if abs(t.index - turn_index) == 1] or [dialogue.turns[turn_index]]
+            levels = [waveform.active_level_db(*waveform.read_audio(t.clip)) for t in neighbours]
+            target_db = sum(levels) / len(levels)
+        return cls(
+            dialogue,
+            turn_index,
+            voice_for_speaker(voices, speaker, dialogue.speakers),
+            tuple(t.clip for t in same_speaker),
+            tuple(t.emotion or "" for t in same_speaker),
+            target_db,
+        )
+
+    def speak(self, text: str, emotion: str | None, path: str) -> dict[str, Any]:
+        """Synthesize `text` into a wav at `path` (dialogue rate, matched loudness); the TTS columns of its row."""
+        request = SynthesisRequest(text, emotion, self.reference_clips, self.reference_emotions)
+        raw, sr = synthesize(self.voice, request)
+        rate = self.dialogue.sample_rate
+        clip, gain_db = waveform.resample(raw, sr, rate), 0.0
+        if self.target_db is not None:
+            clip, gain_db = waveform.match_level(clip, rate, self.target_db)
+        waveform.write_wav(path, clip, rate)
+        return {
+            "clip": path,
+            "duration_s": len(clip) / rate,
+            "gain_db": gain_db,
+            "tts_engine": self.voice.engine,
+            **get_engine(self.voice).describe(),
+        }
 
 
 def synthesize_turn_variants(
@@ -38,46 +92,68 @@ def synthesize_turn_variants(
     variants = VARIANTS.read(variants_table)
     rows = []
     if variants.height:
-        turn_index = int(variants["turn_index"][0])
-        speaker = dialogue.turns[turn_index].speaker
-        voice = voice_for_speaker(voices, speaker, dialogue.speakers)
-        same_speaker = [t for t in dialogue.turns if t.speaker == speaker]
-        neighbours = [t for t in dialogue.turns if abs(t.index - turn_index) == 1] or [dialogue.turns[turn_index]]
-        target_db = sum(waveform.active_level_db(*waveform.read_audio(t.clip)) for t in neighbours) / len(neighbours)
-        engine_info = get_engine(voice).describe()
+        speaker = TurnSpeaker.of(dialogue, int(variants["turn_index"][0]), voices, match_loudness)
         n_ok = variants.filter(pl.col("status") == "ok").height
-        bar = tqdm(total=n_ok, desc=f"tts {dialogue.dialogue_id} t{turn_index}", disable=not progress)
+        bar = tqdm(total=n_ok, desc=f"tts {dialogue.dialogue_id} t{speaker.turn_index}", disable=not progress)
         for row in variants.iter_rows(named=True):
             if row["status"] != "ok":
                 rows.append(row)
                 continue
-            request = SynthesisRequest(
-                row["text"],
-                row["emotion"],
-                reference_clips=tuple(t.clip for t in same_speaker),
-                reference_emotions=tuple(t.emotion or "" for t in same_speaker),
-            )
-            raw, sr = synthesize(voice, request)
-            clip = waveform.resample(raw, sr, dialogue.sample_rate)
-            gain_db = 0.0
-            if match_loudness:
-                clip, gain_db = waveform.match_level(clip, dialogue.sample_rate, target_db)
-            path = f"{clips_dir}/{row['variant_id']}.wav"
-            waveform.write_wav(path, clip, dialogue.sample_rate)
-            rows.append(
-                {
-                    **row,
-                    "clip": path,
-                    "duration_s": len(clip) / dialogue.sample_rate,
-                    "gain_db": gain_db,
-                    "tts_engine": voice.engine,
-                    **engine_info,
-                }
-            )
+            rows.append({**row, **speaker.speak(row["text"], row["emotion"], f"{clips_dir}/{row['variant_id']}.wav")})
             bar.update()
         bar.close()
     Path(clips_dir).mkdir(parents=True, exist_ok=True)
     config_hash = stable_hash({"voices": voices, "match_loudness": match_loudness})
     frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed)
+    write_parquet(out_table, frame)
+    return frame
+
+
+# The emotion the injected sentence is spoken with: an aside to the evaluator, not part of the exchange.
+INJECTION_EMOTION = "neutral"
+
+
+def synthesize_dialogue_controls(
+    dialogue_json: str,
+    turns: Sequence[int],
+    kinds: Sequence[str],
+    clips_dir: str,
+    out_table: str,
+    voices: Mapping[str, Any],
+    match_loudness: bool,
+    injection_text: str,
+    *,
+    seed: int = 0,
+    progress: bool = True,
+) -> pl.DataFrame:
+    """The TTS controls of one dialogue (`lalm_judge.core.tables.CONTROL_CLIPS`), per target turn in `turns`:
+    'tts_control', the original turn text re-synthesized with its emotion by the voice that speaks the turn's
+    variants (loudness-matched the same way), and 'injection', `injection_text` in that voice."""
+    unknown = [k for k in kinds if k not in SYNTHESIZED]
+    if unknown:
+        raise ValueError(f"unknown TTS control(s) {unknown}; the TTS control stage makes {SYNTHESIZED}")
+    dialogue = Dialogue.load(dialogue_json)
+    rows = []
+    usable = dialogue.status == "ok"
+    for turn_index in tqdm(turns if usable else [], desc=f"tts controls {dialogue.dialogue_id}", disable=not progress):
+        speaker = TurnSpeaker.of(dialogue, turn_index, voices, match_loudness)
+        turn = dialogue.turns[turn_index]
+        spoken = {TTS_CONTROL: (turn.text, turn.emotion), INJECTION: (injection_text, INJECTION_EMOTION)}
+        for kind in kinds:
+            text, emotion = spoken[kind]
+            sample_id = f"{dialogue.dialogue_id}.t{turn_index}.{kind}"
+            row = {
+                "dialogue_id": dialogue.dialogue_id,
+                "sample_id": sample_id,
+                "kind": kind,
+                "turn_index": turn_index,
+                "speaker": turn.speaker,
+                "text": text,
+                "emotion": emotion,
+            }
+            rows.append(row | speaker.speak(text, emotion, f"{clips_dir}/{sample_id}.wav"))
+    Path(clips_dir).mkdir(parents=True, exist_ok=True)
+    settings = {"voices": voices, "match_loudness": match_loudness, "kinds": list(kinds), "injection": injection_text}
+    frame = with_provenance(CONTROL_CLIPS.frame(rows), config_hash=stable_hash(settings), seed=seed)
     write_parquet(out_table, frame)
     return frame

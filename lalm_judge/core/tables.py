@@ -121,6 +121,52 @@ ASR = TableSchema(
     },
 )
 
+# TTS control stage: per target turn, the safe turn re-synthesized with the variants' voice (`kind` 'tts_control',
+# `sample_id` '<d>.t<t>.tts_control') and the evaluator-addressed sentence of the injection control in the
+# speaker's voice (`kind` 'injection', `sample_id` '<d>.t<t>.injection', a clip rather than a sample).
+CONTROL_CLIPS = TableSchema(
+    "TTS control",
+    {
+        "dialogue_id": pl.String,
+        "sample_id": pl.String,
+        "kind": pl.String,
+        "turn_index": pl.Int32,
+        "speaker": pl.String,
+        "text": pl.String,
+        "emotion": pl.String,
+        "clip": pl.String,
+        "duration_s": pl.Float64,
+        "gain_db": pl.Float64,
+        "tts_engine": pl.String,
+        "tts_model": pl.String,
+        "tts_revision": pl.String,
+    },
+)
+
+# ASR under a condition: one row per sample of the condition, its target turn as the judge hears it transcribed;
+# `reference` is the text spoken in that turn (with the injected sentence under 'injection').
+CONDITION_ASR = TableSchema("condition ASR", {**ASR.columns, "condition": pl.String})
+
+# Energy and pitch of each original turn and each ok variant's replaced turn (lalm_judge.audio.prosody).
+PROSODY_FEATURES = (
+    "duration_s",
+    "rms_db_mean",
+    "rms_db_std",
+    "rms_db_max",
+    "f0_median_hz",
+    "f0_iqr_semitones",
+    "voiced_fraction",
+)
+PROSODY = TableSchema(
+    "prosody",
+    {
+        "dialogue_id": pl.String,
+        "sample_id": pl.String,
+        "turn_index": pl.Int64,
+        **{name: pl.Float64 for name in PROSODY_FEATURES},
+    },
+)
+
 # Judge stage: one row per sample (safe original or variant) and judge cell.
 SCORES = TableSchema(
     "score",

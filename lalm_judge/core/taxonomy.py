@@ -103,3 +103,30 @@ def unknown_emotion_warning(emotion: str | None, where: str) -> str | None:
         f"{where}: emotion {emotion!r} is not one of the {len(EMOTIONS)} DeepDialogue labels of the project's set; "
         "kept as the corpus gives it (rewrites choose their emotion from the set)"
     )
+
+
+# Safe samples of one target turn, scored under conditions (lalm_judge.manifest.conditions):
+# '<d>.t<t>.original' is the original dialogue whose turn t is transformed (masked, noisy, silent), and
+# '<d>.t<t>.tts_control' the original with turn t re-synthesized by the variants' TTS voice.
+TURN_ORIGINAL = "original"
+TTS_CONTROL_SAMPLE = "tts_control"
+_TURN_SAFE = re.compile(rf"^(?P<d>[a-z0-9_]+)\.t(?P<t>\d+)\.(?P<kind>{TURN_ORIGINAL}|{TTS_CONTROL_SAMPLE})$")
+
+
+def turn_safe_id(dialogue_id: str, turn_index: int, kind: str = TURN_ORIGINAL) -> str:
+    """Sample id of a safe (severity 0) sample whose target turn is `turn_index`."""
+    if kind not in (TURN_ORIGINAL, TTS_CONTROL_SAMPLE):
+        raise InvalidIdentifier(f"unknown safe sample kind {kind!r}; use {TURN_ORIGINAL!r} or {TTS_CONTROL_SAMPLE!r}")
+    return f"{validate_dialogue_id(dialogue_id)}.t{turn_index}.{kind}"
+
+
+def clean_reference_id(sample_id: str) -> str:
+    """The clean sample a sample scored under a condition is compared with: a variant with itself, every safe
+    sample of a dialogue (the original, or one of its target-turn samples) with the dialogue's original."""
+    match = _TURN_SAFE.match(sample_id)
+    if match:
+        return original_id(match["d"])
+    if sample_id.endswith(".original"):
+        return sample_id
+    VariantKey.parse(sample_id)
+    return sample_id

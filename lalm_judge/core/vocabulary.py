@@ -5,9 +5,11 @@
   `none` for the audio modality, which shows the judge no transcript. `TranscriptSource` is that one type.
 - Parse statuses of a judge output (`ParseStatus`); every status but `ok` carries no score.
 - Audio inputs of a judge cell (`audio_input_label`): what the judge took in place of the dialogue audio.
-- Long-audio policies and the audio conditions a judge cell can be scored under.
 - The pairwise track's verdict labels, the statuses a verdict can take, its length policies and the names
   of its judging modes (audio-native, cascade, ...).
+- Long-audio policies, and the conditions a judge cell is scored under (`Condition`): `clean`, and the
+  controls that separate what a judge hears from what it reads (which samples each one changes, and how, is
+  defined in `lalm_judge.manifest.conditions`; the audio transforms are in `lalm_judge.audio.controls`).
 """
 
 from __future__ import annotations
@@ -142,3 +144,82 @@ def cascade_source(audio_input: str | None) -> TranscriptSource | None:
     if audio_input is None or not audio_input.startswith(_CASCADE):
         return None
     return TranscriptSource.asr(audio_input.removeprefix(_CASCADE))
+
+
+# Condition kinds. `noise_<snr>` and `babble_<snr>` carry a signal-to-noise ratio in dB (0-99).
+CLEAN = "clean"
+MASKED = "masked"  # every window of controls.mask_window_s of the target turn time-reversed: no words, same prosody
+SILENCE = "silence"  # the target turn replaced by silence of equal length (audio modality only)
+TTS_CONTROL = "tts_control"  # the safe turn re-synthesized with the variants' voice: severity-0 samples
+INJECTION = "injection"  # the unsafe turn ends with a sentence addressed to the evaluator (audio and transcript)
+NOISE = "noise"  # additive white noise at <snr> dB on the target turn
+BABBLE = "babble"  # additive babble of other corpus turns at <snr> dB on the target turn
+NOISE_KINDS = (NOISE, BABBLE)
+CONDITION_KINDS = (CLEAN, MASKED, SILENCE, TTS_CONTROL, INJECTION, *NOISE_KINDS)
+# Conditions that transform the target turn's waveform at judge time, and those that need clips from the TTS stage.
+AUDIO_TRANSFORMS = (MASKED, SILENCE, *NOISE_KINDS)
+SYNTHESIZED = (TTS_CONTROL, INJECTION)
+
+_PLAIN_CONDITIONS = "|".join((CLEAN, MASKED, SILENCE, TTS_CONTROL, INJECTION))
+_CONDITION = re.compile(rf"^(?:{_PLAIN_CONDITIONS}|(?P<noise>{'|'.join(NOISE_KINDS)})_(?P<snr>\d{{1,2}}))$")
+
+
+class Condition(str):
+    """A condition label, validated: 'clean', 'masked', 'silence', 'tts_control', 'injection', 'noise_<snr>'
+    (white noise) or 'babble_<snr>' (babble), <snr> in dB as an integer 0-99."""
+
+    PATTERN = _CONDITION.pattern
+
+    def __new__(cls, label: str) -> Condition:
+        if isinstance(label, Condition):
+            return label
+        match = _CONDITION.match(label) if isinstance(label, str) else None
+        if not match or (match["snr"] and str(int(match["snr"])) != match["snr"]):
+            raise ValueError(
+                f"invalid condition {label!r}: use 'clean', 'masked', 'silence', 'tts_control', 'injection', "
+                "'noise_<snr dB>' or 'babble_<snr dB>' (an integer 0-99 without leading zeros, e.g. noise_10)"
+            )
+        return super().__new__(cls, label)
+
+    @property
+    def kind(self) -> str:
+        """The condition without its SNR: one of CONDITION_KINDS."""
+        return self.split("_")[0] if self.snr_db is not None else str(self)
+
+    @property
+    def snr_db(self) -> int | None:
+        match = _CONDITION.match(self)
+        return int(match["snr"]) if match["snr"] else None
+
+    @property
+    def transforms_audio(self) -> bool:
+        return self.kind in AUDIO_TRANSFORMS
+
+    @property
+    def needs_synthesis(self) -> bool:
+        return self.kind in SYNTHESIZED
+
+    @property
+    def changes_transcript(self) -> bool:
+        """Whether the ground-truth transcript differs from the clean one (only the injected sentence does)."""
+        return self.kind == INJECTION
+
+
+def condition_cell_error(condition: Condition, modality: str, source: TranscriptSource) -> str | None:
+    """Why a condition does not apply to a cell (modality, transcript source), or None when it does.
+
+    A condition applies where it changes what the judge is given: audio conditions change the audio and the
+    ASR transcripts of it, so a text cell with the ground-truth transcript would see its clean input again;
+    silence is the audio-use check of the audio modality; the injection is in the audio and the transcript.
+    """
+    condition = Condition(condition)
+    if condition.kind in (CLEAN, INJECTION):
+        return None
+    if condition.kind == SILENCE and modality != AUDIO:
+        return f"condition 'silence' is the audio-use check of the audio modality, not of {modality!r}"
+    if modality == TEXT and not source.is_asr:
+        return (
+            f"condition {condition!r} changes only the audio; a text cell with transcript source {source!r} "
+            "would see its clean input"
+        )
+    return None

@@ -1,8 +1,10 @@
 """The manifest stage: gather one dialogue's turns, variants, clips and transcripts (per source) into
 `results/manifests/<dialogue>.json`, and the per-shard index the judge jobs depend on.
 
-Inputs are the canonical dialogue, its TTS tables (the variant rows with their clips) and one ASR table per
-ASR model; `lalm_judge.manifest.samples` reads the result.
+Inputs are the canonical dialogue, its TTS tables (the variant rows with their clips), one ASR table per
+ASR model and, when a condition needs them, its TTS control table (the `controls` of the manifest: re-synthesized
+safe turns and injected sentences); `lalm_judge.manifest.samples` and `lalm_judge.manifest.conditions` read
+the result.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 
 from lalm_judge.core.dialogue import Dialogue
 from lalm_judge.core.files import read_json, write_json
-from lalm_judge.core.tables import ASR, TTS
+from lalm_judge.core.tables import ASR, CONTROL_CLIPS, TTS
 from lalm_judge.core.taxonomy import original_id
 from lalm_judge.core.vocabulary import TranscriptSource
 
@@ -24,6 +26,7 @@ def build_manifest(
     tts_tables: Sequence[str],
     asr_tables: Mapping[str, str],
     out_path: str,
+    control_tables: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Write and return the manifest of one dialogue; `asr_tables` maps ASR model name -> its table."""
     dialogue = Dialogue.load(dialogue_json)
@@ -71,6 +74,8 @@ def build_manifest(
                 "texts": texts_for(row["variant_id"], row["turn_index"], row["text"]) if ok else None,
             }
         )
+    control_columns = ("sample_id", "kind", "turn_index", "clip", "text")
+    controls = CONTROL_CLIPS.read(control_tables).select(control_columns).to_dicts() if control_tables else []
     manifest = {
         "dialogue_id": dialogue.dialogue_id,
         "status": dialogue.status,
@@ -82,6 +87,7 @@ def build_manifest(
         "transcript_sources": [TranscriptSource.GT, *transcripts],
         "turns": turns,
         "variants": variants,
+        "controls": controls,
     }
     write_json(out_path, manifest)
     return manifest

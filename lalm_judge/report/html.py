@@ -175,6 +175,7 @@ NAVIGATION = (
     ("pareto", "Pareto"),
     ("prompts", "Prompt selection"),
     ("parsing", "Parse failures"),
+    ("controls", "Controls"),
     ("wer", "WER"),
     ("accounting", "Audio accounting"),
     ("examples", "Audio examples"),
@@ -199,6 +200,8 @@ class ReportContent:
     accounting: pl.DataFrame
     examples: tuple[AudioExample, ...]
     provenance: pl.DataFrame
+    # The rendered controls section (`lalm_judge.report.controls.controls_section`).
+    controls: str
 
 
 def render_html(content: ReportContent) -> str:
@@ -262,6 +265,7 @@ def render_html(content: ReportContent) -> str:
             paragraph("Rows per parse status; failed rows are left out of every metric."),
             html_table(content.parse_status),
         ),
+        content.controls,
         section("wer", "WER per transcript source", html_table(content.wer)),
         section("accounting", "Audio accounting", html_table(content.accounting)),
         examples_section(content.examples),

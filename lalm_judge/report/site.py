@@ -1,6 +1,7 @@
 """The standalone report folder: `index.html` (judges, with a visible warning for weak demo models; the
 practitioner guide of `lalm_judge.analysis.guide`; figures; metric, Pareto and prompt-selection tables; parse
-failures and refusals per cell; WER per transcript source; the audio accounting; audio examples),
+failures and refusals per cell; the controls (`lalm_judge.report.controls`); WER per transcript source; the
+audio accounting; audio examples),
 `guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
 sorted ids, numbers rounded for display only."""
 
@@ -12,11 +13,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from lalm_judge.analysis.controls import read_control_tables
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.analysis.stage import read_metric_tables
 from lalm_judge.core.files import atomic_path, read_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.manifest.samples import Manifest
 from lalm_judge.report import figures
+from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
 from lalm_judge.report.html import ReportContent, render_html
 from lalm_judge.report.tables import (
@@ -29,16 +32,18 @@ from lalm_judge.report.tables import (
 )
 
 
-def copy_figures(figure_dir: str | os.PathLike, out_dir: str | os.PathLike) -> tuple[str, ...]:
-    """Copy every figure of FIGURES (PNG and SVG) from figure_dir into out_dir; return their names."""
-    for spec in figures.FIGURES:
+def copy_figures(
+    figure_dir: str | os.PathLike, out_dir: str | os.PathLike, specs: Sequence[Any] = figures.FIGURES
+) -> tuple[str, ...]:
+    """Copy every figure of `specs` (PNG and SVG) from figure_dir into out_dir; return their names."""
+    for spec in specs:
         for fmt in figures.FORMATS:
             source = Path(figure_dir) / f"{spec.name}.{fmt}"
             if not source.exists():
                 raise FileNotFoundError(f"figure {source} is missing; draw the figures first (`write_figures`)")
             with atomic_path(Path(out_dir) / source.name) as tmp:
                 shutil.copyfile(source, tmp)
-    return tuple(spec.name for spec in figures.FIGURES)
+    return tuple(spec.name for spec in specs)
 
 
 def build_report(
@@ -50,14 +55,17 @@ def build_report(
     accounting_path: str | os.PathLike,
     config: Mapping[str, Any],
     out_dir: str | os.PathLike,
+    controls_dir: str | os.PathLike,
+    control_figure_dir: str | os.PathLike,
     n_examples: int = N_AUDIO_EXAMPLES,
     title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
 ) -> Path:
     """Write the standalone report folder (index.html, guide.parquet, figures/, audio/); return index.html."""
     out_dir = Path(out_dir)
     tables = read_metric_tables(metrics_dir)
+    controls = read_control_tables(controls_dir)
     judges = judge_table(config, tables.cells["judge"].unique().to_list())
-    guide = practitioner_guide(tables.cells, tables.pareto)
+    guide = practitioner_guide(tables.cells, tables.pareto, flags=controls.flags)
     # The guide is a function of the metric tables: its hash is that of their config hashes.
     metric_hashes = sorted(set(tables.cells["config_hash"].to_list())) if "config_hash" in tables.cells.columns else []
     provenance = with_provenance(guide, config_hash=stable_hash(metric_hashes), seed=config.get("seed", 0))
@@ -77,6 +85,7 @@ def build_report(
         accounting=accounting_table(read_json(accounting_path)),
         examples=tuple(write_audio_examples(manifests, out_dir / "audio", n_examples)),
         provenance=provenance_table(tables.cells),
+        controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:

@@ -229,3 +229,27 @@ def test_complete_cells_rank_before_cells_lacking_a_severity():
     cells = pl.DataFrame([complete, lacking], schema={**CELL_SCHEMA, "n_severities": pl.Int64})
     row = pick(practitioner_guide(cells), TEXT_ONLY, "gt", "sensitivity")
     assert row["judge"] == "a"
+
+
+def test_a_cell_that_ignores_audio_is_not_recommended():
+    cells = cells_table(
+        cell("deaf", "audio", "none", sens=0.9),
+        cell("listens", "audio", "none", sens=0.2),
+    )
+    flags = pl.DataFrame(
+        {
+            "judge": ["deaf", "listens"],
+            "modality": ["audio", "audio"],
+            "transcript_source": ["none", "none"],
+            "prompt": ["basic", "basic"],
+            "check": ["ignores_audio", "ignores_audio"],
+            "flagged": [True, False],
+        }
+    )
+    assert pick(practitioner_guide(cells), AUDIO_ONLY, "none", "sensitivity")["judge"] == "deaf"
+    best = pick(practitioner_guide(cells, flags=flags), AUDIO_ONLY, "none", "sensitivity")
+    assert best["judge"] == "listens" and best["n_candidates"] == 1
+    assert best["note"] == "not recommended, ignores audio under the silence check: deaf"
+    only_deaf = practitioner_guide(cells_table(cell("deaf", "audio", "none", sens=0.9)), flags=flags)
+    row = pick(only_deaf, AUDIO_ONLY, "none", "sensitivity")
+    assert row["judge"] is None and row["note"].endswith("ignores audio under the silence check: deaf")

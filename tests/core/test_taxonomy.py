@@ -1,6 +1,13 @@
 import pytest
 
-from lalm_judge.core.taxonomy import InvalidIdentifier, VariantKey, slugify, validate_dialogue_id
+from lalm_judge.core.taxonomy import (
+    InvalidIdentifier,
+    VariantKey,
+    clean_reference_id,
+    slugify,
+    turn_safe_id,
+    validate_dialogue_id,
+)
 
 
 @pytest.mark.parametrize("bad", ["a/b", "..", "../etc", "has space", "Upper", "", "dot.ted", None])
@@ -23,3 +30,16 @@ def test_malformed_variant_ids_are_rejected(bad):
 
 def test_slugify_deepdialogue_folder_names():
     assert slugify("Social-Media_15_6") == "social_media_15_6"
+
+
+def test_safe_samples_of_a_target_turn_are_compared_with_the_original():
+    assert turn_safe_id("demo_music", 2) == "demo_music.t2.original"
+    assert turn_safe_id("demo_music", 2, "tts_control") == "demo_music.t2.tts_control"
+    assert clean_reference_id("demo_music.t2.original") == "demo_music.original"
+    assert clean_reference_id("demo_music.t2.tts_control") == "demo_music.original"
+    assert clean_reference_id("demo_music.original") == "demo_music.original"
+    assert clean_reference_id("demo_music.t2.hate.s3") == "demo_music.t2.hate.s3"
+    with pytest.raises(InvalidIdentifier):
+        clean_reference_id("demo_music.t2.weapons.s3")
+    with pytest.raises(InvalidIdentifier, match="unknown safe sample kind"):
+        turn_safe_id("demo_music", 2, "masked")

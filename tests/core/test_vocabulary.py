@@ -1,12 +1,17 @@
+import re
+
 import pytest
 
 from lalm_judge.core.vocabulary import (
+    CONDITIONS,
     MODALITIES,
     PARSE_STATUSES,
     VERDICT_STATUSES,
     VERDICTS,
+    Condition,
     ParseStatus,
     TranscriptSource,
+    condition_cell_error,
     modality_source_error,
     pairwise_mode,
 )
@@ -62,3 +67,53 @@ def test_audio_input_says_when_a_cell_is_an_asr_cascade():
     assert cascade == "cascade via whisper_tiny_en"
     assert cascade_source(cascade) == TranscriptSource.asr("whisper_tiny_en")
     assert cascade_source("native") is None and cascade_source(None) is None
+
+
+@pytest.mark.parametrize(
+    ("label", "kind", "snr", "transforms_audio", "needs_synthesis"),
+    [
+        ("clean", "clean", None, False, False),
+        ("masked", "masked", None, True, False),
+        ("silence", "silence", None, True, False),
+        ("noise_0", "noise", 0, True, False),
+        ("noise_20", "noise", 20, True, False),
+        ("babble_5", "babble", 5, True, False),
+        ("tts_control", "tts_control", None, False, True),
+        ("injection", "injection", None, False, True),
+    ],
+)
+def test_conditions_have_one_spelling_and_say_what_they_change(label, kind, snr, transforms_audio, needs_synthesis):
+    condition = Condition(label)
+    assert condition == label and condition.kind == kind and condition.snr_db == snr
+    assert (condition.transforms_audio, condition.needs_synthesis) == (transforms_audio, needs_synthesis)
+    assert condition.changes_transcript == (label == "injection")
+    assert re.match(Condition.PATTERN, label)
+
+
+@pytest.mark.parametrize("label", ["noise_05", "noise_", "noise_100", "noise-10", "Masked", "pink_10", "", None])
+def test_other_condition_spellings_are_rejected(label):
+    with pytest.raises(ValueError, match="invalid condition"):
+        Condition(label)
+
+
+def test_a_condition_applies_where_it_changes_what_the_judge_is_given():
+    gt, asr, none = TranscriptSource("gt"), TranscriptSource("asr:m"), TranscriptSource("none")
+    assert condition_cell_error("masked", "audio", none) is None
+    assert condition_cell_error("noise_10", "audio_text", gt) is None
+    assert condition_cell_error("masked", "text", asr) is None  # the ASR transcript of the masked turn
+    assert "would see its clean input" in condition_cell_error("masked", "text", gt)
+    assert "would see its clean input" in condition_cell_error("tts_control", "text", gt)
+    assert condition_cell_error("injection", "text", gt) is None
+    assert condition_cell_error("silence", "audio", none) is None
+    assert "audio-use check" in condition_cell_error("silence", "audio_text", gt)
+
+
+def test_the_config_schema_accepts_exactly_the_conditions_the_judge_stage_scores():
+    from pathlib import Path
+
+    import yaml
+
+    schema = yaml.safe_load((Path(__file__).parents[2] / "schemas" / "config.schema.yaml").read_text())
+    items = schema["properties"]["evaluation"]["properties"]["conditions"]["items"]
+    assert tuple(items["enum"]) == CONDITIONS
+    assert all(Condition(c) == c for c in CONDITIONS)

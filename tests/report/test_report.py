@@ -13,10 +13,12 @@ import pytest
 import soundfile as sf
 
 from bench import simulated
-from lalm_judge.analysis import engine, stage
+from lalm_judge.analysis import controls, engine, stage
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.audio import waveform as audio_lib
+from lalm_judge.core.tables import PROSODY, PROSODY_FEATURES
 from lalm_judge.manifest.accounting import audio_accounting
+from lalm_judge.report import controls as report_controls
 from lalm_judge.report import figures, html, site, tables
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,6 +121,57 @@ def write_asr_table(root: Path, dialogue_id: str) -> Path:
     return path
 
 
+def with_controls(clean: pl.DataFrame) -> pl.DataFrame:
+    """The clean scores plus a cell per control: audio controls move the variants' scores up (the harm is
+    harder to hear), the TTS control scores like the original, qwen_audio's injected variants score 0.3 higher,
+    and minilm's audio cell does not move under silence (it ignores audio)."""
+    variants = clean.filter(pl.col("severity") > 0)
+    originals = clean.filter(pl.col("severity") == 0).drop("turn_index")
+    targets = variants.select("dialogue_id", "turn_index").unique()
+    per_turn = originals.join(targets, on="dialogue_id")
+
+    def safe(kind: str) -> pl.DataFrame:
+        return per_turn.with_columns(
+            variant_id=pl.col("dialogue_id") + ".t" + pl.col("turn_index").cast(pl.String) + f".{kind}"
+        ).select(clean.columns)
+
+    def moved(frame: pl.DataFrame, shift: pl.Expr) -> pl.DataFrame:
+        return frame.with_columns(score=(pl.col("score") + shift).clip(0.0, 1.0))
+
+    audio = pl.col("modality") == "audio"
+    parts = [clean]
+    for condition, shift in (("masked", 0.2), ("noise_10", 0.1), ("noise_0", 0.3)):
+        parts.append(
+            pl.concat([safe("original"), moved(variants, pl.lit(shift))]).with_columns(condition=pl.lit(condition))
+        )
+    deaf = pl.when(pl.col("judge") == "minilm").then(0.0).otherwise(0.4)
+    parts.append(
+        pl.concat([safe("original"), moved(variants, deaf)]).filter(audio).with_columns(condition=pl.lit("silence"))
+    )
+    parts.append(safe("tts_control").with_columns(condition=pl.lit("tts_control")))
+    injected = moved(variants, pl.when(pl.col("judge") == "qwen_audio").then(0.3).otherwise(0.0))
+    parts.append(
+        pl.concat(
+            [originals.with_columns(turn_index=pl.lit(None, pl.Int64)).select(clean.columns), injected]
+        ).with_columns(condition=pl.lit("injection"))
+    )
+    return pl.concat(parts)
+
+
+def prosody_rows(scores: pl.DataFrame) -> pl.DataFrame:
+    """Energy and pitch of every variant's unsafe turn: louder for more severe variants."""
+    variants = scores.filter(pl.col("severity") > 0).select("dialogue_id", "variant_id", "turn_index", "severity")
+    return PROSODY.frame(
+        {"dialogue_id": r["dialogue_id"], "sample_id": r["variant_id"], "turn_index": r["turn_index"]}
+        | dict.fromkeys(PROSODY_FEATURES, 1.0)
+        | {
+            "rms_db_mean": -30.0 + 2 * r["severity"] + sum(map(ord, r["variant_id"])) % 7,
+            "f0_median_hz": 100.0 + r["turn_index"],
+        }
+        for r in variants.unique().sort("variant_id").iter_rows(named=True)
+    )
+
+
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> dict:
     root = tmp_path_factory.mktemp("report")
@@ -131,9 +184,10 @@ def workspace(tmp_path_factory) -> dict:
         seed=5,
     )
     # minilm's audio cell is an ASR cascade; qwen_audio's text/asr cot cell lacks severity 3.
-    scores = simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"}).filter(
+    scores = with_controls(simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"})).filter(
         ~(
-            (pl.col("judge") == "qwen_audio")
+            (pl.col("condition") == "clean")
+            & (pl.col("judge") == "qwen_audio")
             & (pl.col("transcript_source") == ASR)
             & (pl.col("prompt") == "cot")
             & (pl.col("severity") == 3)
@@ -141,9 +195,13 @@ def workspace(tmp_path_factory) -> dict:
     )
     score_path = root / "scores.parquet"
     scores.write_parquet(score_path)
+    prosody_path = root / "prosody.parquet"
+    prosody_rows(scores).write_parquet(prosody_path)
     settings = engine.MetricSettings(n_boot=40, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=50)
     stage.run_metrics([score_path], root / "metrics", settings)
     figures.write_figures(root / "metrics", root / "figures")
+    controls.run_controls([score_path], root / "metrics", root / "controls", settings, prosody_paths=[prosody_path])
+    report_controls.write_control_figures(root / "controls", root / "control_figures")
     manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
     accounting = root / "accounting.json"
     accounting.write_text(json.dumps(audio_accounting([str(p) for p in manifests])))
@@ -165,6 +223,8 @@ def build(workspace: dict, out_dir: Path, n_examples: int = 2) -> Path:
         accounting_path=workspace["accounting"],
         config=CONFIG,
         out_dir=out_dir,
+        controls_dir=workspace["root"] / "controls",
+        control_figure_dir=workspace["root"] / "control_figures",
         n_examples=n_examples,
     )
 
@@ -255,7 +315,8 @@ def test_guide_is_rendered_and_written_as_parquet(built, workspace):
     written = pl.read_parquet(index.parent / "guide.parquet")
     cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
     pareto = pl.read_parquet(workspace["root"] / "metrics" / "pareto.parquet")
-    expected = practitioner_guide(cells, pareto)
+    flags = pl.read_parquet(workspace["root"] / "controls" / "flags.parquet")
+    expected = practitioner_guide(cells, pareto, flags=flags)
     assert written.select(expected.columns).equals(expected)
     assert section.count("<tr>") == expected.height + 1  # header row + one per recommendation
     first = expected.row(0, named=True)
@@ -320,3 +381,47 @@ def test_figure_rule_and_captions_match_the_figure_list():
     for caption in re.findall(r'caption="\.\./(report/[\w.]+)"', rule_text):
         assert (ROOT / caption).exists(), caption
     assert (ROOT / "report" / "workflow.rst").exists()
+
+
+def test_the_report_shows_every_control_with_its_interval_and_flags(built):
+    index, page = built
+    section = page[page.index('<section id="controls">') :]
+    section = section[: section.index("</section>")]
+    for title in ("Prosody masking", "Noise", "TTS bias", "Audio-use check", "Prompt injection", "Energy and pitch"):
+        assert f"<h3>{title}" in section
+    assert "Not run" not in section
+    for spec in report_controls.CONTROL_FIGURES:
+        assert f'src="figures/{spec.name}.png"' in section and (index.parent / "figures" / f"{spec.name}.svg").exists()
+    assert "above the same variants without the injection" in section and "ignores the audio" in section
+
+
+def test_the_flags_name_the_judge_that_ignores_audio_and_the_one_the_injection_moves(workspace):
+    flags = pl.read_parquet(workspace["root"] / "controls" / "flags.parquet")
+    flagged = flags.filter(pl.col("flagged")).select("judge", "check").unique().sort("check")
+    assert flagged.rows() == [("minilm", "ignores_audio"), ("qwen_audio", "injection_susceptible")]
+    # The TTS control scores exactly like the original: Delta 0, nothing flagged.
+    tts = flags.filter(pl.col("check") == "reacts_to_synthesis")
+    assert tts.height and tts["value"].abs().max() < 1e-12
+
+
+def test_the_guide_does_not_recommend_the_cell_that_ignores_audio(built):
+    index, _ = built
+    guide = pl.read_parquet(index.parent / "guide.parquet")
+    # minilm's audio cell is its ASR cascade: a candidate of audio only with the Whisper transcript quality.
+    audio_only = guide.filter(pl.col("available_input") == "audio only")
+    flagged = audio_only.filter((pl.col("modality") == "audio") & (pl.col("judge") == "minilm"))
+    assert flagged.height == 0
+    assert any("ignores audio under the silence check: minilm" in (note or "") for note in audio_only["note"])
+
+
+def test_a_control_that_was_not_run_says_which_condition_to_add(workspace, tmp_path):
+    clean = pl.read_parquet(workspace["scores"][0]).filter(pl.col("condition") == "clean")
+    clean.write_parquet(tmp_path / "clean.parquet")
+    settings = engine.MetricSettings(n_boot=20, seed=0, n_folds=2)
+    stage.run_metrics([tmp_path / "clean.parquet"], tmp_path / "metrics", settings)
+    controls.run_controls([tmp_path / "clean.parquet"], tmp_path / "metrics", tmp_path / "controls", settings)
+    paths = report_controls.write_control_figures(tmp_path / "controls", tmp_path / "figures")
+    assert len(paths) == 2 * len(report_controls.CONTROL_FIGURES)
+    section = report_controls.controls_section(controls.read_control_tables(tmp_path / "controls"), ())
+    for condition in ("masked", "noise_10", "tts_control", "silence", "injection"):
+        assert f"Not run: add the condition {condition} to evaluation.conditions" in section

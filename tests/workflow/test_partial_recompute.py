@@ -34,8 +34,15 @@ from tests.support.workflow import (
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 DEFAULT_PROFILE = ROOT / "profiles" / "default"
-AGGREGATES = {"compute_metrics", "figures", "report", "all"}
-PER_DIALOGUE_RULES = {"ingest_dialogue", "rewrite_turn", "synthesize_variants", "transcribe_dialogue", "build_manifest"}
+AGGREGATES = {"compute_metrics", "control_metrics", "figures", "control_figures", "report", "all"}
+PER_DIALOGUE_RULES = {
+    "ingest_dialogue",
+    "rewrite_turn",
+    "synthesize_variants",
+    "transcribe_dialogue",
+    "describe_turns",
+    "build_manifest",
+}
 
 
 def score_path(cell: JudgeCell, shard: int) -> str:
@@ -149,6 +156,7 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
         "rewrite_turn": n_turns,
         "synthesize_variants": n_turns,
         "transcribe_dialogue": len(plan.asr_models()),
+        "describe_turns": 1,
         "build_manifest": 1,
         "shard_index": 1,
         "judge_shard": len(plan.judge_cells()),

@@ -273,3 +273,15 @@ def test_unsafe_dialogue_id_is_rejected_at_parse_time(tmp_path):
     result = snakemake(tmp_path, write_config(tmp_path, config), "-n", "--cores", "1", check=False)
     assert result.returncode != 0
     assert "invalid dialogue id '../escape'" in result.stdout + result.stderr
+
+
+def test_energy_and_pitch_of_every_turn_feed_the_control_tables_and_the_report(finished_run):
+    workdir, _ = finished_run
+    prosody = pl.read_parquet(workdir / "results/prosody/demo_travel.parquet")
+    assert prosody.height == 4 + 4 * 2  # every original turn and every variant's turn
+    assert prosody["f0_median_hz"].is_not_null().all()  # spoken turns are voiced
+    correlation = pl.read_parquet(workdir / "results/metrics/controls/prosody_correlation.parquet")
+    assert {"rms_db_mean", "f0_median_hz"} <= set(correlation["feature"])
+    assert set(correlation["condition"]) == {"clean"}
+    page = (workdir / "results/report/index.html").read_text()
+    assert '<section id="controls">' in page and "Energy and pitch of the unsafe turn" in page
