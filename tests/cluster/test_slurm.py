@@ -145,9 +145,9 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     n_turns = len([k for k in ids if k.startswith(f"tts/{DIALOGUE}/")])
     assert n_turns == len([k for k in prep_logs if k.startswith("variants/")]) >= 2
     n_judge_jobs = 2 + gpu_judge  # minilm text-gt and audio; minilm_gpu text-gt
-    per_dialogue = n_turns + 1 + 1  # TTS per turn, ASR, manifest
+    per_dialogue = n_turns + 1 + 1 + 1  # TTS per turn, ASR, manifest, turn energy and pitch
     assert len(others) == per_dialogue + n_judge_jobs + len(
-        ["shard_index", "audio_accounting", "compute_metrics", "figures", "report"]
+        ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures", "control_figures", "report"]
     )
 
     slurm = finished_jobs()
