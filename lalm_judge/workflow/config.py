@@ -70,20 +70,53 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     return config
 
 
+def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
+    """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
+    errors name `key.<path>`."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    part_schema = schema
+    for schema_key in schema_keys:
+        part_schema = part_schema[schema_key]
+    validator = _with_defaults(jsonschema.Draft202012Validator)({"$defs": schema.get("$defs", {}), **part_schema})
+    part = copy.deepcopy(part)
+    errors = sorted(validator.iter_errors(part), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [".".join([key, *map(str, e.absolute_path)]) + f": {e.message}" for e in errors]
+        raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(lines))
+    return part
+
+
 def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """One judge registry entry validated (defaults filled) on its own, for ad-hoc use outside a run config."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    entry_schema = {"$defs": schema.get("$defs", {}), **schema["properties"]["judges"]["additionalProperties"]}
-    validator = _with_defaults(jsonschema.Draft202012Validator)(entry_schema)
-    entry = copy.deepcopy(entry)
-    errors = sorted(validator.iter_errors(entry), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"judges.{name}.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
-        raise ConfigError("invalid judge entry:\n  " + "\n  ".join(lines))
+    entry = _validate_part(
+        entry,
+        ("properties", "judges", "additionalProperties"),
+        f"judges.{name}",
+        "judge entry",
+        schema_path,
+    )
     problems = judge_problems(name, entry)
     if problems:
         raise ConfigError("invalid judge entry:\n  " + "\n  ".join(problems))
     return entry
+
+
+def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The `training` section of a YAML file, validated (defaults filled) on its own: a training run needs no
+    other section, so a file with just `training:` works as well as a run config that also has one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(document, Mapping) or "training" not in document:
+        raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
+    return _validate_part(
+        document["training"],
+        ("properties", "training"),
+        "training",
+        f"training section of {path}",
+        schema_path,
+    )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:

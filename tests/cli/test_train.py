@@ -1,0 +1,32 @@
+"""`lalm-judge train-pairwise` refuses a bad config before loading any model (the training itself:
+tests/training/test_sft.py)."""
+
+import yaml
+
+from lalm_judge.cli import main as cli
+
+
+def test_a_config_error_is_reported_with_its_key(tmp_path, capsys):
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump({"training": {"backbone": "m", "output_dir": "o", "datasets": {}, "stages": []}}))
+    assert cli(["train-pairwise", "--config", str(path)]) == 2
+    error = capsys.readouterr().err
+    assert "training.datasets" in error and "training.stages" in error
+
+
+def test_a_missing_record_file_is_named(tmp_path, capsys):
+    section = {
+        "backbone": "m",
+        "output_dir": str(tmp_path / "out"),
+        "datasets": {"semantic": {"records": [str(tmp_path / "none.json")], "audio_root": str(tmp_path)}},
+        "stages": [{"name": "semantic", "mix": {"semantic": 1}}],
+    }
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump({"training": section}))
+    assert cli(["train-pairwise", "--config", str(path)]) == 2
+    assert f"cannot read records from {tmp_path / 'none.json'}" in capsys.readouterr().err
+
+
+def test_the_command_is_listed(capsys):
+    assert cli(["--help"]) == 0
+    assert "train-pairwise" in capsys.readouterr().out
