@@ -1,11 +1,15 @@
 """Batches for supervised fine-tuning: the judge's own prompt, then the answer, with the loss on the answer only.
 
-An example's prompt is rendered exactly as the `transformers` judge backend renders a request at judging time:
-the system turn, then a user turn of text parts with one audio part where each `<audio>` placeholder stood,
-through the model's own chat template with the generation prompt, and the processor expanding each audio part
-into that clip's audio tokens. The target is the record's output (label line, then rationale) followed by
-what the chat template writes after an assistant turn (Qwen: `<|im_end|>` and a newline), so the model learns
-to stop. Labels are -100 on the prompt and on padding: only the answer is learnt.
+An example's prompt is rendered exactly as the `transformers` judge backend renders a pairwise request at
+judging time: the record becomes a `JudgeRequest` whose user text has an `AUDIO_SLOT` where each `<audio>`
+placeholder stood and whose audio items are the responses in order, `build_conversation` turns it into the
+system turn and a user turn of text and audio parts, the model's own chat template renders it with the
+generation prompt, and the processor expands each audio part into that clip's audio tokens. With the `sagelm`
+pairwise prompt the judge stage builds the same request from an item (tests/training/test_collator.py).
+
+The target is the record's output (label line, then rationale) followed by what the chat template writes
+after an assistant turn (Qwen: `<|im_end|>` and a newline), so the model learns to stop. Labels are -100 on
+the prompt and on padding: only the answer is learnt.
 
 The audio of each response is read at the processor's sampling rate and cut to the stage limit
 (`records.audio_cut` counts the cut clips for the report).
@@ -20,26 +24,22 @@ import numpy as np
 import torch
 
 from lalm_judge.audio.waveform import read_audio
-from lalm_judge.training.records import AUDIO_PLACEHOLDER
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
+from lalm_judge.judging.backends.chat import build_conversation
+from lalm_judge.pairwise.sagelm import RECORD_AUDIO
 from lalm_judge.training.settings import TrainingError
 
 IGNORE_INDEX = -100
-# Chat templates only test that an audio part exists; the waveform goes to the processor separately.
-AUDIO_PART = {"type": "audio", "audio": "response.wav"}
 
 
-def conversation(system: str, user: str) -> list[dict[str, Any]]:
-    """Chat messages of a prompt: the system turn (when not empty) and a user turn whose text is split at each
-    `<audio>` placeholder, with an audio part in its place."""
-    pieces = user.split(AUDIO_PLACEHOLDER)
-    parts: list[dict[str, Any]] = []
-    for index, piece in enumerate(pieces):
-        if piece:
-            parts.append({"type": "text", "text": piece})
-        if index < len(pieces) - 1:
-            parts.append(dict(AUDIO_PART))
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    return [*messages, {"role": "user", "content": parts}]
+def judge_request(row: Mapping[str, Any], system: str, audios: Sequence[np.ndarray], sample_rate: int) -> JudgeRequest:
+    """The request a pairwise judge gets for a training row: its audio at the record's `<audio>` places."""
+    return JudgeRequest(
+        request_id=row["source"],
+        system=system,
+        user=row["user"].replace(RECORD_AUDIO, AUDIO_SLOT),
+        audios=tuple((audio, sample_rate) for audio in audios),
+    )
 
 
 def response_limit_s(processor: Any, max_response_s: float) -> float:
@@ -68,16 +68,16 @@ class PairwiseSFTCollator:
         if self.pad_id is None:
             raise TrainingError(f"the tokenizer of {type(processor).__name__} has no pad token")
 
-    def prompt_text(self, user: str) -> str:
+    def prompt_text(self, request: JudgeRequest) -> str:
         return self.processor.apply_chat_template(
-            conversation(self.system_prompt, user), add_generation_prompt=True, tokenize=False
+            build_conversation(request), add_generation_prompt=True, tokenize=False
         )
 
-    def target_text(self, user: str, output: str) -> str:
+    def target_text(self, request: JudgeRequest, output: str) -> str:
         """The answer as the chat template writes an assistant turn: the output and the end-of-turn text."""
-        messages = [*conversation(self.system_prompt, user), {"role": "assistant", "content": output}]
+        messages = [*build_conversation(request), {"role": "assistant", "content": output}]
         full = self.processor.apply_chat_template(messages, tokenize=False)
-        prompt = self.prompt_text(user)
+        prompt = self.prompt_text(request)
         if not full.startswith(prompt) or not full[len(prompt) :].startswith(output):
             raise TrainingError(
                 f"the chat template of {type(self.processor).__name__} does not write an assistant turn as the "
@@ -85,22 +85,28 @@ class PairwiseSFTCollator:
             )
         return full[len(prompt) :]
 
+    def request(self, row: Mapping[str, Any]) -> JudgeRequest:
+        audios = [self.load_audio(path) for path in row["audios"]]
+        return judge_request(row, self.system_prompt, audios, self.sampling_rate)
+
     def load_audio(self, path: str) -> np.ndarray:
         waveform, _ = read_audio(path, self.sampling_rate)
         return waveform[: int(round(self.max_response_s * self.sampling_rate))]
 
     def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        prompts = [self.prompt_text(row["user"]) for row in rows]
-        audios = [self.load_audio(path) for row in rows for path in row["audios"]]
+        requests = [self.request(row) for row in rows]
         encoded = self.processor(
-            text=prompts, audio=audios, sampling_rate=self.sampling_rate, padding=True, return_tensors="pt"
+            text=[self.prompt_text(request) for request in requests],
+            audio=[audio for request in requests for audio, _ in request.audio_items],
+            sampling_rate=self.sampling_rate,
+            padding=True,
+            return_tensors="pt",
         )
         sequences, label_rows = [], []
-        for row_index, row in enumerate(rows):
+        for row_index, (row, request) in enumerate(zip(rows, requests, strict=True)):
             mask = encoded["attention_mask"][row_index].bool()
             prompt_ids = encoded["input_ids"][row_index][mask].tolist()
-            target = self.target_text(row["user"], row["output"])
-            target_ids = self.tokenizer(target, add_special_tokens=False)["input_ids"]
+            target_ids = self.tokenizer(self.target_text(request, row["output"]), add_special_tokens=False)["input_ids"]
             sequences.append(prompt_ids + target_ids)
             label_rows.append([IGNORE_INDEX] * len(prompt_ids) + target_ids)
         width = max(len(sequence) for sequence in sequences)

@@ -13,7 +13,6 @@ what rationale-augmented SFT adds to the label.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -22,15 +21,14 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
+from lalm_judge.pairwise.items import ItemError
+from lalm_judge.pairwise.sagelm import RECORD_AUDIO, read_records, split_output
 from lalm_judge.training.settings import DatasetSource, StageSettings, TrainingError
-
-AUDIO_PLACEHOLDER = "<audio>"
-LABELS = ("1", "2", "Tie")
 
 
 @dataclass(frozen=True)
 class TrainingRecord:
-    """One example: the user text with `AUDIO_PLACEHOLDER`s, the target answer, the audio files in order."""
+    """One example: the user text with `<audio>` placeholders, the target answer, the audio files in order."""
 
     source: str  # "<file> record <index>", for messages
     dataset: str
@@ -47,9 +45,7 @@ class TrainingRecord:
         return {"source": self.source, "user": self.user, "output": self.output, "audios": list(self.audios)}
 
 
-def _record(raw: object, where: str, dataset: DatasetSource) -> TrainingRecord:
-    if not isinstance(raw, Mapping):
-        raise TrainingError(f"{where}: a record is a JSON object, got {type(raw).__name__}")
+def _record(raw: Mapping[str, object], where: str, dataset: DatasetSource) -> TrainingRecord:
     instruction, query, output, audios = (raw.get(key) for key in ("instruction", "input", "output", "audios"))
     if not isinstance(instruction, str) or not instruction:
         raise TrainingError(f"{where}: needs a non-empty string 'instruction'")
@@ -58,17 +54,19 @@ def _record(raw: object, where: str, dataset: DatasetSource) -> TrainingRecord:
     if not isinstance(audios, list) or not audios or not all(isinstance(a, str) and a for a in audios):
         raise TrainingError(f"{where}: 'audios' must be a non-empty list of paths, got {audios!r}")
     user = f"{instruction}\n{query}" if query else instruction
-    slots = user.count(AUDIO_PLACEHOLDER)
+    slots = user.count(RECORD_AUDIO)
     if slots != len(audios):
         raise TrainingError(
-            f"{where}: the instruction has {slots} {AUDIO_PLACEHOLDER} placeholders for {len(audios)} audios"
+            f"{where}: the instruction has {slots} {RECORD_AUDIO} placeholders for {len(audios)} audios"
         )
-    if not isinstance(output, str) or output.partition("\n")[0] not in LABELS:
-        first = output.partition("\n")[0][:40] if isinstance(output, str) else output
-        raise TrainingError(
-            f"{where}: a training record's output starts with its label on a line of its own (1, 2 or Tie), "
-            f"got {first!r}"
-        )
+    if output is not None and not isinstance(output, str):
+        raise TrainingError(f"{where}: 'output' must be a string")
+    try:
+        label, _ = split_output(output, where)
+    except ItemError as err:
+        raise TrainingError(str(err)) from err
+    if label is None:
+        raise TrainingError(f"{where}: a training record needs its output: the label (1, 2 or Tie), then the rationale")
     paths = []
     for audio in audios:
         path = Path(dataset.audio_root) / audio
@@ -83,11 +81,9 @@ def read_dataset(dataset: DatasetSource) -> list[TrainingRecord]:
     records = []
     for file in dataset.records:
         try:
-            raw = json.loads(Path(file).read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise TrainingError(f"training dataset {dataset.name}: cannot read records from {file}: {err}") from err
-        if not isinstance(raw, list):
-            raise TrainingError(f"{file}: records are a JSON list (LLaMA-Factory's alpaca layout)")
+            raw = read_records(file)
+        except ItemError as err:
+            raise TrainingError(f"training dataset {dataset.name}: {err}") from err
         records += [_record(item, f"{file} record {index}", dataset) for index, item in enumerate(raw)]
     if not records:
         raise TrainingError(f"training dataset {dataset.name}: its files {list(dataset.records)} hold no records")

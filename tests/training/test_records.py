@@ -35,8 +35,8 @@ def test_a_non_empty_input_joins_the_user_turn(training_data):
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda r: r.update(output="Response 1 is better."), "its label on a line of its own"),
-        (lambda r: r.update(output=""), "its label on a line of its own"),
+        (lambda r: r.update(output="Response 1 is better."), "its first line must be exactly 1, 2 or Tie"),
+        (lambda r: r.update(output=""), "needs its output: the label"),
         (lambda r: r.update(audios=r["audios"][:1]), "2 <audio> placeholders for 1 audios"),
         (lambda r: r.update(audios=["gone.wav", r["audios"][1]]), "gone.wav does not exist"),
         (lambda r: r.pop("instruction"), "non-empty string 'instruction'"),

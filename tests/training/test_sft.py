@@ -1,19 +1,21 @@
 """Two-stage SFT end to end on CPU: a tiny random-weight Qwen2-Audio built at test time, trained through
-`lalm-judge train-pairwise` with the real TRL SFTTrainer; its checkpoint reloads as a `transformers` judge."""
+`lalm-judge pairwise train` with the real TRL SFTTrainer; its checkpoint reloads as a `transformers` judge of
+the pairwise track and judges the records' items in both orders."""
 
 from __future__ import annotations
 
 import json
 
 import pytest
-import soundfile as sf
 import torch
 import yaml
 from safetensors.torch import load_file
 
 from lalm_judge.cli import main as cli
-from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.hf import TransformersBackend
+from lalm_judge.core.vocabulary import VERDICT_STATUSES
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.pairwise.judge import judge_items, load_backend, pairwise_cell
+from lalm_judge.pairwise.sagelm import import_sagelm
 from lalm_judge.training.sft import REPORT_FILE, STAGE_FILE
 from tests.training.conftest import training_section
 
@@ -24,7 +26,7 @@ pytestmark = pytest.mark.slow
 def train(tmp_path, section) -> dict:
     path = tmp_path / "train.yaml"
     path.write_text(yaml.safe_dump({"training": section}))
-    assert cli(["train-pairwise", "--config", str(path)]) == 0
+    assert cli(["pairwise", "train", "--config", str(path)]) == 0
     return json.loads((tmp_path / "out" / REPORT_FILE).read_text())
 
 
@@ -32,7 +34,8 @@ def weights(folder):
     return load_file(str(folder / "model.safetensors"))
 
 
-def judge(model_dir, clip) -> str:
+def judge(model_dir, data) -> list[dict]:
+    """The pairwise judge stage on the acoustic records (imported as items) with the checkpoint as judge."""
     spec = JudgeSpec(
         name="trained",
         backend="transformers",
@@ -41,12 +44,16 @@ def judge(model_dir, clip) -> str:
         generation={"max_new_tokens": 12},
         options={"device": "cpu", "num_threads": 1},
     )
-    waveform, rate = sf.read(clip, dtype="float32")
-    request = JudgeRequest(
-        "item-1", "You are a helpful assistant.", "Which response is better? 1, 2 or Tie.", (waveform, rate)
-    )
-    (output,) = TransformersBackend(spec).generate([request])
-    return output.text
+    items, _ = import_sagelm([data["acoustic"]], data["audio_root"])
+    cell = pairwise_cell(spec, "audio", "none", "sagelm")
+    return judge_items(items, cell, load_backend(spec))
+
+
+def assert_judged(rows, n):
+    assert len(rows) == n
+    for row in rows:
+        assert isinstance(row["prediction"], str) and isinstance(row["prediction_swapped"], str)
+        assert row["verdict_status"] in VERDICT_STATUSES and row["long_audio_action"] == "none"
 
 
 def test_two_stages_learn_and_the_checkpoint_judges(tmp_path, qwen2audio_dir, training_data, capsys):
@@ -73,8 +80,9 @@ def test_two_stages_learn_and_the_checkpoint_judges(tmp_path, qwen2audio_dir, tr
     # (checkpoint keys: `language_model.*` is the language model, `audio_tower.*` and `multi_modal_projector.*` not)
     assert changed and all(name.startswith("language_model.") for name in changed)
 
-    # The checkpoint is a judge: the transformers backend loads it (model, processor, chat template) and answers.
-    assert isinstance(judge(tmp_path / "out" / "acoustic", training_data["audio_root"] / "semantic-0-1.wav"), str)
+    # The checkpoint is a pairwise judge: the transformers backend loads it (model, processor, chat template) and
+    # the judge stage asks it about every item in both orders, two audios per request.
+    assert_judged(judge(tmp_path / "out" / "acoustic", training_data), 2)
 
     # An unchanged rerun reuses both stages.
     rerun = train(tmp_path, training_section(qwen2audio_dir, training_data, tmp_path / "out"))
@@ -98,4 +106,4 @@ def test_lora_adapters_are_merged_into_a_plain_checkpoint(tmp_path, qwen2audio_d
     assert changed and all(
         name.startswith("language_model.") and name.endswith(("q_proj.weight", "v_proj.weight")) for name in changed
     )
-    assert isinstance(judge(tmp_path / "out" / "semantic", training_data["audio_root"] / "semantic-0-1.wav"), str)
+    assert_judged(judge(tmp_path / "out" / "semantic", training_data), 2)

@@ -31,8 +31,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-RESPONSE_1, RESPONSE_2, TIE = "1", "2", "Tie"
-VERDICTS = (RESPONSE_1, RESPONSE_2, TIE)
+from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE, VERDICTS
 
 _CLAUSE_BREAK = re.compile(
     r"[.;!?\n]+(?:\s|$)|,?\s+\b(?:but|while|whereas|however|although|though|in contrast)\b",

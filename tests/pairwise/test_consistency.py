@@ -1,6 +1,6 @@
 import pytest
 
-from lalm_judge.analysis.rationale import consistency, contradicts, rationale_verdict
+from lalm_judge.pairwise.consistency import consistency, contradicts, rationale_verdict
 
 # Rationales in the forms SageLM's records and judges write them, with the verdict each argues for.
 ARGUED = [
