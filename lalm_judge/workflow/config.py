@@ -36,6 +36,8 @@ LOCAL_BACKENDS = ("transformers", "vllm")
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SAFETY = "safety"
 PAIRWISE = "pairwise"
+# The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
+PREFERENCE = "preference"
 # Backends whose answers are safety scores only (no pairwise verdicts).
 SAFETY_ONLY_BACKENDS = ("embedding",)
 
@@ -124,8 +126,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 
 def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The tracks a validated config runs: 'safety' (it has `evaluation`), 'pairwise' (it has `pairwise`)."""
-    return tuple(track for track, key in ((SAFETY, "evaluation"), (PAIRWISE, "pairwise")) if key in config)
+    """The tracks a validated config runs: 'safety' (it has `evaluation`), 'pairwise' (it has `pairwise`),
+    'preference' (it has `preference`: the pairwise track's data builder)."""
+    keys = ((SAFETY, "evaluation"), (PAIRWISE, "pairwise"), (PREFERENCE, "preference"))
+    return tuple(track for track, key in keys if key in config)
 
 
 def check_config(config: dict[str, Any]) -> list[str]:
@@ -143,8 +147,33 @@ def check_config(config: dict[str, Any]) -> list[str]:
             if SAFETY not in tracks(config) or name not in config["evaluation"]["judges"]
             for note in judge_notes(name, config["judges"][name], [])
         ]
+    if PREFERENCE in tracks(config):
+        _check_preference(config)
     _check_imported(config)
     return notes
+
+
+def _check_preference(config: dict[str, Any]) -> None:
+    preference = config["preference"]
+    if preference["asr"] not in config["asr"]["models"]:
+        raise ConfigError(
+            f"preference.asr: {preference['asr']!r} is not in asr.models ({sorted(config['asr']['models'])})"
+        )
+    if config["asr"]["models"][preference["asr"]]["model"] == IMPORTED:
+        raise ConfigError(
+            f"preference.asr: {preference['asr']!r} has released transcripts only; the WER filter needs a model "
+            "that recognizes the built clips"
+        )
+    rationales = preference["rationales"]
+    if rationales["generator"] == "llm" and not rationales["llm"].get("model"):
+        raise ConfigError("preference.rationales.llm.model is required for the llm rationale generator")
+    styles = preference["acoustic"]["styles"] if "acoustic" in preference else {}
+    if "gender" in styles and set(styles["gender"]) != {"male", "female"}:
+        raise ConfigError(
+            f"preference.acoustic.styles.gender must have the styles male and female, has {sorted(styles['gender'])}"
+        )
+    if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
+        raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
@@ -313,10 +342,17 @@ def _gpu_problems(config: dict[str, Any]) -> list[str]:
 
 
 def _voices(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Every TTS voice of the config: the safety track's `tts.voices` and the pairwise items' voices."""
+    """Every TTS voice of the config: the safety track's `tts.voices`, the pairwise items' voices and the
+    preference builder's engines and acoustic styles."""
     voices = {f"tts.voices.{v}": voice for v, voice in config.get("tts", {}).get("voices", {}).items()}
     items = config.get("pairwise", {}).get("items", {})
     voices.update({f"pairwise.items.voices.{v}": voice for v, voice in items.get("voices", {}).items()})
+    preference = config.get("preference", {})
+    voices.update({f"preference.engines.{e}": voice for e, voice in preference.get("engines", {}).items()})
+    for category, styles in preference.get("acoustic", {}).get("styles", {}).items():
+        for style, spec in styles.items():
+            for index, voice in enumerate(spec if isinstance(spec, list) else [spec]):
+                voices[f"preference.acoustic.styles.{category}.{style}[{index}]"] = voice
     return voices
 
 

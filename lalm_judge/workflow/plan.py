@@ -7,19 +7,14 @@ key with a default is present.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from lalm_judge.core.dialogue import SourceDialogue
+from lalm_judge.core.files import shard_of
 from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
 from lalm_judge.data.corpus import list_source_dialogues
-
-
-def shard_of(dialogue_id: str, n_shards: int) -> int:
-    """Stable shard of a dialogue: adding a dialogue changes exactly one shard."""
-    return int(hashlib.sha256(dialogue_id.encode()).hexdigest()[:12], 16) % n_shards
 
 
 @dataclass(frozen=True)

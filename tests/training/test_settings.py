@@ -17,7 +17,7 @@ def write(tmp_path, section):
 
 
 def test_the_shipped_recipe_is_the_studys():
-    settings = TrainingSettings.from_config(load_training_section(ROOT / "configs/train_pairwise.yaml"))
+    settings = TrainingSettings.from_config(load_training_section(ROOT / "configs/pairwise.yaml"))
     hyper = settings.stages[0].hyperparameters
     assert (hyper.learning_rate, hyper.epochs, hyper.lr_scheduler, hyper.warmup_ratio) == (1e-5, 3, "cosine", 0.1)
     assert (settings.finetuning, settings.freeze_encoders, hyper.precision) == ("full", True, "bf16")
