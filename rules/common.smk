@@ -236,6 +236,12 @@ def get_pairwise_outputs():
     ]
 
 
+def get_preference_root(wildcards, output):
+    """The builder's folder, which every clip path is relative to, as it appears in the rule's outputs."""
+    first = str(output[0])
+    return first[: first.index(PREFERENCE_ROOT) + len(PREFERENCE_ROOT)]
+
+
 def get_preference_source():
     return config["preference"]["source"]["path"]
 

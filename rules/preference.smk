@@ -34,7 +34,7 @@ rule preference_speak:
         "logs/pairwise/preference/speak/{engine}/shard{shard}.log",
     params:
         voice=get_preference_voice,
-        root="results/pairwise/preference",
+        root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
     resources:
@@ -57,7 +57,7 @@ rule preference_transcribe:
         "logs/pairwise/preference/asr/{engine}/shard{shard}.log",
     params:
         model_options=get_preference_asr_options(),
-        root="results/pairwise/preference",
+        root=get_preference_root,
         seed=SEED,
     threads: get_preference_asr_threads()
     resources:
@@ -102,7 +102,7 @@ rule preference_acoustic:
     params:
         styles=get_preference_styles,
         settings=get_preference_acoustic_settings(),
-        root="results/pairwise/preference",
+        root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
     resources:
@@ -130,7 +130,7 @@ rule preference_export:
         "logs/pairwise/preference/export.log",
     params:
         filters=canonical(config["preference"]["filters"]),
-        root="results/pairwise/preference",
+        root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
     resources:

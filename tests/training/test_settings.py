@@ -72,3 +72,13 @@ def test_a_file_without_a_training_section_is_refused(tmp_path):
     path.write_text("judges: {}\n")
     with pytest.raises(ConfigError, match="has no 'training' section"):
         load_training_section(path)
+
+
+@pytest.mark.parametrize("path", ["configs/pairwise_demo.yaml", "configs/pairwise.yaml"])
+def test_the_configs_train_on_what_their_builder_exports(path):
+    from lalm_judge.workflow.preference import ROOT as BUILT
+
+    settings = TrainingSettings.from_config(load_training_section(ROOT / path))
+    for dataset in settings.datasets.values():
+        assert dataset.audio_root == BUILT
+        assert all(record.startswith(f"{BUILT}/export/sagelm/") for record in dataset.records)
