@@ -1,10 +1,10 @@
 """Preference pairs from per-aspect ratings: which two spoken responses an item compares, and its labels.
 
-Per item, the candidates are its completions with a spoken clip kept by the filters in one engine
-(`pairs_per_item` pairs are drawn, seeded, from all pairs of candidates that share an engine, preferring pairs
-not yet drawn; each pair is heard in one engine, drawn among those that kept both clips, so the two responses
-never differ in voice). Which completion is "Response 1" is drawn too, so that the position says nothing about
-quality. Per aspect rated for both completions:
+Per item, the candidates are its completions with a spoken clip kept by the filters. `pairs_per_item` pairs
+are drawn, seeded and without repetition, from the pairs of candidates that share an engine; each pair is
+heard in one engine, drawn among those that kept both clips, so the two responses never differ in voice.
+Which completion is "Response 1" is drawn too, so that the position says nothing about quality. Per aspect
+rated for both completions:
 
     label = Tie  if |rating_1 - rating_2| < tie_margin,
             "1"  if rating_1 > rating_2, else "2".
