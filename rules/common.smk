@@ -20,7 +20,7 @@ from lalm_judge.workflow.config import (
 from lalm_judge.workflow.gpu import check_gpu_budget
 from lalm_judge.workflow.pairwise import PairwisePlan
 from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
-from lalm_judge.workflow.preference import PreferencePlan
+from lalm_judge.workflow.preference import PreferencePlan, speak_gpus
 from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs, gpu_requests
 
 # Notes are cells routed to a documented alternative and unpinned revisions; problems stop the parse.
@@ -254,18 +254,20 @@ def _preference_voices(wildcards):
     """The voices a speak job (engine wildcard) or an acoustic job (category wildcard) uses."""
     if "engine" in wildcards.keys():
         return [config["preference"]["engines"][wildcards.engine]]
-    styles = config["preference"]["acoustic"]["styles"][wildcards.category].values()
-    return [voice for style in styles for voice in (style if isinstance(style, list) else [style])]
+    return PREFERENCE_PLAN.category_voices(wildcards.category)
 
 
 def get_preference_tts_env(wildcards):
     """XTTS runs in its GPU environment; Piper and espeak-ng in the TTS environment."""
-    xtts = any(voice["engine"] == "xtts" for voice in _preference_voices(wildcards))
-    return "../envs/tts-xtts.yaml" if xtts else "../envs/tts.yaml"
+    return "../envs/tts-xtts.yaml" if speak_gpus(_preference_voices(wildcards)) else "../envs/tts.yaml"
 
 
 def get_preference_tts_gpus(wildcards):
-    return int(any(voice["engine"] == "xtts" for voice in _preference_voices(wildcards)))
+    return speak_gpus(_preference_voices(wildcards))
+
+
+def get_preference_asr_gpus():
+    return config["asr"]["models"][config["preference"]["asr"]]["gpu"]
 
 
 def get_preference_asr_options():

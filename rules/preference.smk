@@ -61,6 +61,7 @@ rule preference_transcribe:
         seed=SEED,
     threads: get_preference_asr_threads()
     resources:
+        gpu=get_preference_asr_gpus(),
         mem_mb=4000,
         runtime=120,
     conda:

@@ -26,6 +26,7 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.workflow.plan import JudgeCell, judge_cells
+from lalm_judge.workflow.preference import preference_voices
 
 # Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
 # fails in a batch job): coqui-tts `TTS/utils/manage.py`, `ModelManager.tos_agreed`.
@@ -347,12 +348,8 @@ def _voices(config: Mapping[str, Any]) -> dict[str, Any]:
     voices = {f"tts.voices.{v}": voice for v, voice in config.get("tts", {}).get("voices", {}).items()}
     items = config.get("pairwise", {}).get("items", {})
     voices.update({f"pairwise.items.voices.{v}": voice for v, voice in items.get("voices", {}).items()})
-    preference = config.get("preference", {})
-    voices.update({f"preference.engines.{e}": voice for e, voice in preference.get("engines", {}).items()})
-    for category, styles in preference.get("acoustic", {}).get("styles", {}).items():
-        for style, spec in styles.items():
-            for index, voice in enumerate(spec if isinstance(spec, list) else [spec]):
-                voices[f"preference.acoustic.styles.{category}.{style}[{index}]"] = voice
+    if "preference" in config:
+        voices.update(preference_voices(config["preference"]))
     return voices
 
 
