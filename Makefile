@@ -1,6 +1,6 @@
 # Two commands for a fresh machine: `make demo` (the offline demo workflow, end to end) and
-# `make test` (the test suite); `make pairwise-demo` runs the pairwise track offline. All create .venv
-# from the pinned lock file first.
+# `make test` (the test suite); `make pairwise-demo` runs the pairwise track offline and builds its preference
+# data. All create .venv from the pinned lock file first.
 VENV ?= .venv
 CORES ?= 2
 PYTEST_ARGS ?=

@@ -22,7 +22,8 @@ report: "report/workflow.rst"
 include: "rules/common.smk"
 
 
-# The safety track (config `evaluation`) and the pairwise track (config `pairwise`); a config runs either or both.
+# The safety track (config `evaluation`), the pairwise track (config `pairwise`) and its preference-data builder
+# (config `preference`); a config runs any of them.
 if SAFETY in TRACKS:
 
     include: "rules/corpus.smk"
@@ -50,13 +51,18 @@ if PAIRWISE in TRACKS:
     include: "rules/pairwise.smk"
 
 
+if PREFERENCE in TRACKS:
+
+    include: "rules/preference.smk"
+
+
 rule all:
     input:
         get_final_outputs(),
     default_target: True
 
 
-# Named partial targets: `snakemake corpus`, `snakemake variants`, ..., `snakemake pairwise`
+# Named partial targets: `snakemake corpus`, `snakemake variants`, ..., `snakemake pairwise`, `snakemake preference`
 if SAFETY in TRACKS:
 
     rule corpus:
@@ -89,3 +95,10 @@ if PAIRWISE in TRACKS:
     rule pairwise:
         input:
             get_pairwise_outputs(),
+
+
+if PREFERENCE in TRACKS:
+
+    rule preference:
+        input:
+            get_preference_outputs(),

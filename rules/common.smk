@@ -8,9 +8,19 @@ from snakemake.logging import logger
 from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
-from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, check_run_environment, tracks
+from lalm_judge.workflow.config import (
+    PAIRWISE,
+    PREFERENCE,
+    SAFETY,
+    canonical,
+    check_config,
+    check_run_environment,
+    tracks,
+)
 from lalm_judge.workflow.gpu import check_gpu_budget
 from lalm_judge.workflow.pairwise import PairwisePlan
+from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
+from lalm_judge.workflow.preference import PreferencePlan, speak_gpus
 from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs, gpu_requests
 
 # Notes are cells routed to a documented alternative and unpinned revisions; problems stop the parse.
@@ -21,6 +31,7 @@ for note in check_config(config) + check_run_environment(config):
 TRACKS = tracks(config)
 PLAN = Plan(config) if SAFETY in TRACKS else None
 PAIRWISE_PLAN = PairwisePlan(config) if PAIRWISE in TRACKS else None
+PREFERENCE_PLAN = PreferencePlan(config) if PREFERENCE in TRACKS else None
 SEED = config["seed"]
 IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchmark.IMPORTED
 # Snakemake lowers each job's `gpu` to a --resources gpu=N given on the command line or in a profile, so a
@@ -38,6 +49,8 @@ wildcard_constraints:
     prompt=r"[a-z]+",
     condition=r"[a-z0-9_\-]+",
     shard=r"\d+",
+    engine=r"[a-z0-9_]+",
+    category="emotion|gender|character",
     sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
 
 
@@ -223,6 +236,86 @@ def get_pairwise_outputs():
     ]
 
 
+def get_preference_root(wildcards, output):
+    """The builder's folder, which every clip path is relative to, as it appears in the rule's outputs."""
+    first = str(output[0])
+    return first[: first.index(PREFERENCE_ROOT) + len(PREFERENCE_ROOT)]
+
+
+def get_preference_source():
+    return config["preference"]["source"]["path"]
+
+
+def get_preference_voice(wildcards):
+    return canonical(config["preference"]["engines"][wildcards.engine])
+
+
+def _preference_voices(wildcards):
+    """The voices a speak job (engine wildcard) or an acoustic job (category wildcard) uses."""
+    if "engine" in wildcards.keys():
+        return [config["preference"]["engines"][wildcards.engine]]
+    return PREFERENCE_PLAN.category_voices(wildcards.category)
+
+
+def get_preference_tts_env(wildcards):
+    """XTTS runs in its GPU environment; Piper and espeak-ng in the TTS environment."""
+    return "../envs/tts-xtts.yaml" if speak_gpus(_preference_voices(wildcards)) else "../envs/tts.yaml"
+
+
+def get_preference_tts_gpus(wildcards):
+    return speak_gpus(_preference_voices(wildcards))
+
+
+def get_preference_asr_gpus():
+    return config["asr"]["models"][config["preference"]["asr"]]["gpu"]
+
+
+def get_preference_asr_options():
+    return canonical(config["asr"]["models"][config["preference"]["asr"]])
+
+
+def get_preference_asr_threads():
+    return config["asr"]["models"][config["preference"]["asr"]]["cpu_threads"]
+
+
+def get_preference_shard_transcripts(wildcards):
+    return PREFERENCE_PLAN.transcripts(int(wildcards.shard))
+
+
+def get_preference_transcripts():
+    return PREFERENCE_PLAN.transcripts()
+
+
+def get_preference_pair_settings():
+    """What decides a shard's pairs: the clip filters, the pairing rules and the rationale generator."""
+    return canonical({key: config["preference"][key] for key in ("filters", "pairs", "rationales")})
+
+
+def get_preference_pairs():
+    return PREFERENCE_PLAN.pairs()
+
+
+def get_preference_acoustic_texts():
+    return [config["preference"]["acoustic"]["items"]] if PREFERENCE_PLAN.categories else []
+
+
+def get_preference_styles(wildcards):
+    return canonical(config["preference"]["acoustic"]["styles"][wildcards.category])
+
+
+def get_preference_acoustic_settings():
+    acoustic = config["preference"].get("acoustic")
+    return canonical({k: acoustic[k] for k in ("pairs_per_text", "tie_share")}) if acoustic else {}
+
+
+def get_preference_acoustic_tables():
+    return PREFERENCE_PLAN.acoustic()
+
+
+def get_preference_outputs():
+    return PREFERENCE_PLAN.outputs()
+
+
 def get_safety_outputs():
     return [
         *get_manifests(),
@@ -237,6 +330,7 @@ def get_final_outputs():
     return [
         *(get_safety_outputs() if SAFETY in TRACKS else []),
         *(get_pairwise_outputs() if PAIRWISE in TRACKS else []),
+        *(get_preference_outputs() if PREFERENCE in TRACKS else []),
     ]
 
 

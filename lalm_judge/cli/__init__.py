@@ -1,5 +1,5 @@
-"""`lalm-judge` command line: ad-hoc scoring, metrics, the human-anchor study, config checks, and the export
-and import of the benchmark as a dataset.
+"""`lalm-judge` command line: ad-hoc scoring, metrics, the human-anchor study, judge training, config checks,
+and the export and import of the benchmark as a dataset.
 
 Each command is a module of this package with a `main(argv)`; this file only dispatches, importing the
 command's module lazily so that `lalm-judge metrics` never loads torch.

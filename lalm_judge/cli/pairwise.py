@@ -1,4 +1,5 @@
-"""`lalm-judge pairwise import|export|metrics`: the pairwise track's data and metrics outside the workflow.
+"""`lalm-judge pairwise import|export|metrics|train`: the pairwise track's data, metrics and judge training
+outside the workflow.
 
 - `import --format sagelm FILE.json... --audio-root DIR --out DIR`: SageLM records (test or training sets) to
   the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are kept
@@ -7,6 +8,11 @@
   its `dataset_info.json`.
 - `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
   item-level bootstrap intervals, per aspect, overall and by duration (docs/metrics.md).
+- `train --config FILE [--resume]`: train a pairwise judge from the `training` section of FILE (a run config,
+  or a file with only that section; docs/training.md): its stages in order, each from the previous one's
+  checkpoint, every stage's loss and checkpoint printed. The last checkpoint is a `transformers` judge. Stages
+  already trained on the same inputs are reused; `--resume` continues an interrupted stage from its latest
+  trainer checkpoint (kept when `hyperparameters.save_steps` is set).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ from lalm_judge.pairwise.metrics import (
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
 from lalm_judge.pairwise.sagelm import export_sagelm, import_sagelm
+from lalm_judge.workflow.config import load_training_section
 
 FORMATS = (SAGELM,)
 
@@ -67,7 +74,32 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_DURATION_BINS,
         help="left edges (s) of the combined-duration bins, starting at 0 (default 0,10,20,30,40,60,80)",
     )
+    trainer = commands.add_parser("train", help="train a pairwise judge (staged rationale SFT of an audio LLM)")
+    trainer.add_argument("--config", required=True, help="YAML file with a `training` section")
+    trainer.add_argument("--resume", action="store_true", help="continue an interrupted stage from its last save")
     return parser
+
+
+def _train(args: argparse.Namespace) -> int:
+    # Imported here: the training settings are light, but torch, transformers and TRL take seconds to load.
+    from lalm_judge.training.settings import TrainingSettings
+
+    settings = TrainingSettings.from_config(load_training_section(args.config))
+    try:
+        from lalm_judge.training.sft import run_training
+    except ModuleNotFoundError as error:
+        print(f"error: training needs {error.name} (requirements.txt; GPU runs: envs/train.yaml)", file=sys.stderr)
+        return 2
+    report = run_training(settings, resume=args.resume)
+    for stage in report["stages"]:
+        losses = stage["losses"]
+        state = "reused" if stage["reused"] else f"{stage['steps']} steps, {stage['seconds_per_step']:.2f} s/step"
+        print(
+            f"{stage['name']}: {stage['n_records']} records, {state}, "
+            f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}"
+        )
+    print(f"judge model (backend transformers): {report['judge_model']}")
+    return 0
 
 
 def _import(args: argparse.Namespace) -> int:
@@ -94,6 +126,8 @@ def main(argv: list[str]) -> int:
     try:
         if args.command == "import":
             return _import(args)
+        if args.command == "train":
+            return _train(args)
         if args.command == "export":
             for path in export_sagelm(read_items(args.items), args.out, args.name):
                 print(path)

@@ -108,6 +108,11 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
 
 
+def shard_of(key: str, n_shards: int) -> int:
+    """Stable shard of a dialogue or item id: adding one changes exactly one shard."""
+    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % n_shards
+
+
 def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
     """'name==version' for each installed package of interest, as one sorted string."""
     found = []

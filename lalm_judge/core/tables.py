@@ -398,3 +398,107 @@ PAIRWISE_COMPARISONS = TableSchema(
         "n_items": pl.Int64,
     },
 )
+
+# Preference builder (the pairwise track's training data, `lalm_judge.preference`): the selected items, one row
+# per completion, with the text its clips are spoken from (the response made speakable).
+PREFERENCE_COMPLETIONS = TableSchema(
+    "preference completion",
+    {
+        "item_id": pl.String,
+        "shard": pl.Int32,
+        "source": pl.String,
+        "origin": pl.String,
+        "instruction": pl.String,
+        "completion": pl.Int32,
+        "model": pl.String,
+        "response": pl.String,
+        "text": pl.String,
+    },
+)
+
+# One row per (item, completion, aspect): the annotators' rating (null when unrated) and its rationale.
+PREFERENCE_RATINGS = TableSchema(
+    "preference rating",
+    {
+        "item_id": pl.String,
+        "completion": pl.Int32,
+        "aspect": pl.String,
+        "rating": pl.Int32,
+        "rationale": pl.String,
+    },
+)
+
+# One row per (completion, engine) of a shard: the spoken clip (path relative to the builder's folder).
+PREFERENCE_CLIPS = TableSchema(
+    "preference clip",
+    {
+        "item_id": pl.String,
+        "completion": pl.Int32,
+        "engine": pl.String,
+        "text": pl.String,
+        "clip": pl.String,
+        "duration_s": pl.Float64,
+        "tts_model": pl.String,
+        "tts_revision": pl.String,
+    },
+)
+
+# The clip rows with their Whisper transcript and its WER against the text (the filters read these).
+PREFERENCE_TRANSCRIPTS = TableSchema(
+    "preference transcript",
+    {
+        **PREFERENCE_CLIPS.columns,
+        "asr_model": pl.String,
+        "transcript": pl.String,
+        "wer": pl.Float64,
+    },
+)
+
+# One row per (pair, aspect): which completions are Response 1 and 2, in which engine, their ratings and the
+# annotators' notes, the label and the comparative rationale (`rationale_status` ok, or why there is none).
+PREFERENCE_PAIRS = TableSchema(
+    "preference pair",
+    {
+        "item_id": pl.String,
+        "source_item": pl.String,
+        "aspect": pl.String,
+        "query": pl.String,
+        "engine": pl.String,
+        "completion1": pl.Int32,
+        "completion2": pl.Int32,
+        "response1_text": pl.String,
+        "response2_text": pl.String,
+        "response1_audio": pl.String,
+        "response2_audio": pl.String,
+        "rating1": pl.Int32,
+        "rating2": pl.Int32,
+        "note1": pl.String,
+        "note2": pl.String,
+        "label": pl.String,
+        "rationale": pl.String,
+        "rationale_source": pl.String,
+        "rationale_status": pl.String,
+        "rationale_error": pl.String,
+    },
+)
+
+# Acoustic pairs: two renderings of one text that differ in one controlled speaking style; the label comes from
+# the styles used (the control), never from a judge.
+PREFERENCE_ACOUSTIC = TableSchema(
+    "acoustic pair",
+    {
+        "item_id": pl.String,
+        "aspect": pl.String,
+        "category": pl.String,
+        "task_format": pl.String,
+        "requested": pl.String,
+        "style1": pl.String,
+        "style2": pl.String,
+        "query": pl.String,
+        "response_text": pl.String,
+        "response1_audio": pl.String,
+        "response2_audio": pl.String,
+        "label": pl.String,
+        "rationale": pl.String,
+    },
+)

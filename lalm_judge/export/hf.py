@@ -63,10 +63,16 @@ def _writer_options(features: Mapping[str, Feature]) -> dict[str, Any]:
     }
 
 
+def _is_audio(value: Any) -> bool:
+    return isinstance(value, Mapping) and isinstance(value.get("bytes"), bytes)
+
+
 def _row_bytes(row: Mapping[str, Any]) -> int:
-    """About what a row adds to a shard: its audio bytes (stored as they are) and its other fields."""
-    fields = {k: v for k, v in row.items() if k != "audio"}
-    return len(row["audio"]["bytes"]) + len(json.dumps(fields, ensure_ascii=False))
+    """About what a row adds to a shard: its audio bytes (stored as they are, in every audio column) and its
+    other fields."""
+    fields = {k: v for k, v in row.items() if not _is_audio(v)}
+    audio = sum(len(v["bytes"]) for v in row.values() if _is_audio(v))
+    return audio + len(json.dumps(fields, ensure_ascii=False))
 
 
 def write_split(

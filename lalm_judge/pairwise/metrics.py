@@ -44,6 +44,7 @@ from lalm_judge.core.tables import (
     TableError,
 )
 from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
+from lalm_judge.pairwise.consistency import contradicts
 from lalm_judge.pairwise.parsing import (
     agreement,
     combine_verdicts,
@@ -59,6 +60,10 @@ BOTH_ORDER_METRICS = (
     "agreement_combined",
     "parse_failure_rate_swapped",
 )
+# Per row, of the forward answer: its rationale argues for another verdict than its own / for any verdict
+# (`lalm_judge.pairwise.consistency`); their ratio is the contradiction rate among determined rationales.
+RATIONALE_METRICS = ("rationale_contradiction", "rationale_determined")
+RATIONALE_RATE = "rationale_contradiction_rate"
 ASPECT_MEAN_METRICS = ("accuracy", "agreement")
 DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
@@ -154,13 +159,15 @@ class RowIndicators:
 
 def row_indicators(frame: pl.DataFrame) -> RowIndicators:
     swapped = "prediction_swapped" in frame.columns
-    names = SINGLE_ORDER_METRICS + (BOTH_ORDER_METRICS if swapped else ())
+    names = SINGLE_ORDER_METRICS + RATIONALE_METRICS + (BOTH_ORDER_METRICS if swapped else ())
     values, forward_labels = [], []
     columns = ["label", "prediction", *(["prediction_swapped"] if swapped else [])]
     for row in frame.select(columns).iter_rows():
         label, forward = row[0], parse_verdict(row[1])
         forward_labels.append(forward.label)
         indicators = [float(forward.label == label), agreement(forward.label, label), float(not forward.ok)]
+        contradiction = contradicts(forward.label, forward.rationale) if forward.ok else None
+        indicators += [float(contradiction is True), float(contradiction is not None)]
         if swapped:
             back = parse_swapped_verdict(row[2])
             combined, _ = combine_verdicts(forward, back)
@@ -290,10 +297,21 @@ def _interval(point: float, boot: np.ndarray, level: float) -> dict[str, float |
     return {"value": _value(point), "ci_low": _value(low[0]), "ci_high": _value(high[0])}
 
 
+def _with_rate(names: Sequence[str], estimate: GroupEstimate) -> list[tuple[str, float, np.ndarray]]:
+    """(metric, point, bootstrap values) of every metric, plus the rationale contradiction rate: contradicting
+    rationales over determined ones (nan where no rationale of the group is determined)."""
+    metrics = [(name, estimate.point[column], estimate.boot[:, column]) for column, name in enumerate(names)]
+    contradicting, determined = (names.index(name) for name in RATIONALE_METRICS)
+    with np.errstate(all="ignore"):
+        point = estimate.point[contradicting] / estimate.point[determined]
+        boot = estimate.boot[:, contradicting] / estimate.boot[:, determined]
+    return [*metrics, (RATIONALE_RATE, point, boot)]
+
+
 def _record(names: Sequence[str], estimate: GroupEstimate, level: float) -> dict[str, Any]:
     record: dict[str, Any] = {"n": estimate.n, "n_items": estimate.n_items}
-    for column, name in enumerate(names):
-        record[name] = _interval(estimate.point[column], estimate.boot[:, column], level)
+    for name, point, boot in _with_rate(names, estimate):
+        record[name] = _interval(point, boot, level)
     record["n_unparseable"] = estimate.prediction_counts.get(UNPARSEABLE, 0)
     if "parse_failure_rate_swapped" in names:
         column = names.index("parse_failure_rate_swapped")
@@ -328,8 +346,8 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
     rows = []
 
     def add(scope: str, group: str, estimate: GroupEstimate, low: float | None = None, high: float | None = None):
-        for column, name in enumerate(cell.names):
-            interval = _interval(estimate.point[column], estimate.boot[:, column], level)
+        for name, point, boot in _with_rate(cell.names, estimate):
+            interval = _interval(point, boot, level)
             rows.append(
                 {
                     **base,

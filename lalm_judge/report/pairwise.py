@@ -49,6 +49,7 @@ SHOWN_METRICS = (
     ("agreement_combined", "agreement (both orders)"),
     ("accuracy_combined", "accuracy (both orders)"),
     ("parse_failure_rate", "parse failures"),
+    ("rationale_contradiction_rate", "rationales against own verdict"),
 )
 DEFINITIONS = (
     "Each item (a query and two spoken responses) is judged on each aspect twice: with the responses in their "
@@ -59,6 +60,8 @@ DEFINITIONS = (
     "Both orders combined: each order votes +1 (response 1), -1 (response 2) or 0 (Tie), the sum decides; "
     "opposite wins become Tie; a combined verdict needs both orders readable.",
     "Swap consistency: share of rows whose two orders give the same verdict (an unreadable order is inconsistent).",
+    "Rationales against own verdict: among answers whose rationale argues for a verdict (documented text rules, "
+    "docs/metrics.md), the share arguing for another verdict than the answer's own (single order).",
     "Overall pools all rows; 'aspect mean' averages the aspects' values, as SageLM's average does.",
     "Intervals: 95 % percentile bootstrap over items (an item's aspects are resampled together), seeded; cells "
     "judged on the same items share their resamples, so differences between cells are paired.",

@@ -26,6 +26,7 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.workflow.plan import JudgeCell, judge_cells
+from lalm_judge.workflow.preference import preference_voices
 
 # Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
 # fails in a batch job): coqui-tts `TTS/utils/manage.py`, `ModelManager.tos_agreed`.
@@ -36,6 +37,8 @@ LOCAL_BACKENDS = ("transformers", "vllm")
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SAFETY = "safety"
 PAIRWISE = "pairwise"
+# The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
+PREFERENCE = "preference"
 # Backends whose answers are safety scores only (no pairwise verdicts).
 SAFETY_ONLY_BACKENDS = ("embedding",)
 
@@ -70,20 +73,53 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     return config
 
 
+def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
+    """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
+    errors name `key.<path>`."""
+    schema = yaml.safe_load(Path(schema_path).read_text())
+    part_schema = schema
+    for schema_key in schema_keys:
+        part_schema = part_schema[schema_key]
+    validator = _with_defaults(jsonschema.Draft202012Validator)({"$defs": schema.get("$defs", {}), **part_schema})
+    part = copy.deepcopy(part)
+    errors = sorted(validator.iter_errors(part), key=lambda e: list(e.absolute_path))
+    if errors:
+        lines = [".".join([key, *map(str, e.absolute_path)]) + f": {e.message}" for e in errors]
+        raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(lines))
+    return part
+
+
 def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """One judge registry entry validated (defaults filled) on its own, for ad-hoc use outside a run config."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
-    entry_schema = {"$defs": schema.get("$defs", {}), **schema["properties"]["judges"]["additionalProperties"]}
-    validator = _with_defaults(jsonschema.Draft202012Validator)(entry_schema)
-    entry = copy.deepcopy(entry)
-    errors = sorted(validator.iter_errors(entry), key=lambda e: list(e.absolute_path))
-    if errors:
-        lines = [f"judges.{name}.{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
-        raise ConfigError("invalid judge entry:\n  " + "\n  ".join(lines))
+    entry = _validate_part(
+        entry,
+        ("properties", "judges", "additionalProperties"),
+        f"judges.{name}",
+        "judge entry",
+        schema_path,
+    )
     problems = judge_problems(name, entry)
     if problems:
         raise ConfigError("invalid judge entry:\n  " + "\n  ".join(problems))
     return entry
+
+
+def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
+    """The `training` section of a YAML file, validated (defaults filled) on its own: a training run needs no
+    other section, so a file with just `training:` works as well as a run config that also has one."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {path} does not exist")
+    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    if not isinstance(document, Mapping) or "training" not in document:
+        raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
+    return _validate_part(
+        document["training"],
+        ("properties", "training"),
+        "training",
+        f"training section of {path}",
+        schema_path,
+    )
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -91,8 +127,10 @@ def load_config(path: str | Path) -> dict[str, Any]:
 
 
 def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
-    """The tracks a validated config runs: 'safety' (it has `evaluation`), 'pairwise' (it has `pairwise`)."""
-    return tuple(track for track, key in ((SAFETY, "evaluation"), (PAIRWISE, "pairwise")) if key in config)
+    """The tracks a validated config runs: 'safety' (it has `evaluation`), 'pairwise' (it has `pairwise`),
+    'preference' (it has `preference`: the pairwise track's data builder)."""
+    keys = ((SAFETY, "evaluation"), (PAIRWISE, "pairwise"), (PREFERENCE, "preference"))
+    return tuple(track for track, key in keys if key in config)
 
 
 def check_config(config: dict[str, Any]) -> list[str]:
@@ -110,8 +148,33 @@ def check_config(config: dict[str, Any]) -> list[str]:
             if SAFETY not in tracks(config) or name not in config["evaluation"]["judges"]
             for note in judge_notes(name, config["judges"][name], [])
         ]
+    if PREFERENCE in tracks(config):
+        _check_preference(config)
     _check_imported(config)
     return notes
+
+
+def _check_preference(config: dict[str, Any]) -> None:
+    preference = config["preference"]
+    if preference["asr"] not in config["asr"]["models"]:
+        raise ConfigError(
+            f"preference.asr: {preference['asr']!r} is not in asr.models ({sorted(config['asr']['models'])})"
+        )
+    if config["asr"]["models"][preference["asr"]]["model"] == IMPORTED:
+        raise ConfigError(
+            f"preference.asr: {preference['asr']!r} has released transcripts only; the WER filter needs a model "
+            "that recognizes the built clips"
+        )
+    rationales = preference["rationales"]
+    if rationales["generator"] == "llm" and not rationales["llm"].get("model"):
+        raise ConfigError("preference.rationales.llm.model is required for the llm rationale generator")
+    styles = preference["acoustic"]["styles"] if "acoustic" in preference else {}
+    if "gender" in styles and set(styles["gender"]) != {"male", "female"}:
+        raise ConfigError(
+            f"preference.acoustic.styles.gender must have the styles male and female, has {sorted(styles['gender'])}"
+        )
+    if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
+        raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
@@ -280,10 +343,13 @@ def _gpu_problems(config: dict[str, Any]) -> list[str]:
 
 
 def _voices(config: Mapping[str, Any]) -> dict[str, Any]:
-    """Every TTS voice of the config: the safety track's `tts.voices` and the pairwise items' voices."""
+    """Every TTS voice of the config: the safety track's `tts.voices`, the pairwise items' voices and the
+    preference builder's engines and acoustic styles."""
     voices = {f"tts.voices.{v}": voice for v, voice in config.get("tts", {}).get("voices", {}).items()}
     items = config.get("pairwise", {}).get("items", {})
     voices.update({f"pairwise.items.voices.{v}": voice for v, voice in items.get("voices", {}).items()})
+    if "preference" in config:
+        voices.update(preference_voices(config["preference"]))
     return voices
 
 

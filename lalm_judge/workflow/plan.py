@@ -7,19 +7,15 @@ key with a default is present.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from typing import Any
 
 from lalm_judge.core.dialogue import SourceDialogue
+from lalm_judge.core.files import shard_of
 from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
 from lalm_judge.data.corpus import list_source_dialogues
-
-
-def shard_of(dialogue_id: str, n_shards: int) -> int:
-    """Stable shard of a dialogue: adding a dialogue changes exactly one shard."""
-    return int(hashlib.sha256(dialogue_id.encode()).hexdigest()[:12], 16) % n_shards
+from lalm_judge.workflow.preference import preference_voices, speak_gpus
 
 
 @dataclass(frozen=True)
@@ -56,13 +52,18 @@ def judge_cells(config: dict[str, Any]) -> list[JudgeCell]:
 
 def gpu_requests(config: dict[str, Any]) -> dict[str, int]:
     """GPUs one job of each GPU stage requests ('tts', 'asr:<model>', 'judge:<name>'); stages without GPUs are
-    left out. The judges are those of both tracks; TTS and ASR those of the safety track."""
+    left out. The judges are those of both tracks; TTS and ASR those of the safety track and of the preference
+    builder ('preference:tts', 'preference:asr')."""
     requests = {}
     if "evaluation" in config:
         requests["tts"] = config["tts"]["gpu"]
         requests.update({f"asr:{name}": model["gpu"] for name, model in config["asr"]["models"].items()})
     judges = [*config.get("evaluation", {}).get("judges", []), *config.get("pairwise", {}).get("judges", [])]
     requests.update({f"judge:{name}": config["judges"][name]["schedule"]["resources"]["gpu"] for name in judges})
+    if "preference" in config:
+        preference = config["preference"]
+        requests["preference:tts"] = speak_gpus(list(preference_voices(preference).values()))
+        requests["preference:asr"] = config["asr"]["models"][preference["asr"]]["gpu"]
     return {stage: gpus for stage, gpus in requests.items() if gpus > 0}
 
 

@@ -57,6 +57,8 @@ def test_xtts_reference_choice_prefers_the_target_emotion():
     assert choose_references(request) == ["b.wav", "d.wav", "a.wav"]
     with pytest.raises(ValueError, match="reference clips"):
         choose_references(SynthesisRequest("x", "angry"))
+    # A voice with clips of its own (the preference builder's engines) clones them when the request has none.
+    assert choose_references(SynthesisRequest("x"), default=("s1.wav", "s2.wav")) == ["s1.wav", "s2.wav"]
 
 
 def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path):

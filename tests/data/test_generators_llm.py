@@ -1,10 +1,10 @@
 """The `llm` rewrite generator over real HTTP.
 
-`StandInServer` stands in for a paid OpenAI-compatible API (GPT-4o, Gemini), which cannot be reached
-from the test machine: a stdlib HTTP server on 127.0.0.1, scripted per (category, severity), that counts
-requests and the largest number of requests in flight. The generator talks to it through the real
-`openai` client. The last test runs against a real `transformers serve` with a tiny random-weight Llama:
-its random output must end as a status row, not a crash.
+`StandInServer` (tests/support/openai_standin.py) stands in for a paid OpenAI-compatible API (GPT-4o,
+Gemini), which cannot be reached from the test machine: a stdlib HTTP server on 127.0.0.1, scripted here per
+(category, severity), that counts requests and the largest number of requests in flight. The generator talks
+to it through the real `openai` client. The last test runs against a real `transformers serve` with a tiny
+random-weight Llama: its random output must end as a status row, not a crash.
 """
 
 from __future__ import annotations
@@ -15,13 +15,8 @@ import re
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
-from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import polars as pl
@@ -37,6 +32,7 @@ from lalm_judge.data.generators.llm import (
     looks_like_refusal,
 )
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
+from tests.support.openai_standin import Reply, StandInServer, serving
 
 pytestmark = pytest.mark.server
 
@@ -45,99 +41,22 @@ SECRET = "sk-test-do-not-write-0123456789"
 _TARGET = re.compile(r"category=(\w+), severity=(\d)")
 
 
-@dataclass
-class Reply:
-    """What the stand-in answers: a chat completion with `content`, or an HTTP error `status`."""
-
-    content: str | None = None
-    status: int = 200
-    delay_s: float = 0.02
-    finish_reason: str = "stop"
-    refusal: str | None = None
-    error_body: dict = field(default_factory=dict)
-
-
 def ok_json(text: str = "You are useless at this.", emotion: str = "angry") -> Reply:
     return Reply(json.dumps({"text": text, "emotion": emotion}))
 
 
-class StandInServer:
-    def __init__(self) -> None:
-        self.script: Callable[[str, int, int], Reply] = lambda category, severity, nth: ok_json()
-        self.lock = threading.Lock()
-        self.requests: list[dict] = []
-        self.per_cell: Counter = Counter()
-        self.in_flight = 0
-        self.max_in_flight = 0
-        self.auth_headers: set[str] = set()
-        self.base_url = ""
-
-    @property
-    def total(self) -> int:
-        return len(self.requests)
-
-    def handle(self, body: dict, authorization: str) -> Reply:
-        category, severity = _TARGET.search(body["messages"][1]["content"]).groups()
-        with self.lock:
-            self.requests.append(body)
-            self.auth_headers.add(authorization)
-            self.per_cell[category, int(severity)] += 1
-            nth = self.per_cell[category, int(severity)]
-        return self.script(category, int(severity), nth)
-
-
-def _handler(server: StandInServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args) -> None:  # keep test output clean
-            pass
-
-        def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-            with server.lock:
-                server.in_flight += 1
-                server.max_in_flight = max(server.max_in_flight, server.in_flight)
-            try:
-                reply = server.handle(body, self.headers.get("Authorization", ""))
-                time.sleep(reply.delay_s)
-            finally:
-                with server.lock:
-                    server.in_flight -= 1
-            if reply.status != 200:
-                payload = {"error": {"message": f"scripted {reply.status}", "type": "x", **reply.error_body}}
-            else:
-                message = {"role": "assistant", "content": reply.content, "refusal": reply.refusal}
-                payload = {
-                    "id": "chatcmpl-standin",
-                    "object": "chat.completion",
-                    "created": 0,
-                    "model": body["model"],
-                    "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
-                    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-                }
-            data = json.dumps(payload).encode()
-            try:
-                self.send_response(reply.status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-            except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                pass
-
-    return Handler
+def rewrite_cell(body: dict) -> tuple[str, int]:
+    """The (category, severity) a rewrite request asks for."""
+    category, severity = _TARGET.search(body["messages"][1]["content"]).groups()
+    return category, int(severity)
 
 
 @pytest.fixture
 def server():
-    stand_in = StandInServer()
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _handler(stand_in))
-    httpd.daemon_threads = True
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
-    thread.start()
-    stand_in.base_url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
-    yield stand_in
-    httpd.shutdown()
-    httpd.server_close()
+    stand_in = StandInServer(rewrite_cell)
+    stand_in.script = lambda category, severity, nth: ok_json()
+    with serving(stand_in):
+        yield stand_in
 
 
 @pytest.fixture

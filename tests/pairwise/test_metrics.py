@@ -57,6 +57,9 @@ def test_hand_computed_metrics_per_aspect_and_overall():
             "accuracy_combined": 1 / 3,  # a: 1; b: Tie vs 2; c: the swapped order failed
             "agreement_combined": 0.5,
             "parse_failure_rate_swapped": 1 / 3,
+            "rationale_contradiction": 0.0,  # no rationale argues for a verdict (see test_rationale_consistency)
+            "rationale_determined": 0.0,
+            "rationale_contradiction_rate": None,
         }
     )
     truthfulness = values(document["aspects"]["truthfulness"])
@@ -69,6 +72,9 @@ def test_hand_computed_metrics_per_aspect_and_overall():
             "accuracy_combined": 1 / 3,  # opposite wins combine to Tie, which is right for item a
             "agreement_combined": 1 / 3,
             "parse_failure_rate_swapped": 0.0,
+            "rationale_contradiction": 0.0,  # no rationale argues for a verdict (see test_rationale_consistency)
+            "rationale_determined": 0.0,
+            "rationale_contradiction_rate": None,
         }
     )
     overall = document["overall"]
@@ -83,6 +89,9 @@ def test_hand_computed_metrics_per_aspect_and_overall():
             "parse_failure_rate_swapped": 1 / 6,
             "accuracy_aspect_mean": (2 / 3 + 0) / 2,
             "agreement_aspect_mean": (2.5 / 3 + 0.5 / 3) / 2,
+            "rationale_contradiction": 0.0,  # no rationale argues for a verdict (see test_rationale_consistency)
+            "rationale_determined": 0.0,
+            "rationale_contradiction_rate": None,
         }
     )
     assert overall["n"] == 6 and overall["n_items"] == 3
@@ -118,10 +127,28 @@ def test_without_swapped_answers_only_single_order_metrics():
         "accuracy",
         "agreement",
         "parse_failure_rate",
+        "rationale_contradiction",
+        "rationale_determined",
+        "rationale_contradiction_rate",
         "accuracy_aspect_mean",
         "agreement_aspect_mean",
     }
     assert document["by_duration"] == []
+
+
+def test_rationale_consistency_counts_rationales_that_argue_against_their_verdict():
+    rows = [
+        ("a", "helpfulness", "1", "1\nResponse 1 is more helpful than Response 2.", None),  # consistent
+        ("b", "helpfulness", "2", "1\nResponse 2 is clearly better.", None),  # contradicts its own verdict 1
+        ("c", "helpfulness", "2", "Tie\nResponse 1 wins.", None),  # contradicts Tie
+        ("d", "helpfulness", "1", "2\nIt uses a calm voice.", None),  # undetermined
+        ("e", "helpfulness", "1", "no verdict here", None),  # unreadable: no verdict to contradict
+    ]
+    frame = pl.DataFrame(rows, schema=["item_id", "aspect", "label", "prediction", "duration_s"], orient="row")
+    overall = values(compute_pairwise_metrics(frame.drop("duration_s"), SETTINGS)["overall"])
+    assert overall["rationale_contradiction"] == pytest.approx(2 / 5)
+    assert overall["rationale_determined"] == pytest.approx(3 / 5)
+    assert overall["rationale_contradiction_rate"] == pytest.approx(2 / 3)
 
 
 def test_jsonl_input_with_numeric_labels_through_the_file_api(tmp_path):

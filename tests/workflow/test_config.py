@@ -145,11 +145,49 @@ def pairwise_config():
     return yaml.safe_load((ROOT / "configs" / "pairwise_demo.yaml").read_text())
 
 
-@pytest.mark.parametrize("path", ["configs/pairwise.yaml", "configs/pairwise_demo.yaml", "tests/config/pairwise.yaml"])
-def test_shipped_pairwise_configs_are_valid_and_run_only_that_track(path):
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("configs/pairwise.yaml", ("pairwise", "preference")),
+        ("configs/pairwise_demo.yaml", ("pairwise", "preference")),
+        ("tests/config/pairwise.yaml", ("pairwise",)),
+    ],
+)
+def test_shipped_pairwise_configs_are_valid_and_run_only_that_track(path, expected):
     config = load_config(ROOT / path)
-    assert tracks(config) == ("pairwise",)
+    assert tracks(config) == expected
     assert config["pairwise"]["long_audio"]["policy"] == "truncate"
+
+
+def test_the_preference_test_config_builds_data_only():
+    config = load_config(ROOT / "tests/config/preference.yaml")
+    assert tracks(config) == ("preference",)
+    assert config["preference"]["filters"] == {"max_wer": 0.35, "min_duration_s": 0.2}
+    assert config["preference"]["pairs"]["aspects"] == [
+        "helpfulness",
+        "honesty",
+        "instruction_following",
+        "truthfulness",
+    ]
+
+
+def test_preference_cross_checks_name_the_key():
+    config = yaml.safe_load((ROOT / "tests/config/preference.yaml").read_text())
+    config["preference"]["asr"] = "whisper_base"
+    with pytest.raises(ConfigError, match="preference.asr: 'whisper_base' is not in asr.models"):
+        validate_config(config)
+    config = yaml.safe_load((ROOT / "tests/config/preference.yaml").read_text())
+    config["preference"]["rationales"] = {"generator": "llm"}
+    with pytest.raises(ConfigError, match="preference.rationales.llm.model is required"):
+        validate_config(config)
+    config = yaml.safe_load((ROOT / "tests/config/preference.yaml").read_text())
+    config["preference"]["acoustic"]["styles"]["gender"] = {"male": {"engine": "piper"}, "other": {"engine": "piper"}}
+    with pytest.raises(ConfigError, match="gender must have the styles male and female"):
+        validate_config(config)
+    config = yaml.safe_load((ROOT / "tests/config/preference.yaml").read_text())
+    config["preference"]["rationales"] = {"generator": "llm", "llm": {"model": "m", "tempreature": 0.1}}
+    with pytest.raises(ConfigError, match="tempreature"):
+        validate_config(config)
 
 
 def test_pairwise_defaults_are_filled(pairwise_config):

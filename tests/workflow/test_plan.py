@@ -57,3 +57,13 @@ def test_gpu_requests_of_the_paper_stages():
         requests.pop("tts") == 1 and requests.pop("asr:whisper_large_v3") == 1 and requests.pop("asr:whisper_base") == 1
     )
     assert requests == {f"judge:{j}": 1 for j in config["evaluation"]["judges"] if j != "gemini_25_flash"}
+
+
+def test_gpu_requests_of_the_preference_builder():
+    root = Path(__file__).resolve().parents[2]
+    paper = validate_config(yaml.safe_load((root / "configs/pairwise.yaml").read_text()))
+    requests = gpu_requests(paper)
+    # XTTS engines and styles speak on a GPU, Whisper large-v3 transcribes on one.
+    assert requests["preference:tts"] == 1 and requests["preference:asr"] == 1
+    demo = validate_config(yaml.safe_load((root / "configs/pairwise_demo.yaml").read_text()))
+    assert not any(stage.startswith("preference:") for stage in gpu_requests(demo))  # Piper, espeak-ng, CPU Whisper

@@ -12,19 +12,33 @@ import soundfile as sf
 
 
 class EspeakEngine:
-    def __init__(self, voice: str = "en-us+f3", speed: int = 165):
+    def __init__(self, voice: str = "en-us+f3", speed: int = 165, pitch: int = 50):
         self.binary = shutil.which("espeak-ng")
         if self.binary is None:
             raise RuntimeError(
                 "espeak-ng is not installed; run `apt-get install espeak-ng` (make demo does it as root)"
             )
-        self.voice, self.speed = voice, speed
+        if not 0 <= pitch <= 99:
+            raise ValueError(f"espeak pitch must be 0-99 (espeak-ng -p), got {pitch}")
+        self.voice, self.speed, self.pitch = voice, speed, pitch
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "tts.wav"
             subprocess.run(
-                [self.binary, "-v", self.voice, "-s", str(self.speed), "-w", str(out), "--", request.text],
+                [
+                    self.binary,
+                    "-v",
+                    self.voice,
+                    "-s",
+                    str(self.speed),
+                    "-p",
+                    str(self.pitch),
+                    "-w",
+                    str(out),
+                    "--",
+                    request.text,
+                ],
                 check=True,
                 capture_output=True,
             )

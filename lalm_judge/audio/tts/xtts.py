@@ -3,7 +3,9 @@
 The speaker reference is the set of original clips of the same speaker. XTTS has no emotion input
 (coqui-tts refuses `emotion=` for every model but the discontinued Coqui Studio ones): the emotion label
 steers the style by choosing, among the speaker's clips, those whose original emotion matches the target
-(all of the speaker's clips when none match), since XTTS copies the prosody of its reference.
+(all of the speaker's clips when none match), since XTTS copies the prosody of its reference. A voice without a
+speaker of its own in the request (the preference builder's engines and styles) names its reference clips in
+its config (`references`); for an emotion style these are clips spoken with that emotion.
 
 Licence: the XTTS-v2 weights are under the Coqui Public Model License. coqui-tts asks for it on stdin
 unless `COQUI_TOS_AGREED=1` (coqui-tts 0.28 `TTS/utils/manage.py`), which fails or hangs inside a batch
@@ -27,10 +29,15 @@ XTTS_MODEL = "tts_models/multilingual/multi-dataset/xtts_v2"
 LICENCE_ENV = "COQUI_TOS_AGREED"
 
 
-def choose_references(request, max_clips: int = 3) -> list[str]:
-    """Reference clips for cloning: same-emotion clips first, then the speaker's other clips."""
+def choose_references(request, max_clips: int = 3, default: tuple[str, ...] = ()) -> list[str]:
+    """Reference clips for cloning: same-emotion clips first, then the speaker's other clips; the voice's own
+    `default` clips when the request brings none."""
     if not request.reference_clips:
-        raise ValueError("XTTS needs reference clips of the original speaker; none were given")
+        if default:
+            return list(default)[:max_clips]
+        raise ValueError(
+            "XTTS needs reference clips of the original speaker; none were given (set `references` on the voice)"
+        )
     matching = [c for c, e in zip(request.reference_clips, request.reference_emotions) if e == request.emotion]
     others = [c for c in request.reference_clips if c not in matching]
     return (matching + others)[:max_clips]
@@ -49,6 +56,7 @@ class XTTSEngine:
         device: str = "auto",
         temperature: float = 0.65,
         seed: int = 0,
+        references: tuple[str, ...] | list[str] = (),
     ):
         if os.environ.get(LICENCE_ENV) != "1":
             raise RuntimeError(
@@ -62,10 +70,11 @@ class XTTSEngine:
             device = "cuda" if torch.cuda.is_available() else "cpu"
         self.torch = torch
         self.model_name, self.language, self.temperature, self.seed = model, language, temperature, seed
+        self.references = tuple(references)
         self.tts = TTS(model).to(device)
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
-        references = choose_references(request)
+        references = choose_references(request, default=self.references)
         self.torch.manual_seed(utterance_seed(self.seed, request.text, request.emotion, references))
         wav = self.tts.tts(
             text=request.text,

@@ -17,13 +17,14 @@ The API key is read from the environment variable named by `api_key_env` and nev
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
 import os
 import re
 import string
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -169,7 +170,7 @@ def looks_like_refusal(text: str) -> bool:
     return bool(_REFUSAL.search(text.strip()))
 
 
-def _decode_json(reply: str) -> Any:
+def decode_json(reply: str) -> Any:
     """Parse a reply as JSON, tolerating a Markdown code fence or prose around one object."""
     fenced = _CODE_FENCE.match(reply)
     candidates = [fenced.group(1) if fenced else reply.strip()]
@@ -191,7 +192,7 @@ def interpret_reply(reply: str | None, schema: Mapping[str, Any], finish_reason:
     if not reply or not reply.strip():
         return RewriteResult("invalid_json", error="empty reply")
     try:
-        answer = _decode_json(reply)
+        answer = decode_json(reply)
     except ValueError:
         if looks_like_refusal(reply):
             return RewriteResult("refusal", error=f"refused: {reply.strip()[:200]}")
@@ -210,10 +211,11 @@ def interpret_reply(reply: str | None, schema: Mapping[str, Any], finish_reason:
 
 
 class ResponseCache:
-    """One JSON file per request key under `root`, written atomically."""
+    """One JSON file per request key under `root`, written atomically; results are `result_type` dataclasses."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, result_type: type = RewriteResult):
         self.root = root
+        self.result_type = result_type
 
     def path(self, key: str) -> Path:
         return self.root / f"{key}.json"
@@ -222,14 +224,14 @@ class ResponseCache:
         path = self.path(key)
         if not path.exists():
             return None
-        return RewriteResult(**read_json(path)["result"])
+        return self.result_type(**read_json(path)["result"])
 
-    def put(self, key: str, fields_: Mapping[str, Any], result: RewriteResult) -> None:
+    def put(self, key: str, fields_: Mapping[str, Any], result: Any) -> None:
         record = {"key": fields_, "result": {f.name: getattr(result, f.name) for f in fields(result)}}
         write_json(self.path(key), record)
 
 
-class _GiveUp(Exception):
+class GiveUp(Exception):
     """Transport retries exhausted, or a non-retryable endpoint error: becomes a row with status 'error'."""
 
     def __init__(self, message: str, attempts: int, result_status: str = "error"):
@@ -239,11 +241,134 @@ class _GiveUp(Exception):
 
 
 @dataclass(frozen=True)
-class _Reply:
+class ChatReply:
     text: str | None
     finish_reason: str | None
     refusal: str | None
     attempts: int
+
+
+class ChatEndpoint:
+    """An OpenAI-compatible chat endpoint: the API key from the environment, one answer per call with
+    transport failures retried under exponential backoff, the key never shown in messages. Shared by the
+    rewrite generator and the preference builder's rationale rewriter."""
+
+    def __init__(self, settings: LLMSettings, what: str = "the llm generator"):
+        self.settings = settings
+        self.what = what
+        self.api_key = self._read_api_key()
+
+    def _read_api_key(self) -> str:
+        env = self.settings.api_key_env
+        if env is None:  # local servers (vllm serve, transformers serve) that need no key
+            return "no-key"
+        key = os.environ.get(env)
+        if not key:
+            raise MissingAPIKey(
+                f"{self.what} reads its API key from the environment variable {env!r}, which is not set; "
+                f"export {env}=... (or set api_key_env to the variable that holds the key)"
+            )
+        return key
+
+    def redact(self, message: str) -> str:
+        return message.replace(self.api_key, "***") if self.api_key else message
+
+    def client(self) -> openai.AsyncOpenAI:
+        # Retries are ours (counted, bounded, logged), so the client's own retries are off.
+        return openai.AsyncOpenAI(
+            api_key=self.api_key, base_url=self.settings.base_url, timeout=self.settings.timeout_s, max_retries=0
+        )
+
+    def request_options(self, seed: int) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "model": self.settings.model,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+        }
+        if self.settings.json_mode:
+            options["response_format"] = {"type": "json_object"}
+        if self.settings.send_seed:
+            options["seed"] = seed
+        return options
+
+    async def complete(
+        self,
+        client: openai.AsyncOpenAI,
+        semaphore: asyncio.Semaphore,
+        messages: list[dict[str, str]],
+        seed: int,
+        label: str,
+    ) -> ChatReply:
+        """One answer from the endpoint, retrying transport failures with exponential backoff; `label` names
+        the request in the log."""
+        last_problem = ""
+        for attempt in range(1, self.settings.max_retries + 2):
+            retry_after: float | None = None
+            try:
+                async with semaphore:
+                    completion = await client.chat.completions.create(messages=messages, **self.request_options(seed))
+                choice = completion.choices[0]
+                return ChatReply(
+                    choice.message.content, choice.finish_reason, getattr(choice.message, "refusal", None), attempt
+                )
+            except openai.APIStatusError as err:
+                code = err.status_code
+                if code in CONFIG_STATUS:
+                    raise EndpointConfigError(
+                        f"the endpoint {self.settings.base_url or 'api.openai.com'} answered HTTP {code} for model "
+                        f"{self.settings.model!r}: check the key in ${self.settings.api_key_env}, its permissions "
+                        "and the model name"
+                    ) from None
+                if code == 400 and _mentions_content_policy(err):
+                    raise GiveUp(
+                        f"refused by the endpoint's content policy (HTTP {code})", attempt, "refusal"
+                    ) from None
+                if code not in RETRYABLE_STATUS and code < 500:
+                    raise GiveUp(self.redact(f"HTTP {code}: {err.message}")[:300], attempt) from None
+                last_problem = f"HTTP {code}"
+                retry_after = _retry_after_s(err)
+            except (openai.APITimeoutError, openai.APIConnectionError) as err:
+                last_problem = type(err).__name__
+            if attempt <= self.settings.max_retries:
+                delay = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
+                if retry_after is not None:
+                    delay = min(self.settings.backoff_max_s, max(delay, retry_after))
+                log.info("%s: %s, retry %d in %.2fs", label, last_problem, attempt, delay)
+                await asyncio.sleep(delay)
+        attempts = self.settings.max_retries + 1
+        raise GiveUp(f"gave up after {attempts} attempts: {last_problem}", attempts)
+
+
+async def ask_until_usable(
+    endpoint: ChatEndpoint,
+    client: openai.AsyncOpenAI,
+    semaphore: asyncio.Semaphore,
+    messages: list[dict[str, str]],
+    *,
+    seed: int,
+    label: str,
+    interpret: Callable[[ChatReply], Any],
+    reask: Callable[[str], dict[str, str]],
+    failure: Callable[[str, str, int], Any],
+) -> Any:
+    """Ask until `interpret` (reply -> a result dataclass with `status`, `error` and `attempts`) gives an 'ok'
+    or 'refusal' result, re-asking with the problem stated, at most `max_retries` times; transport failures
+    and refusals of the endpoint become `failure(status, error, attempts)`. Returns the last result."""
+    attempts, result = 0, failure("error", "no request sent", 1)
+    for _ in range(endpoint.settings.max_retries + 1):
+        try:
+            reply = await endpoint.complete(client, semaphore, messages, seed, label)
+        except GiveUp as given_up:
+            return failure(given_up.result_status, str(given_up), attempts + given_up.attempts)
+        attempts += reply.attempts
+        if reply.refusal:
+            return failure("refusal", f"refused: {reply.refusal[:200]}", attempts)
+        result = dataclasses.replace(interpret(reply), attempts=attempts)
+        if result.status in ("ok", "refusal"):
+            return result
+        log.info("%s: %s, asking again", label, result.error)
+        messages = [*messages, {"role": "assistant", "content": reply.text or ""}, reask(result.error or result.status)]
+    return result
 
 
 class LLMGenerator:
@@ -260,22 +385,7 @@ class LLMGenerator:
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
         self.cache = ResponseCache(Path(cache_dir))
-        self._api_key = self._read_api_key()
-
-    def _read_api_key(self) -> str:
-        env = self.settings.api_key_env
-        if env is None:  # local servers (vllm serve, transformers serve) that need no key
-            return "no-key"
-        key = os.environ.get(env)
-        if not key:
-            raise MissingAPIKey(
-                f"the llm generator reads its API key from the environment variable {env!r}, which is not set; "
-                f"export {env}=... (or set generator.api_key_env to the variable that holds the key)"
-            )
-        return key
-
-    def _redact(self, message: str) -> str:
-        return message.replace(self._api_key, "***") if self._api_key else message
+        self.endpoint = ChatEndpoint(self.settings)
 
     def cache_key(self, request: RewriteRequest, messages: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
         """Stable key of one request; the messages' hash covers the prompt text and the dialogue content."""
@@ -298,13 +408,7 @@ class LLMGenerator:
 
     async def _rewrite_all(self, requests: list[RewriteRequest]) -> list[RewriteResult]:
         semaphore = asyncio.Semaphore(self.settings.concurrency)
-        # Retries are ours (counted, bounded, logged), so the client's own retries are off.
-        async with openai.AsyncOpenAI(
-            api_key=self._api_key,
-            base_url=self.settings.base_url,
-            timeout=self.settings.timeout_s,
-            max_retries=0,
-        ) as client:
+        async with self.endpoint.client() as client:
             try:
                 async with asyncio.TaskGroup() as group:
                     tasks = [group.create_task(self._rewrite_one(client, semaphore, r)) for r in requests]
@@ -320,89 +424,20 @@ class LLMGenerator:
         cached = self.cache.get(key)
         if cached is not None:
             return cached
-        attempts, result = 0, RewriteResult("error", error="no request sent")
-        for _ in range(self.settings.max_retries + 1):
-            try:
-                reply = await self._complete(client, semaphore, messages, request)
-            except _GiveUp as failure:
-                result = RewriteResult(failure.result_status, attempts=attempts + failure.attempts, error=str(failure))
-                break
-            attempts += reply.attempts
-            if reply.refusal:
-                result = RewriteResult("refusal", attempts=attempts, error=f"refused: {reply.refusal[:200]}")
-                break
-            outcome = interpret_reply(reply.text, self.prompt.response_schema, reply.finish_reason)
-            result = RewriteResult(outcome.status, outcome.text, outcome.emotion, attempts, outcome.error)
-            if outcome.status in ("ok", "refusal"):
-                break
-            log.info("%s: %s, asking again", request.key.variant_id, outcome.error)
-            messages = [
-                *messages,
-                {"role": "assistant", "content": reply.text or ""},
-                self.prompt.reask_message(outcome.error or outcome.status),
-            ]
+        result = await ask_until_usable(
+            self.endpoint,
+            client,
+            semaphore,
+            messages,
+            seed=request.seed,
+            label=request.key.variant_id,
+            interpret=lambda reply: interpret_reply(reply.text, self.prompt.response_schema, reply.finish_reason),
+            reask=self.prompt.reask_message,
+            failure=lambda status, error, attempts: RewriteResult(status, attempts=attempts, error=error),
+        )
         if result.status != "error":
             self.cache.put(key, key_fields, result)
         return result
-
-    def _request_options(self, request: RewriteRequest) -> dict[str, Any]:
-        options: dict[str, Any] = {
-            "model": self.model,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
-        }
-        if self.settings.json_mode:
-            options["response_format"] = {"type": "json_object"}
-        if self.settings.send_seed:
-            options["seed"] = request.seed
-        return options
-
-    async def _complete(
-        self,
-        client: openai.AsyncOpenAI,
-        semaphore: asyncio.Semaphore,
-        messages: list[dict[str, str]],
-        request: RewriteRequest,
-    ) -> _Reply:
-        """One answer from the endpoint, retrying transport failures with exponential backoff."""
-        last_problem = ""
-        for attempt in range(1, self.settings.max_retries + 2):
-            retry_after: float | None = None
-            try:
-                async with semaphore:
-                    completion = await client.chat.completions.create(
-                        messages=messages, **self._request_options(request)
-                    )
-                choice = completion.choices[0]
-                return _Reply(
-                    choice.message.content, choice.finish_reason, getattr(choice.message, "refusal", None), attempt
-                )
-            except openai.APIStatusError as err:
-                code = err.status_code
-                if code in CONFIG_STATUS:
-                    raise EndpointConfigError(
-                        f"the endpoint {self.settings.base_url or 'api.openai.com'} answered HTTP {code} for model "
-                        f"{self.model!r}: check the key in ${self.settings.api_key_env}, its permissions and the "
-                        "model name"
-                    ) from None
-                if code == 400 and _mentions_content_policy(err):
-                    raise _GiveUp(
-                        f"refused by the endpoint's content policy (HTTP {code})", attempt, "refusal"
-                    ) from None
-                if code not in RETRYABLE_STATUS and code < 500:
-                    raise _GiveUp(self._redact(f"HTTP {code}: {err.message}")[:300], attempt) from None
-                last_problem = f"HTTP {code}"
-                retry_after = _retry_after_s(err)
-            except (openai.APITimeoutError, openai.APIConnectionError) as err:
-                last_problem = type(err).__name__
-            if attempt <= self.settings.max_retries:
-                delay = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
-                if retry_after is not None:
-                    delay = min(self.settings.backoff_max_s, max(delay, retry_after))
-                log.info("%s: %s, retry %d in %.2fs", request.key.variant_id, last_problem, attempt, delay)
-                await asyncio.sleep(delay)
-        attempts = self.settings.max_retries + 1
-        raise _GiveUp(f"gave up after {attempts} attempts: {last_problem}", attempts)
 
 
 def _mentions_content_policy(err: Any) -> bool:

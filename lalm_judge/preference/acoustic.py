@@ -1,0 +1,277 @@
+"""Acoustic preference pairs: two renderings of the same words that differ in one controlled speaking style.
+
+Speech instruction following, as in the SageLM study: the instruction asks for (or, in the implicit format,
+calls for) a style, and the response that has it is better. Categories and the styles they control:
+- `emotion`: the prosody and voice settings of each emotion (`preference.acoustic.styles.emotion`, e.g. a
+  Piper voice spoken faster and higher for `happy`, slower and lower for `sad`);
+- `gender`: a man's and a woman's voice (e.g. espeak-ng's `en-us+m3` and `en-us+f3`: one engine, so the
+  engine does not give the answer away);
+- `character`: character voices (e.g. a pitched-up fast `chipmunk`, a slow low `giant`, a `robot`).
+A style maps to one voice of the TTS registry or to a list of variants.
+
+Formats, from the texts file (`preference.acoustic.items`, e.g. data/preference_demo/acoustic.yaml):
+- `explicit_tts` (all categories): "Speak the following text with a sad voice: <text>", the response says
+  the text;
+- `explicit_dialogue` (all categories): "<question> Answer with a sad tone.", the response says the answer;
+- `implicit_dialogue` (emotion only; aspect `implicit_emotion`): the question alone, whose `emotion` a fitting
+  answer shows.
+
+Per text and category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
+text's emotion). With probability `tie_share` the pair is a tie: two renderings that both miss the requested
+style, or both have it in different variants (a category with two styles and one variant each has no ties);
+otherwise one rendering has the requested style and the other a different one, on a drawn side. The label
+follows from the styles used, never from a judge, and the templated rationale says what the instruction asks
+and what each response does, then the comparison (it argues for its own label by
+`lalm_judge.pairwise.consistency`'s rules). Each distinct (words, style, variant) is spoken once per job.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import polars as pl
+import yaml
+from tqdm import tqdm
+
+from lalm_judge.audio import waveform
+from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
+from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.tables import PREFERENCE_ACOUSTIC
+from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
+from lalm_judge.preference.render import CLIP_LEVEL_DB
+
+CATEGORIES = ("emotion", "gender", "character")
+EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE = "explicit_tts", "explicit_dialogue", "implicit_dialogue"
+FORMATS = {
+    "emotion": (EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE),
+    "gender": (EXPLICIT_TTS, EXPLICIT_DIALOGUE),
+    "character": (EXPLICIT_TTS, EXPLICIT_DIALOGUE),
+}
+GENDER_WORDS = {"male": "a man's voice", "female": "a woman's voice"}
+# Emotion styles that are only ever the distractor, never asked for.
+UNASKED_EMOTIONS = ("neutral",)
+_SHORT = {EXPLICIT_TTS: "tts", EXPLICIT_DIALOGUE: "dia", IMPLICIT_DIALOGUE: "imp"}
+
+
+class AcousticError(ValueError):
+    """An acoustic texts file or style set that cannot be used; the message names the file or key."""
+
+
+@dataclass(frozen=True)
+class AcousticText:
+    task_format: str
+    index: int
+    words: str  # what the response says
+    question: str | None = None
+    emotion: str | None = None  # implicit: the emotion the question calls for
+
+
+@dataclass(frozen=True)
+class Rendering:
+    style: str
+    variant: int
+
+
+def read_texts(path: str | os.PathLike) -> list[AcousticText]:
+    """The texts file: `explicit_tts` (strings), `explicit_dialogue` (question, answer) and
+    `implicit_dialogue` (question, emotion, answer); every entry checked, errors name the file and entry."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (OSError, yaml.YAMLError) as err:
+        raise AcousticError(f"cannot read the acoustic texts {path}: {err}") from err
+    unknown = sorted(set(data) - {EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE})
+    if unknown:
+        raise AcousticError(
+            f"{path}: unknown sections {unknown}; use {EXPLICIT_TTS}, {EXPLICIT_DIALOGUE}, {IMPLICIT_DIALOGUE}"
+        )
+    texts = []
+    for index, entry in enumerate(data.get(EXPLICIT_TTS) or []):
+        if not isinstance(entry, str) or not entry.strip():
+            raise AcousticError(f"{path}: {EXPLICIT_TTS}[{index}] must be a non-empty text")
+        texts.append(AcousticText(EXPLICIT_TTS, index, entry.strip()))
+    for section, needed in (
+        (EXPLICIT_DIALOGUE, ("question", "answer")),
+        (IMPLICIT_DIALOGUE, ("question", "emotion", "answer")),
+    ):
+        for index, entry in enumerate(data.get(section) or []):
+            if not isinstance(entry, Mapping) or any(not str(entry.get(key) or "").strip() for key in needed):
+                raise AcousticError(f"{path}: {section}[{index}] needs {', '.join(needed)}")
+            texts.append(
+                AcousticText(
+                    section, index, str(entry["answer"]).strip(), str(entry["question"]).strip(), entry.get("emotion")
+                )
+            )
+    if not texts:
+        raise AcousticError(f"{path} holds no texts")
+    return texts
+
+
+def _variants(styles: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
+    return {style: list(voices) if isinstance(voices, list) else [voices] for style, voices in styles.items()}
+
+
+def style_words(category: str, style: str) -> str:
+    if category == "gender":
+        return GENDER_WORDS.get(style, f"a {style} voice")
+    if category == "character":
+        return f"the voice of a {style}"
+    return f"a {style} tone"
+
+
+def instruction(category: str, text: AcousticText, requested: str) -> str:
+    """The query the judge reads: the request for the style, or (implicit) the question alone."""
+    if text.task_format == IMPLICIT_DIALOGUE:
+        return text.question or ""
+    if text.task_format == EXPLICIT_TTS:
+        ask = {
+            "emotion": f"Speak the following text with a {requested} voice",
+            "gender": f"Read the following text aloud in {style_words('gender', requested)}",
+            "character": f"Read the following text aloud in {style_words('character', requested)}",
+        }[category]
+        return f"{ask}: {text.words}"
+    ask = {
+        "emotion": f"Answer with a {requested} tone.",
+        "gender": f"Answer in {style_words('gender', requested)}.",
+        "character": f"Answer in {style_words('character', requested)}.",
+    }[category]
+    return f"{text.question} {ask}"
+
+
+def rationale(category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
+    """What the instruction asks, what each response does, and the comparison the label makes."""
+    wanted = style_words(category, requested)
+    asks = (
+        f"The question calls for {wanted}."
+        if text.task_format == IMPLICIT_DIALOGUE
+        else f"The instruction asks for {wanted}."
+    )
+    does = f"Response 1 uses {style_words(category, styles[0])} and Response 2 uses {style_words(category, styles[1])}"
+    if label == TIE:
+        verdict = (
+            "both follow it, so the two are equally good"
+            if styles[0] == requested
+            else "neither follows it, so the two are equally far from it"
+        )
+        return f"{asks} {does}: {verdict}."
+    return f"{asks} {does}, so Response {label} follows the speaking instruction better."
+
+
+def _draw(
+    category: str,
+    text: AcousticText,
+    variants: Mapping[str, Sequence[Any]],
+    tie_share: float,
+    generator: np.random.Generator,
+) -> tuple[str, tuple[Rendering, Rendering], str] | None:
+    """(requested style, the two renderings in order, label), or None when no pair can be made."""
+    styles = sorted(variants)
+    if text.task_format == IMPLICIT_DIALOGUE:
+        if text.emotion not in variants:
+            raise AcousticError(f"implicit text {text.index} calls for emotion {text.emotion!r}, which has no style")
+        requested = text.emotion
+    else:
+        askable = [s for s in styles if not (category == "emotion" and s in UNASKED_EMOTIONS)]
+        requested = askable[int(generator.integers(len(askable)))]
+    others = [s for s in styles if s != requested]
+    if not others:
+        return None
+    all_renderings = [Rendering(s, v) for s in styles for v in range(len(variants[s]))]
+    wrong = [r for r in all_renderings if r.style != requested]
+    right = [r for r in all_renderings if r.style == requested]
+    tie_options = [(a, b) for group in (wrong, right) for i, a in enumerate(group) for b in group[i + 1 :]]
+    if tie_options and generator.random() < tie_share:
+        first, second = tie_options[int(generator.integers(len(tie_options)))]
+        label = TIE
+    else:
+        first = right[int(generator.integers(len(right)))]
+        second = wrong[int(generator.integers(len(wrong)))]
+        label = RESPONSE_1
+    if generator.random() < 0.5:
+        first, second = second, first
+        label = {RESPONSE_1: RESPONSE_2}.get(label, label)
+    return requested, (first, second), label
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
+def acoustic_pairs(
+    texts_path: str | os.PathLike,
+    category: str,
+    styles: Mapping[str, Any],
+    root: str | os.PathLike,
+    out_path: str | os.PathLike,
+    *,
+    pairs_per_text: int = 1,
+    tie_share: float = 0.2,
+    sample_rate: int = 16000,
+    seed: int = 0,
+    progress: bool = True,
+) -> pl.DataFrame:
+    """Draw and speak the acoustic pairs of one category; write and return their table (clips below `root`)."""
+    if category not in CATEGORIES:
+        raise AcousticError(f"unknown acoustic category {category!r}; use one of {CATEGORIES}")
+    variants = _variants(styles)
+    if len(variants) < 2:
+        raise AcousticError(f"preference.acoustic.styles.{category} needs at least two styles, has {sorted(variants)}")
+    texts = [text for text in read_texts(texts_path) if text.task_format in FORMATS[category]]
+    spoken: dict[tuple[str, Rendering], str] = {}
+
+    def clip(text: AcousticText, rendering: Rendering) -> str:
+        key = (text.words, rendering)
+        if key not in spoken:
+            voice = Voice.from_config(variants[rendering.style][rendering.variant])
+            audio, rate = synthesize(
+                voice, SynthesisRequest(text.words, emotion=rendering.style if category == "emotion" else None)
+            )
+            audio, _ = waveform.match_level(waveform.resample(audio, rate, sample_rate), sample_rate, CLIP_LEVEL_DB)
+            name = f"{_SHORT[text.task_format]}{text.index}-{_slug(rendering.style)}-v{rendering.variant}.wav"
+            relative = f"acoustic/{category}/{name}"
+            waveform.write_wav(Path(root) / relative, audio, sample_rate)
+            spoken[key] = relative
+        return spoken[key]
+
+    rows = []
+    for text in tqdm(texts, desc=f"acoustic {category}", disable=not progress):
+        for pair in range(pairs_per_text):
+            generator = np.random.default_rng(
+                int(stable_hash([seed, category, text.task_format, text.index, pair], 12), 16)
+            )
+            drawn = _draw(category, text, variants, tie_share, generator)
+            if drawn is None:
+                continue
+            requested, renderings, label = drawn
+            aspect = "implicit_emotion" if text.task_format == IMPLICIT_DIALOGUE else category
+            rows.append(
+                {
+                    "item_id": f"ac_{category}_{_SHORT[text.task_format]}{text.index}_p{pair}",
+                    "aspect": aspect,
+                    "category": category,
+                    "task_format": text.task_format,
+                    "requested": requested,
+                    "style1": renderings[0].style,
+                    "style2": renderings[1].style,
+                    "query": instruction(category, text, requested),
+                    "response_text": text.words,
+                    "response1_audio": clip(text, renderings[0]),
+                    "response2_audio": clip(text, renderings[1]),
+                    "label": label,
+                    "rationale": rationale(
+                        category, text, requested, (renderings[0].style, renderings[1].style), label
+                    ),
+                }
+            )
+    config_hash = stable_hash(
+        {"category": category, "styles": dict(styles), "pairs": pairs_per_text, "tie_share": tie_share}
+    )
+    frame = with_provenance(PREFERENCE_ACOUSTIC.frame(rows), config_hash=config_hash, seed=seed)
+    write_parquet(out_path, frame)
+    return frame

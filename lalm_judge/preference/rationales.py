@@ -1,0 +1,206 @@
+"""Comparative rationales of the preference pairs: a template offline, or any OpenAI-compatible LLM.
+
+`template` (`pairs.template_rationale`) states the comparison the ratings give and appends the annotators'
+notes; it needs nothing but the pair. `llm` asks an OpenAI-compatible endpoint (GPT-4o, a `vllm serve`d
+Qwen2.5-32B-Instruct as in the SageLM study, ...) to rewrite the notes into comparative form with the prompt
+`rationale_prompt.yaml`, through the rewrite generator's endpoint machinery
+(`lalm_judge.data.generators.llm.ChatEndpoint`: the key from the environment, retries with backoff, a
+concurrency cap) and its on-disk cache (one file per request: a rerun sends nothing for cached pairs).
+
+An answer is used when it is a JSON object with a non-empty `rationale` that does not contradict the pair's
+label by `lalm_judge.pairwise.consistency`'s rules; otherwise the endpoint is asked again with the problem
+stated, up to `max_retries` times. A pair that ends without a usable rationale keeps its status
+(`invalid_json`, `inconsistent`, `refusal`, `error`) and no rationale: the export leaves it out and counts it,
+it never substitutes the template silently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import string
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import openai
+import yaml
+
+from lalm_judge.core.files import stable_hash
+from lalm_judge.core.vocabulary import TIE
+from lalm_judge.data.generators import GeneratorConfigError
+from lalm_judge.data.generators.llm import (
+    ChatEndpoint,
+    LLMSettings,
+    ResponseCache,
+    ask_until_usable,
+    decode_json,
+    looks_like_refusal,
+)
+from lalm_judge.pairwise.consistency import contradicts, rationale_verdict
+from lalm_judge.preference.pairs import ASPECT_WORDS
+
+PROMPT_PATH = Path(__file__).with_name("rationale_prompt.yaml")
+TEMPLATE = "template"
+LLM = "llm"
+OK = "ok"
+
+
+@dataclass(frozen=True)
+class PairNotes:
+    """What the rationale of one (pair, aspect) is written from."""
+
+    key: str  # "<pair item id>/<aspect>"
+    instruction: str
+    responses: tuple[str, str]
+    aspect: str
+    ratings: tuple[int, int]
+    notes: tuple[str, str]
+    label: str
+
+
+@dataclass(frozen=True)
+class RationaleResult:
+    status: str
+    rationale: str | None = None
+    attempts: int = 0
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class RationalePrompt:
+    version: str
+    system: str
+    user: str
+    reask: str
+
+    @classmethod
+    def load(cls, path: str | Path = PROMPT_PATH) -> RationalePrompt:
+        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        missing = [
+            key for key in ("version", "system", "user", "reask") if not isinstance(data, dict) or key not in data
+        ]
+        if missing:
+            raise GeneratorConfigError(f"{path}: rationale prompt lacks key(s) {missing}")
+        return cls(str(data["version"]), data["system"], data["user"], data["reask"])
+
+    def messages(self, notes: PairNotes) -> list[dict[str, str]]:
+        verdict = (
+            "the two responses are about equally good (Tie)"
+            if notes.label == TIE
+            else f"Response {notes.label} is better"
+        )
+        values = {
+            "instruction": notes.instruction,
+            "response1": notes.responses[0],
+            "response2": notes.responses[1],
+            "aspect": ASPECT_WORDS.get(notes.aspect, notes.aspect.replace("_", " ")),
+            "rating1": notes.ratings[0],
+            "rating2": notes.ratings[1],
+            "note1": notes.notes[0] or "(no note)",
+            "note2": notes.notes[1] or "(no note)",
+            "verdict": verdict,
+        }
+        return [
+            {"role": "system", "content": string.Template(self.system).substitute(values).strip()},
+            {"role": "user", "content": string.Template(self.user).substitute(values).strip()},
+        ]
+
+    def reask_message(self, problem: str) -> dict[str, str]:
+        return {"role": "user", "content": string.Template(self.reask).substitute(problem=problem).strip()}
+
+
+def interpret_answer(reply: str | None, label: str, finish_reason: str | None = None) -> RationaleResult:
+    """Classify one reply: ok (a rationale that does not argue against the label), or why not."""
+    if finish_reason == "content_filter":
+        return RationaleResult("refusal", error="the endpoint's content filter stopped the answer")
+    if not reply or not reply.strip():
+        return RationaleResult("invalid_json", error="empty reply")
+    try:
+        answer = decode_json(reply)
+    except ValueError:
+        if looks_like_refusal(reply):
+            return RationaleResult("refusal", error=f"refused: {reply.strip()[:200]}")
+        return RationaleResult("invalid_json", error=f"not a JSON object: {reply.strip()[:200]!r}")
+    rationale = answer.get("rationale") if isinstance(answer, dict) else None
+    if not isinstance(rationale, str) or not rationale.strip():
+        return RationaleResult("invalid_json", error='the JSON object has no non-empty string "rationale"')
+    rationale = " ".join(rationale.split())
+    if looks_like_refusal(rationale):
+        return RationaleResult("refusal", error=f"refused: {rationale[:200]}")
+    if contradicts(label, rationale):
+        argued = rationale_verdict(rationale)
+        shown = "a tie" if argued == TIE else f"Response {argued}"
+        wanted = "a tie" if label == TIE else f"Response {label}"
+        return RationaleResult("inconsistent", error=f"the rationale argues for {shown} but the verdict is {wanted}")
+    return RationaleResult(OK, rationale=rationale)
+
+
+class LLMRationales:
+    """Rewrites the rationales of many pairs concurrently, cached; one instance per job."""
+
+    def __init__(self, config: Mapping[str, Any], cache_dir: str | Path, seed: int = 0):
+        self.settings = LLMSettings.from_config({"prompt": str(PROMPT_PATH), **config})
+        self.prompt = RationalePrompt.load(self.settings.prompt)
+        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
+            raise GeneratorConfigError(
+                f"config asks for rationale prompt version {self.settings.prompt_version!r} but "
+                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
+            )
+        self.cache = ResponseCache(Path(cache_dir), RationaleResult)
+        self.endpoint = ChatEndpoint(self.settings, "the rationale rewriter")
+        self.seed = seed
+
+    @property
+    def source(self) -> str:
+        return f"llm:{self.settings.model}:{self.prompt.version}"
+
+    def cache_key(self, notes: PairNotes, messages: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
+        fields = {
+            "model": self.settings.model,
+            "prompt_version": self.prompt.version,
+            "pair": notes.key,
+            "seed": self.seed,
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            "messages_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
+        }
+        return stable_hash(fields, length=32), fields
+
+    def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
+        return asyncio.run(self._rewrite_all(list(pairs)))
+
+    async def _rewrite_all(self, pairs: list[PairNotes]) -> list[RationaleResult]:
+        semaphore = asyncio.Semaphore(self.settings.concurrency)
+        async with self.endpoint.client() as client:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    tasks = [group.create_task(self._rewrite_one(client, semaphore, notes)) for notes in pairs]
+            except ExceptionGroup as failures:
+                raise failures.exceptions[0] from None
+        return [task.result() for task in tasks]
+
+    async def _rewrite_one(
+        self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, notes: PairNotes
+    ) -> RationaleResult:
+        messages = self.prompt.messages(notes)
+        key, key_fields = self.cache_key(notes, messages)
+        cached = self.cache.get(key)
+        if cached is not None:
+            return cached
+        result = await ask_until_usable(
+            self.endpoint,
+            client,
+            semaphore,
+            messages,
+            seed=self.seed,
+            label=notes.key,
+            interpret=lambda reply: interpret_answer(reply.text, notes.label, reply.finish_reason),
+            reask=self.prompt.reask_message,
+            failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
+        )
+        if result.status != "error":
+            self.cache.put(key, key_fields, result)
+        return result

@@ -1,0 +1,114 @@
+"""The settings of a training run, typed: the validated `training` section of a config (schemas/config.schema.yaml
+holds every default and what each key means)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+FULL = "full"
+LORA = "lora"
+
+
+class TrainingError(ValueError):
+    """A training run that cannot start or go on; the message names the key, file or record."""
+
+
+@dataclass(frozen=True)
+class Hyperparameters:
+    learning_rate: float
+    epochs: float
+    max_steps: int | None
+    lr_scheduler: str
+    warmup_ratio: float
+    weight_decay: float
+    per_device_batch_size: int
+    gradient_accumulation_steps: int
+    precision: str
+    gradient_checkpointing: bool
+    logging_steps: int
+    save_steps: int | None
+    deepspeed: str | None
+    seed: int
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    r: int
+    alpha: float
+    dropout: float
+    target_modules: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class DatasetSource:
+    """Record files (SageLM/LLaMA-Factory alpaca layout) and the folder their audio paths are relative to."""
+
+    name: str
+    records: tuple[str, ...]
+    audio_root: str
+
+
+@dataclass(frozen=True)
+class StageSettings:
+    name: str
+    # dataset name -> share of its records drawn for this stage
+    mix: Mapping[str, float]
+    hyperparameters: Hyperparameters
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    backbone: str
+    revision: str
+    output_dir: str
+    finetuning: str
+    lora: LoraSettings
+    freeze_encoders: bool
+    system_prompt: str
+    max_response_s: float
+    device: str
+    num_threads: int | None
+    datasets: Mapping[str, DatasetSource]
+    stages: tuple[StageSettings, ...]
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, Any]) -> TrainingSettings:
+        """Settings of a validated `training` section (`workflow.config.load_training_section`)."""
+        hyper = Hyperparameters(**section["hyperparameters"])
+        datasets = {
+            name: DatasetSource(name=name, records=tuple(entry["records"]), audio_root=entry["audio_root"])
+            for name, entry in section["datasets"].items()
+        }
+        stages = []
+        for index, stage in enumerate(section["stages"]):
+            unknown = sorted(set(stage["mix"]) - set(datasets))
+            if unknown:
+                raise TrainingError(
+                    f"training.stages[{index}] ({stage['name']}).mix names unknown dataset(s) {unknown}; "
+                    f"training.datasets has {sorted(datasets)}"
+                )
+            overrides = {key: stage[key] for key in ("learning_rate", "epochs", "max_steps") if stage[key] is not None}
+            stages.append(StageSettings(stage["name"], dict(stage["mix"]), replace(hyper, **overrides)))
+        names = [stage.name for stage in stages]
+        if len(set(names)) != len(names):
+            raise TrainingError(f"training.stages: stage names must differ (their checkpoint folders), got {names}")
+        lora = section["lora"]
+        return cls(
+            backbone=section["backbone"],
+            revision=section["revision"],
+            output_dir=section["output_dir"],
+            finetuning=section["finetuning"],
+            lora=LoraSettings(lora["r"], lora["alpha"], lora["dropout"], tuple(lora["target_modules"])),
+            freeze_encoders=section["freeze_encoders"],
+            system_prompt=section["system_prompt"],
+            max_response_s=float(section["max_response_s"]),
+            device=section["device"],
+            num_threads=section["num_threads"],
+            datasets=datasets,
+            stages=tuple(stages),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)

@@ -1,0 +1,342 @@
+"""Two-stage (or k-stage) rationale-augmented SFT with TRL's SFTTrainer, and the checkpoints it writes.
+
+`run_training(settings)` trains the stages in order. Stage k starts from stage k-1's checkpoint (the first
+from the backbone) and trains on its mix of datasets (SageLM: the semantic aspects first, then the acoustic
+data with part of the semantic data replayed). Each stage writes `<output_dir>/<stage>/`: the model and its
+processor, loadable as a `transformers` judge of the pairwise track, and `stage.json` (what it was trained on,
+every logged loss, seconds per step, the clips cut). `<output_dir>/training_report.json` gathers the stages.
+
+A stage whose `stage.json` records the same inputs (its settings, its starting checkpoint and its records) is
+not trained again: changing stage two retrains stage two only. Checkpoints are written to a staging folder and
+renamed into place, so a killed run never leaves a half-written one.
+
+TRL has no audio support: the dataset is passed untouched (`skip_prepare_dataset`, `remove_unused_columns`
+off) to `collator.PairwiseSFTCollator`, which builds the model inputs and masks the prompt.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from lalm_judge.core.files import read_json, stable_hash, write_json
+from lalm_judge.judging.backends.hf import resolve_device
+from lalm_judge.training.backbone import (
+    Backbone,
+    freeze_encoders,
+    load_backbone,
+    lora_config,
+    trainable_summary,
+)
+from lalm_judge.training.collator import PairwiseSFTCollator, response_limit_s
+from lalm_judge.training.records import (
+    TrainingRecord,
+    audio_cut,
+    describe_counts,
+    read_dataset,
+    stage_records,
+)
+from lalm_judge.training.settings import LORA, Hyperparameters, StageSettings, TrainingError, TrainingSettings
+
+STAGE_FILE = "stage.json"
+REPORT_FILE = "training_report.json"
+TRAINER_DIR = ".trainer"
+PACKAGES = ("torch", "transformers", "trl", "peft", "accelerate", "datasets")
+
+
+@dataclass
+class StageLog:
+    """What a stage trained on and how its loss went."""
+
+    name: str
+    init_from: str
+    fingerprint: str
+    n_records: int
+    records: dict[str, dict[str, int]]
+    audio_cut: dict[str, float | int]
+    trainable: dict[str, int]
+    frozen_modules: list[str]
+    steps: int
+    losses: list[dict[str, float]]
+    seconds_per_step: float
+    runtime_s: float
+    reused: bool = False
+    versions: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def first_loss(self) -> float:
+        return self.losses[0]["loss"]
+
+    @property
+    def last_loss(self) -> float:
+        return self.losses[-1]["loss"]
+
+
+def package_versions() -> dict[str, str]:
+    versions = {}
+    for package in PACKAGES:
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:
+            versions[package] = "absent"
+    return versions
+
+
+def compute_dtypes(precision: str, device: str) -> tuple[torch.dtype, torch.dtype, bool]:
+    """(dtype the weights load in, dtype the trained weights are kept in, autocast to bf16?) for a precision."""
+    if precision == "auto":
+        precision = "fp32" if device == "cpu" else "bf16"
+    if precision == "fp32":
+        return torch.float32, torch.float32, False
+    if device != "cpu" and not torch.cuda.is_bf16_supported():
+        raise TrainingError(f"precision {precision!r} needs a GPU with bf16 support; use fp32")
+    if precision == "pure_bf16":
+        return torch.bfloat16, torch.bfloat16, True
+    return torch.bfloat16, torch.float32, True  # bf16: the study's mixed precision
+
+
+def sft_config(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool) -> Any:
+    from trl import SFTConfig
+
+    return SFTConfig(
+        output_dir=str(trainer_dir),
+        per_device_train_batch_size=hyper.per_device_batch_size,
+        gradient_accumulation_steps=hyper.gradient_accumulation_steps,
+        learning_rate=hyper.learning_rate,
+        num_train_epochs=hyper.epochs,
+        max_steps=hyper.max_steps if hyper.max_steps is not None else -1,
+        lr_scheduler_type=hyper.lr_scheduler,
+        # transformers 5 reads a float below 1 as a share of the steps (there is no warmup_ratio any more).
+        warmup_steps=hyper.warmup_ratio,
+        weight_decay=hyper.weight_decay,
+        logging_steps=hyper.logging_steps,
+        save_strategy="steps" if hyper.save_steps else "no",
+        save_steps=hyper.save_steps or 500,
+        seed=hyper.seed,
+        data_seed=hyper.seed,
+        bf16=bf16,
+        use_cpu=device == "cpu",
+        activation_checkpointing=hyper.gradient_checkpointing,
+        deepspeed=hyper.deepspeed,
+        report_to="none",
+        # The collator reads the raw rows (user text, output, audio paths) and builds every model input itself.
+        remove_unused_columns=False,
+        dataset_kwargs={"skip_prepare_dataset": True},
+        max_length=None,
+        dataloader_num_workers=0,
+    )
+
+
+class _StepTimer:
+    """Seconds of each optimiser step (a TrainerCallback; the class is made when transformers is loaded)."""
+
+    @staticmethod
+    def make() -> Any:
+        from transformers import TrainerCallback
+
+        class StepTimer(TrainerCallback):
+            def __init__(self) -> None:
+                self.seconds: list[float] = []
+                self._started = 0.0
+
+            def on_step_begin(self, args, state, control, **kwargs):
+                self._started = time.perf_counter()
+
+            def on_step_end(self, args, state, control, **kwargs):
+                self.seconds.append(time.perf_counter() - self._started)
+
+        return StepTimer()
+
+
+@dataclass
+class FitResult:
+    model: Any
+    losses: list[dict[str, float]]
+    step_seconds: list[float]
+    runtime_s: float
+    trainer: Any
+
+
+def fit_stage(
+    backbone: Backbone,
+    records: Sequence[TrainingRecord],
+    stage: StageSettings,
+    settings: TrainingSettings,
+    trainer_dir: str | os.PathLike,
+    *,
+    device: str,
+    resume: bool = False,
+) -> FitResult:
+    """Train `backbone` on `records` with the stage's hyperparameters; return the trained model (LoRA merged)."""
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    hyper = stage.hyperparameters
+    _, trained_dtype, autocast = compute_dtypes(hyper.precision, device)
+    if trained_dtype != backbone.model.dtype:
+        # Mixed precision keeps fp32 master copies of what trains; the fixed encoders stay in bf16.
+        for parameter in backbone.model.parameters():
+            if parameter.requires_grad:
+                parameter.data = parameter.data.to(trained_dtype)
+    peft_config = lora_config(settings.lora, backbone) if settings.finetuning == LORA else None
+    timer = _StepTimer.make()
+    trainer = SFTTrainer(
+        model=backbone.model,
+        args=sft_config(hyper, Path(trainer_dir), device, autocast),
+        train_dataset=Dataset.from_list([record.as_row() for record in records]),
+        data_collator=PairwiseSFTCollator(backbone.processor, settings.system_prompt, settings.max_response_s),
+        processing_class=backbone.processor,
+        peft_config=peft_config,
+        callbacks=[timer],
+    )
+    started = time.perf_counter()
+    checkpoints = sorted(Path(trainer_dir).glob("checkpoint-*")) if resume else []
+    trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    runtime = time.perf_counter() - started
+    model = trainer.accelerator.unwrap_model(trainer.model)
+    if peft_config is not None:
+        model = model.merge_and_unload()
+    losses = [
+        {"step": int(entry["step"]), "loss": float(entry["loss"]), "learning_rate": float(entry["learning_rate"])}
+        for entry in trainer.state.log_history
+        if "loss" in entry
+    ]
+    return FitResult(model=model, losses=losses, step_seconds=timer.seconds, runtime_s=runtime, trainer=trainer)
+
+
+def save_checkpoint(model: Any, processor: Any, target: Path, dtype: torch.dtype, stage_log: dict[str, Any]) -> None:
+    """Model, processor and stage log in `target`, written to a staging folder first and renamed into place."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    try:
+        model.to(dtype).save_pretrained(staging)
+        processor.save_pretrained(staging)
+        write_json(staging / STAGE_FILE, stage_log)
+        if target.exists():
+            shutil.rmtree(target)
+        os.replace(staging, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+def _records_fingerprint(records: Sequence[TrainingRecord]) -> str:
+    return stable_hash([[r.user, r.output, [[a, os.path.getsize(a)] for a in r.audios]] for r in records])
+
+
+def stage_fingerprint(
+    settings: TrainingSettings, stage: StageSettings, init_from: str, init_fingerprint: str, records_hash: str
+) -> str:
+    shared = {
+        key: value
+        for key, value in settings.as_dict().items()
+        if key not in ("output_dir", "datasets", "stages", "device", "num_threads")
+    }
+    return stable_hash(
+        {"settings": shared, "stage": asdict(stage), "init": [init_from, init_fingerprint], "records": records_hash}
+    )
+
+
+def _previous_log(checkpoint: Path, fingerprint: str) -> dict[str, Any] | None:
+    stage_file = checkpoint / STAGE_FILE
+    if not stage_file.is_file():
+        return None
+    log = read_json(stage_file)
+    return log if log.get("fingerprint") == fingerprint else None
+
+
+def run_training(
+    settings: TrainingSettings, *, resume: bool = False, echo: Callable[[str], None] = print
+) -> dict[str, Any]:
+    """Train every stage (reusing those already trained on the same inputs); return and write the report."""
+    if settings.num_threads:
+        torch.set_num_threads(settings.num_threads)
+    device = resolve_device(settings.device)
+    output_dir = Path(settings.output_dir)
+    used = sorted({name for stage in settings.stages for name in stage.mix})
+    datasets = {name: read_dataset(settings.datasets[name]) for name in used}
+    init_from, init_fingerprint = settings.backbone, settings.revision
+    logs = []
+    for index, stage in enumerate(settings.stages, 1):
+        records = stage_records(stage, datasets, stage.hyperparameters.seed)
+        fingerprint = stage_fingerprint(settings, stage, init_from, init_fingerprint, _records_fingerprint(records))
+        checkpoint = output_dir / stage.name
+        previous = _previous_log(checkpoint, fingerprint)
+        if previous is not None:
+            echo(f"stage {index}/{len(settings.stages)} {stage.name}: unchanged, reusing {checkpoint}")
+            logs.append({**previous, "reused": True})
+        else:
+            echo(f"stage {index}/{len(settings.stages)} {stage.name}: {len(records)} records from {init_from}")
+            logs.append(
+                asdict(_train_stage(settings, stage, records, init_from, checkpoint, fingerprint, device, resume))
+            )
+        init_from, init_fingerprint = str(checkpoint), fingerprint
+    report = {
+        "judge_model": str(output_dir / settings.stages[-1].name),
+        "settings": settings.as_dict(),
+        "device": device,
+        "stages": logs,
+    }
+    write_json(output_dir / REPORT_FILE, report)
+    return report
+
+
+def _train_stage(
+    settings: TrainingSettings,
+    stage: StageSettings,
+    records: Sequence[TrainingRecord],
+    init_from: str,
+    checkpoint: Path,
+    fingerprint: str,
+    device: str,
+    resume: bool,
+) -> StageLog:
+    load_dtype, _, _ = compute_dtypes(stage.hyperparameters.precision, device)
+    revision = settings.revision if init_from == settings.backbone else "main"
+    backbone = load_backbone(init_from, revision, load_dtype, device)
+    frozen = freeze_encoders(backbone) if settings.freeze_encoders else []
+    trainable = trainable_summary(backbone.model)
+    cut = audio_cut(records, response_limit_s(backbone.processor, settings.max_response_s))
+    result = fit_stage(
+        backbone, records, stage, settings, checkpoint.parent / TRAINER_DIR / stage.name, device=device, resume=resume
+    )
+    if not result.losses:
+        raise TrainingError(
+            f"stage {stage.name}: no loss was logged (logging_steps {stage.hyperparameters.logging_steps} is more "
+            f"than the {result.trainer.state.global_step} steps of the stage)"
+        )
+    log = StageLog(
+        name=stage.name,
+        init_from=init_from,
+        fingerprint=fingerprint,
+        n_records=len(records),
+        records=describe_counts(records),
+        audio_cut=asdict(cut),
+        trainable=trainable,
+        frozen_modules=frozen,
+        steps=int(result.trainer.state.global_step),
+        losses=result.losses,
+        seconds_per_step=sum(result.step_seconds) / max(1, len(result.step_seconds)),
+        runtime_s=result.runtime_s,
+        versions=package_versions(),
+    )
+    if result.trainer.is_world_process_zero():
+        save_checkpoint(result.model, backbone.processor, checkpoint, load_dtype, asdict(log))
+    result.trainer.accelerator.wait_for_everyone()
+    return log
+
+
+def read_stage_log(checkpoint: str | os.PathLike) -> dict[str, Any]:
+    path = Path(checkpoint) / STAGE_FILE
+    if not path.is_file():
+        raise TrainingError(f"{checkpoint} is not a training stage's checkpoint (no {STAGE_FILE})")
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,104 @@
+"""The LLM rationale rewriter over real HTTP, against `StandInServer` (tests/support/openai_standin.py), which
+stands in for the OpenAI-compatible endpoints it is meant for (GPT-4o, a `vllm serve`d Qwen2.5-32B-Instruct),
+neither of which runs here; the client is the real `openai` one."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from lalm_judge.data.generators.llm import MissingAPIKey
+from lalm_judge.preference.rationales import LLMRationales, PairNotes, RationalePrompt, interpret_answer
+from tests.support.openai_standin import Reply, StandInServer, serving
+
+pytestmark = pytest.mark.server
+KEY_ENV = "LALM_JUDGE_TEST_RATIONALE_KEY"
+_AT = re.compile(r"Instruction:\n(\S+)")
+
+
+def notes(key: str, label: str) -> PairNotes:
+    return PairNotes(
+        key=key,
+        instruction=key,
+        responses=("Keep the basil in water.", "Freeze it."),
+        aspect="helpfulness",
+        ratings=(5, 2) if label == "1" else (2, 5) if label == "2" else (4, 4),
+        notes=("Practical.", "Too short."),
+        label=label,
+    )
+
+
+def answer(text: str) -> Reply:
+    return Reply(json.dumps({"rationale": text}))
+
+
+@pytest.fixture
+def server(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-rationale")
+    stand_in = StandInServer(lambda body: (_AT.search(body["messages"][1]["content"]).group(1),))
+    with serving(stand_in):
+        yield stand_in
+
+
+def rewriter(server, tmp_path, **overrides) -> LLMRationales:
+    config = {
+        "model": "stand-in",
+        "base_url": server.base_url,
+        "api_key_env": KEY_ENV,
+        "max_retries": 2,
+        "backoff_base_s": 0.01,
+        "timeout_s": 2,
+        **overrides,
+    }
+    return LLMRationales(config, tmp_path / "cache", seed=3)
+
+
+def test_answers_are_checked_against_the_label_and_asked_again(server, tmp_path):
+    def script(key, nth):
+        return {
+            "good": lambda: answer("Response 1 is more helpful than Response 2: it keeps the basil fresh."),
+            # argues for the wrong response first, then gets it right
+            "flip": lambda: answer("Response 1 is better.") if nth == 1 else answer("Response 2 is better here."),
+            "never": lambda: answer("Response 2 is clearly better."),
+            "prose": lambda: Reply("Response 1 wins."),
+            "refuse": lambda: Reply(None, refusal="I can't help with that."),
+        }[key]()
+
+    server.script = script
+    results = rewriter(server, tmp_path).rewrite(
+        [notes("good", "1"), notes("flip", "2"), notes("never", "1"), notes("prose", "1"), notes("refuse", "Tie")]
+    )
+    assert [(r.status, r.attempts) for r in results] == [
+        ("ok", 1),
+        ("ok", 2),
+        ("inconsistent", 3),
+        ("invalid_json", 3),
+        ("refusal", 1),
+    ]
+    assert results[1].rationale == "Response 2 is better here." and results[2].rationale is None
+    asked_again = [body for body in server.requests if _AT.search(body["messages"][1]["content"]).group(1) == "flip"]
+    assert "argues for Response 1 but the verdict is Response 2" in asked_again[1]["messages"][-1]["content"]
+
+
+def test_a_rerun_reads_the_cache(server, tmp_path):
+    server.script = lambda key, nth: answer("Response 1 is better than Response 2.")
+    first = rewriter(server, tmp_path).rewrite([notes("a", "1"), notes("b", "1")])
+    sent = server.total
+    again = rewriter(server, tmp_path).rewrite([notes("a", "1"), notes("b", "1")])
+    assert server.total == sent == 2 and again == first
+
+
+def test_the_key_comes_from_the_environment(server, tmp_path, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(MissingAPIKey, match=KEY_ENV):
+        rewriter(server, tmp_path)
+
+
+def test_the_prompt_states_the_verdict_to_support():
+    messages = RationalePrompt.load().messages(notes("q", "Tie"))
+    assert "the two responses are about equally good (Tie)" in messages[1]["content"]
+    assert "Aspect: helpfulness" in messages[1]["content"]
+    assert interpret_answer('{"rationale": "Both responses are equally helpful."}', "Tie").status == "ok"
+    assert interpret_answer('{"answer": "x"}', "1").status == "invalid_json"
