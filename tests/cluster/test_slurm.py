@@ -147,7 +147,15 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     n_judge_jobs = 2 + gpu_judge  # minilm text-gt and audio; minilm_gpu text-gt
     per_dialogue = n_turns + 1 + 1 + 1  # TTS per turn, ASR, manifest, turn energy and pitch
     assert len(others) == per_dialogue + n_judge_jobs + len(
-        ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures", "control_figures", "report"]
+        [
+            "shard_index",
+            "audio_accounting",
+            "compute_metrics",
+            "control_metrics",
+            "figures",
+            "control_figures",
+            "report",
+        ]
     )
 
     slurm = finished_jobs()
