@@ -104,13 +104,49 @@ def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Pa
     return entry
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that rejects a key repeated in one mapping: PyYAML (and Snakemake's config loading) keeps the last
+    value silently, so two judges under one name would lose the first without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` entries may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise ConfigError(
+                    f"{key_node.start_mark.name}:{line}: duplicate key {key!r} (first at line {first_line[key]}); "
+                    "YAML would keep only the last one: rename or remove one of them"
+                )
+            first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """A YAML (or JSON) config file as data; a key repeated in one mapping is a ConfigError naming file and line."""
+    with open(path, encoding="utf-8") as stream:
+        try:
+            return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def check_config_files(paths: Sequence[str | Path]) -> None:
+    """Reject config files with repeated keys (the workflow's `--configfile`s, read again before Snakemake's
+    merged config is trusted)."""
+    for path in paths:
+        read_config_file(path)
+
+
 def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The `training` section of a YAML file, validated (defaults filled) on its own: a training run needs no
     other section, so a file with just `training:` works as well as a run config that also has one."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    document = read_config_file(path) or {}
     if not isinstance(document, Mapping) or "training" not in document:
         raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
     return _validate_part(
@@ -123,7 +159,7 @@ def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PAT
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    return validate_config(yaml.safe_load(Path(path).read_text()))
+    return validate_config(read_config_file(path))
 
 
 def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
