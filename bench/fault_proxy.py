@@ -11,7 +11,10 @@ at a configurable rate:
 - `reset`: the connection is reset (TCP RST) before any answer;
 - `truncated`: a 200 whose body stops halfway (the connection closes before Content-Length bytes);
 - `malformed`: a complete 200 whose JSON body does not parse;
-- `empty_choices`: a well-formed chat completion with `choices: []`.
+- `empty_choices`: a well-formed chat completion with `choices: []`;
+- `bad_request` (only when named in `faults`, it is not transient): HTTP 400, a request the server rejects.
+
+`error_detail(body, authorization)` adds text to every error body, e.g. the key quoted back as some servers do.
 
 Whether an attempt fails is decided by a hash of (seed, request body, attempt number), so which attempts fail
 does not depend on the order in which concurrent requests arrive; the faults take the kinds of `faults` in turn,
@@ -44,7 +47,9 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+# The transient faults: a client that retries them often enough loses nothing.
 FAULTS = ("rate_limit", "server_error", "unavailable", "timeout", "reset", "truncated", "malformed", "empty_choices")
+ERROR_STATUS = {"rate_limit": 429, "server_error": 500, "unavailable": 503, "bad_request": 400}
 
 
 def identity(body: dict[str, Any]) -> str:
@@ -107,7 +112,7 @@ class FaultProxy:
     ):
         if (upstream is None) == (answer is None):
             raise ValueError("give exactly one of upstream= (a base URL) and answer= (canned answers)")
-        unknown = sorted(set(faults) - set(FAULTS))
+        unknown = sorted(set(faults) - {*FAULTS, "bad_request"})
         if unknown:
             raise ValueError(f"unknown faults {unknown}; known: {FAULTS}")
         self.upstream = urllib.parse.urlsplit(upstream) if upstream else None
@@ -119,7 +124,6 @@ class FaultProxy:
         self.hang_s = hang_s
         self.max_faults_per_request = max_faults_per_request
         self.delay_s = delay_s
-        # What error bodies say besides the status (e.g. a server that echoes the Authorization header back).
         self.error_detail = error_detail
         self.log = ProxyLog()
         self.lock = threading.Lock()
@@ -235,8 +239,8 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     return self._send(status, payload)
                 assert proxy.answer is not None
                 return self._send(200, json.dumps(chat_completion(body["model"], proxy.answer(body))).encode())
-            if fault in ("rate_limit", "server_error", "unavailable"):
-                status = {"rate_limit": 429, "server_error": 500, "unavailable": 503}[fault]
+            if fault in ERROR_STATUS:
+                status = ERROR_STATUS[fault]
                 message = f"injected {fault}"
                 if proxy.error_detail is not None:
                     message += f": {proxy.error_detail(body, self.headers.get('Authorization', ''))}"

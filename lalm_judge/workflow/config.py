@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -187,6 +188,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
     if PREFERENCE in tracks(config):
         _check_preference(config)
     _check_imported(config)
+    _check_no_secrets(config)
     return notes
 
 
@@ -211,6 +213,24 @@ def _check_preference(config: dict[str, Any]) -> None:
         )
     if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
         raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
+
+
+# Keys under which a secret might be written into a config; `*_env` keys name environment variables instead.
+_SECRET_KEY = re.compile(r"^(api_?key|key|token|access_token|secret|password|authorization|bearer)$", re.IGNORECASE)
+
+
+def _check_no_secrets(config: Any, path: str = "") -> None:
+    """API keys are read only from environment variables: a config entry that holds one is an error (it would
+    reach job parameters, Snakemake's metadata and the logs)."""
+    items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
+    for key, value in items:
+        where = f"{path}.{key}" if path else str(key)
+        if isinstance(key, str) and _SECRET_KEY.match(key) and value is not None:
+            raise ConfigError(
+                f"{where}: a config never holds a key; export it in an environment variable and give that "
+                "variable's NAME as api_key_env"
+            )
+        _check_no_secrets(value, where)
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:
