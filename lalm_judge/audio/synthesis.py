@@ -24,7 +24,7 @@ from tqdm import tqdm
 from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, get_engine, synthesize, voice_for_speaker
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import CONTROL_CLIPS, TTS, VARIANTS
 from lalm_judge.core.vocabulary import INJECTION, SYNTHESIZED, TTS_CONTROL
 
@@ -99,8 +99,10 @@ def synthesize_turn_variants(
     dialogue = Dialogue.load(dialogue_json)
     variants = VARIANTS.read(variants_table)
     rows = []
+    generation = None  # the voice's settings, once there is a turn to speak
     if variants.height:
         speaker = TurnSpeaker.of(dialogue, int(variants["turn_index"][0]), voices, match_loudness)
+        generation = canonical_json({"voice": dict(speaker.voice.options), "match_loudness": match_loudness})
         n_ok = variants.filter(pl.col("status") == "ok").height
         bar = tqdm(total=n_ok, desc=f"tts {dialogue.dialogue_id} t{speaker.turn_index}", disable=not progress)
         for row in variants.iter_rows(named=True):
@@ -112,7 +114,7 @@ def synthesize_turn_variants(
         bar.close()
     Path(clips_dir).mkdir(parents=True, exist_ok=True)
     config_hash = stable_hash({"voices": voices, "match_loudness": match_loudness})
-    frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed)
+    frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed, generation=generation)
     write_parquet(out_table, frame)
     return frame
 

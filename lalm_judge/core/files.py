@@ -102,10 +102,14 @@ def write_parquet(path: str | os.PathLike, frame: pl.DataFrame) -> None:
         frame.write_parquet(tmp, compression="zstd", statistics=False)
 
 
+def canonical_json(obj: Any) -> str:
+    """Compact JSON with sorted keys: equal settings give equal text (e.g. the `generation` provenance column)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def stable_hash(obj: Any, length: int = 16) -> str:
     """Hash of a JSON-serialisable object that does not depend on dict order or the Python session."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
 
 
 def shard_of(key: str, n_shards: int) -> int:
@@ -125,6 +129,9 @@ def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
 
 
 def with_provenance(frame: pl.DataFrame, *, config_hash: str, seed: int, **extra: Any) -> pl.DataFrame:
-    """Append the provenance columns every output table carries."""
+    """Append the provenance columns every output table carries (a column the table has keeps its type)."""
     columns = {"config_hash": config_hash, "seed": seed, "package_versions": package_versions(), **extra}
-    return frame.with_columns(pl.lit(value).alias(name) for name, value in columns.items())
+    return frame.with_columns(
+        (pl.lit(value).cast(frame.schema[name]) if name in frame.schema else pl.lit(value)).alias(name)
+        for name, value in columns.items()
+    )

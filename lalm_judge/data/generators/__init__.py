@@ -60,6 +60,8 @@ class RewriteGenerator(Protocol):
     name: str
     model: str
     prompt_version: str
+    # The sampling settings the rewrites depend on (recorded as the `generation` provenance column).
+    generation: Mapping[str, object]
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]: ...
 

@@ -407,6 +407,13 @@ class LLMGenerator:
             )
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
+        self.generation = {
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            "json_mode": self.settings.json_mode,
+            "send_seed": self.settings.send_seed,
+            "max_retries": self.settings.max_retries,  # also bounds the re-asks after unusable answers
+        }
         self.cache = ResponseCache(Path(cache_dir))
         self.endpoint = ChatEndpoint(self.settings)
 
