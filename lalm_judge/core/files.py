@@ -1,4 +1,11 @@
-"""Atomic file writes, config hashing and provenance columns attached to every output table."""
+"""Atomic file writes, config hashing and provenance columns attached to every output table.
+
+A write goes to a temporary sibling (`.<name>.<random>.tmp`) that is renamed onto the target only once it is
+complete, so a reader never sees half a file. A process killed mid-write (SIGKILL, a cluster's time limit) leaves
+its temporary behind; the next write of the same target removes such leftovers: siblings of that pattern last
+modified before the writing process started, which no live writer of this target can own (the workflow runs
+one job per output).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +25,8 @@ import polars as pl
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+# When this process started (as good as: when the library was first imported by it).
+_STARTED = time.time()
 
 PROVENANCE_PACKAGES = (
     "lalm-judge",
@@ -35,11 +45,25 @@ PROVENANCE_PACKAGES = (
 )
 
 
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporaries a killed writer of `path` left beside it; return them."""
+    stale = []
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if leftover.lstat().st_mtime < _STARTED:
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+                stale.append(leftover)
+        except FileNotFoundError:  # removed meanwhile
+            continue
+    return stale
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -63,6 +87,7 @@ def atomic_directory(path: str | os.PathLike, marker: str):
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
         raise FileExistsError(f"{path} exists and was not written by this command (no {marker}); choose another folder")
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
