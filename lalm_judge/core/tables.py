@@ -233,6 +233,12 @@ SCORES = TableSchema(
     },
 )
 
+# Columns that record what a row cost to make, not what it says: the time its requests took (score and pairwise
+# prediction tables) and the requests a rewrite took, retries after an endpoint's transient faults included
+# (variant and TTS tables). They are the only cells in which two runs of one config may differ, and are left out
+# when runs are compared (docs/reliability.md, "Determinism").
+EFFORT_COLUMNS = ("latency_s", "attempts")
+
 # What the metrics stage reads of a score table: any long-format table with these columns qualifies.
 METRIC_INPUT = TableSchema(
     "score",

@@ -6,7 +6,7 @@ faults that are retried, requests the server rejects (rows with status 'error', 
 endpoint that never answers (failed jobs). Every file written (tables, caches), every log record at DEBUG (the
 `openai` and `httpx` clients' included), everything printed and every error message with its traceback is then
 searched for the key. The workflow-level search (results, logs, Snakemake's metadata, the report) is in
-tests/reliability/test_workflow_reliability.py.
+tests/reliability/test_workflow_runs.py.
 """
 
 from __future__ import annotations
