@@ -14,6 +14,7 @@ from lalm_judge.workflow.config import (
     SAFETY,
     canonical,
     check_config,
+    check_config_files,
     check_run_environment,
     tracks,
 )
@@ -24,6 +25,7 @@ from lalm_judge.workflow.preference import PreferencePlan, speak_gpus
 from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs, gpu_requests
 
 # Notes are cells routed to a documented alternative and unpinned revisions; problems stop the parse.
+check_config_files(workflow.configfiles)
 for note in check_config(config) + check_run_environment(config):
     if workflow.is_main_process:
         logger.warning(f"note: {note}")

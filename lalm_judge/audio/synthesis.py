@@ -1,9 +1,10 @@
 """The TTS stage: speak every ok variant of one (dialogue, turn) in the original speaker's voice.
 
 Each clip is resampled to the dialogue's rate and, if asked, scaled to the mean active level of the
-neighbouring original turns, so that loudness alone does not reveal the replaced turn. The stage writes one
-wav per ok variant and the TTS table (`lalm_judge.core.tables.TTS`): every variant row of the turn with its
-clip, so that the ASR and manifest stages read this table alone.
+neighbouring original turns, so that loudness alone does not reveal the replaced turn. Silent neighbours do not
+count; when every neighbour and the replaced turn itself are silent, the clip keeps its level (gain 0 dB, in
+the table). The stage writes one wav per ok variant and the TTS table (`lalm_judge.core.tables.TTS`): every
+variant row of the turn with its clip, so that the ASR and manifest stages read this table alone.
 
 The TTS controls of a dialogue (`synthesize_dialogue_controls`, only for the conditions a config asks for) are
 spoken the same way by the same voice: the safe turn re-synthesized (the TTS-bias control) and the sentence
@@ -23,9 +24,20 @@ from tqdm import tqdm
 from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, get_engine, synthesize, voice_for_speaker
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import CONTROL_CLIPS, TTS, VARIANTS
 from lalm_judge.core.vocabulary import INJECTION, SYNTHESIZED, TTS_CONTROL
+
+
+def _target_level_db(dialogue: Dialogue, turn_index: int) -> float | None:
+    """Mean active level of the audible neighbours of a turn (else of the turn itself); None if all are silent."""
+    neighbours = [t for t in dialogue.turns if abs(t.index - turn_index) == 1]
+    for turns in (neighbours, [dialogue.turns[turn_index]]):
+        clips = [waveform.read_audio(t.clip) for t in turns]
+        levels = [waveform.active_level_db(audio, sr) for audio, sr in clips if not waveform.is_silent(audio)]
+        if levels:
+            return sum(levels) / len(levels)
+    return None
 
 
 @dataclass(frozen=True)
@@ -44,11 +56,7 @@ class TurnSpeaker:
     def of(cls, dialogue: Dialogue, turn_index: int, voices: Mapping[str, Any], match_loudness: bool) -> TurnSpeaker:
         speaker = dialogue.turns[turn_index].speaker
         same_speaker = [t for t in dialogue.turns if t.speaker == speaker]
-        target_db = None
-        if match_loudness:
-            neighbours = [t for t in dialogue.turns if abs(t.index - turn_index) == 1] or [dialogue.turns[turn_index]]
-            levels = [waveform.active_level_db(*waveform.read_audio(t.clip)) for t in neighbours]
-            target_db = sum(levels) / len(levels)
+        target_db = _target_level_db(dialogue, turn_index) if match_loudness else None
         return cls(
             dialogue,
             turn_index,
@@ -91,8 +99,10 @@ def synthesize_turn_variants(
     dialogue = Dialogue.load(dialogue_json)
     variants = VARIANTS.read(variants_table)
     rows = []
+    generation = None  # the voice's settings, once there is a turn to speak
     if variants.height:
         speaker = TurnSpeaker.of(dialogue, int(variants["turn_index"][0]), voices, match_loudness)
+        generation = canonical_json({"voice": dict(speaker.voice.options), "match_loudness": match_loudness})
         n_ok = variants.filter(pl.col("status") == "ok").height
         bar = tqdm(total=n_ok, desc=f"tts {dialogue.dialogue_id} t{speaker.turn_index}", disable=not progress)
         for row in variants.iter_rows(named=True):
@@ -104,7 +114,7 @@ def synthesize_turn_variants(
         bar.close()
     Path(clips_dir).mkdir(parents=True, exist_ok=True)
     config_hash = stable_hash({"voices": voices, "match_loudness": match_loudness})
-    frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed)
+    frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed, generation=generation)
     write_parquet(out_table, frame)
     return frame
 

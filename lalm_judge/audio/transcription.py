@@ -17,7 +17,7 @@ from tqdm import tqdm
 from lalm_judge.audio import waveform
 from lalm_judge.audio.asr import load_asr, word_error_rate
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import ASR, TTS
 from lalm_judge.core.taxonomy import original_id
 
@@ -82,6 +82,7 @@ def transcribe_dialogue(
         seed=seed,
         asr_name=model_name,
         asr_model=model_options["model"],
+        generation=canonical_json(options),
     )
     write_parquet(out_table, frame)
     return frame

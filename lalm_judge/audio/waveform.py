@@ -15,7 +15,14 @@ from lalm_judge.core.files import atomic_path
 
 
 class AudioError(RuntimeError):
-    """An audio file that is missing, empty or unreadable; the message names the file."""
+    """An audio file that is missing, empty, unreadable or holds non-finite samples; the message names the file."""
+
+
+# A clip whose loudest sample stays below this (-60 dBFS) is silence; one with more than CLIPPED_SHARE of its
+# samples at full scale is clipped.
+SILENCE_PEAK = 1e-3
+FULL_SCALE = 0.999
+CLIPPED_SHARE = 0.001
 
 
 def _decode(source: str | io.BytesIO, where: str) -> tuple[np.ndarray, int]:
@@ -26,7 +33,22 @@ def _decode(source: str | io.BytesIO, where: str) -> tuple[np.ndarray, int]:
         raise AudioError(f"cannot read {where}: {err}") from err
     if audio.shape[0] == 0:
         raise AudioError(f"{where} is empty (0 samples)")
+    bad = int(np.count_nonzero(~np.isfinite(audio)))
+    if bad:
+        raise AudioError(f"{where} holds {bad} non-finite samples (NaN or infinity); fix or replace the file")
     return audio.mean(axis=1).astype(np.float32), sr
+
+
+def is_silent(audio: np.ndarray) -> bool:
+    return not len(audio) or float(np.max(np.abs(audio))) < SILENCE_PEAK
+
+
+def quality_problems(audio: np.ndarray) -> list[str]:
+    """What is wrong with a clip that can still be used: silence, clipping (for warnings, not errors)."""
+    if is_silent(audio):
+        return [f"silent (peak below {20 * np.log10(SILENCE_PEAK):.0f} dBFS)"]
+    clipped = float(np.mean(np.abs(audio) >= FULL_SCALE))
+    return [f"clipped ({100 * clipped:.1f} % of samples at full scale)"] if clipped > CLIPPED_SHARE else []
 
 
 def read_audio(path: str | os.PathLike, sample_rate: int | None = None) -> tuple[np.ndarray, int]:

@@ -1,4 +1,11 @@
-"""Atomic file writes, config hashing and provenance columns attached to every output table."""
+"""Atomic file writes, config hashing and provenance columns attached to every output table.
+
+A write goes to a temporary sibling (`.<name>.<random>.tmp`) that is renamed onto the target only once it is
+complete, so a reader never sees half a file. A process killed mid-write (SIGKILL, a cluster's time limit) leaves
+its temporary behind; the next write of the same target removes such leftovers: siblings of that pattern last
+modified before the writing process started, which no live writer of this target can own (the workflow runs
+one job per output).
+"""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +25,8 @@ import polars as pl
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
+# When this process started (as good as: when the library was first imported by it).
+_STARTED = time.time()
 
 PROVENANCE_PACKAGES = (
     "lalm-judge",
@@ -35,11 +45,25 @@ PROVENANCE_PACKAGES = (
 )
 
 
+def remove_stale_temporaries(path: Path) -> list[Path]:
+    """Remove the temporaries a killed writer of `path` left beside it; return them."""
+    stale = []
+    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
+        try:
+            if leftover.lstat().st_mtime < _STARTED:
+                shutil.rmtree(leftover) if leftover.is_dir() else leftover.unlink()
+                stale.append(leftover)
+        except FileNotFoundError:  # removed meanwhile
+            continue
+    return stale
+
+
 @contextmanager
 def atomic_path(path: str | os.PathLike):
     """Yield a temporary path beside `path`; rename it onto `path` only if the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.close(fd)
     try:
@@ -63,6 +87,7 @@ def atomic_directory(path: str | os.PathLike, marker: str):
     if path.exists() and (not path.is_dir() or (any(path.iterdir()) and not (path / marker).is_file())):
         raise FileExistsError(f"{path} exists and was not written by this command (no {marker}); choose another folder")
     path.parent.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(path)
     tmp = Path(tempfile.mkdtemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent))
     try:
         yield tmp
@@ -102,10 +127,14 @@ def write_parquet(path: str | os.PathLike, frame: pl.DataFrame) -> None:
         frame.write_parquet(tmp, compression="zstd", statistics=False)
 
 
+def canonical_json(obj: Any) -> str:
+    """Compact JSON with sorted keys: equal settings give equal text (e.g. the `generation` provenance column)."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
 def stable_hash(obj: Any, length: int = 16) -> str:
     """Hash of a JSON-serialisable object that does not depend on dict order or the Python session."""
-    blob = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:length]
+    return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
 
 
 def shard_of(key: str, n_shards: int) -> int:
@@ -125,6 +154,9 @@ def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
 
 
 def with_provenance(frame: pl.DataFrame, *, config_hash: str, seed: int, **extra: Any) -> pl.DataFrame:
-    """Append the provenance columns every output table carries."""
+    """Append the provenance columns every output table carries (a column the table has keeps its type)."""
     columns = {"config_hash": config_hash, "seed": seed, "package_versions": package_versions(), **extra}
-    return frame.with_columns(pl.lit(value).alias(name) for name, value in columns.items())
+    return frame.with_columns(
+        (pl.lit(value).cast(frame.schema[name]) if name in frame.schema else pl.lit(value)).alias(name)
+        for name, value in columns.items()
+    )

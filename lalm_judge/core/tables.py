@@ -2,8 +2,10 @@
 every reader (`docs/architecture.md` lists them with the stage that writes each).
 
 A `TableSchema` builds a typed frame from rows (`frame`), checks and types a frame read from disk
-(`conform`: missing columns are an error naming the file; missing `optional` columns are added as nulls;
-extra columns, e.g. provenance, pass), and reads parquet files (`read`, `scan`). Provenance columns
+(`conform`: missing columns, and columns of a type that does not convert to the schema's (text where a number
+belongs), are errors naming the file; numbers convert between widths; missing `optional` columns are added as
+nulls; extra columns, e.g. provenance, pass), and reads parquet files (`read`, `scan`; a file that is not
+parquet is an error naming it). Provenance columns
 (`lalm_judge.core.files.with_provenance`) are appended by the writers and are not part of a schema.
 """
 
@@ -38,13 +40,22 @@ class TableSchema:
     def conform(self, frame: pl.DataFrame | pl.LazyFrame, source: str, keep_extra: bool = False) -> pl.LazyFrame:
         """The schema's columns (typed; plus the others if `keep_extra`); raise TableError naming what is missing."""
         lazy = frame.lazy()
-        present = lazy.collect_schema().names()
+        schema = lazy.collect_schema()
+        present = schema.names()
         missing = [name for name in self.columns if name not in present]
         if missing:
             raise TableError(
                 f"{source} lacks required column(s) {', '.join(missing)}; a {self.name} table needs "
                 f"{', '.join(self.columns)}"
             )
+        wanted = {**self.columns, **{k: v for k, v in self.optional.items() if k in present}}
+        wrong = [
+            f"{name} is {schema[name]} (needs {dtype})"
+            for name, dtype in wanted.items()
+            if not _converts(schema[name], dtype)
+        ]
+        if wrong:
+            raise TableError(f"{source} has column(s) of the wrong type: {'; '.join(wrong)}")
         typed = [pl.col(name).cast(dtype) for name, dtype in self.columns.items()]
         typed += [
             (pl.col(name) if name in present else pl.lit(None)).cast(dtype).alias(name)
@@ -58,12 +69,30 @@ class TableSchema:
         if not paths:
             raise TableError(f"no {self.name} files given")
         return pl.concat(
-            [self.conform(pl.scan_parquet(p), f"{self.name} file {os.fspath(p)!r}", keep_extra) for p in paths]
+            [self.conform(_scan_parquet(p), f"{self.name} file {os.fspath(p)!r}", keep_extra) for p in paths]
         )
 
     def read(self, paths: str | os.PathLike | Sequence[str | os.PathLike], keep_extra: bool = False) -> pl.DataFrame:
         paths = [paths] if isinstance(paths, str | os.PathLike) else list(paths)
         return self.scan(paths, keep_extra).collect()
+
+
+def _converts(present: pl.DataType, wanted: pl.DataType) -> bool:
+    """Whether a column of type `present` reads as `wanted` without changing what it says."""
+    if present == wanted or present == pl.Null:
+        return True
+    if present.is_numeric() and wanted.is_numeric():
+        return True
+    return wanted == pl.String and present.base_type() in (pl.Categorical, pl.Enum)
+
+
+def _scan_parquet(path: str | os.PathLike) -> pl.LazyFrame:
+    lazy = pl.scan_parquet(path)
+    try:
+        lazy.collect_schema()
+    except pl.exceptions.PolarsError as err:
+        raise TableError(f"{os.fspath(path)!r} is not a readable parquet table ({type(err).__name__}: {err})") from None
+    return lazy
 
 
 # Rewrite stage: one row per (category, severity) of one replaced turn; `text`/`emotion` null unless ok.
@@ -203,6 +232,12 @@ SCORES = TableSchema(
         "shard": pl.Int64,
     },
 )
+
+# Columns that record what a row cost to make, not what it says: the time its requests took (score and pairwise
+# prediction tables) and the requests a rewrite took, retries after an endpoint's transient faults included
+# (variant and TTS tables). They are the only cells in which two runs of one config may differ, and are left out
+# when runs are compared (docs/reliability.md, "Determinism").
+EFFORT_COLUMNS = ("latency_s", "attempts")
 
 # What the metrics stage reads of a score table: any long-format table with these columns qualifies.
 METRIC_INPUT = TableSchema(

@@ -163,9 +163,10 @@ def import_turn_variants(
             waveform.write_wav(clip, audio, dialogue.sample_rate)
             rows.append({**row, "clip": clip, "duration_s": len(audio) / dialogue.sample_rate})
     Path(clips_dir).mkdir(parents=True, exist_ok=True)
-    write_variant_table(VARIANTS.frame(rows), variants_table)
     config_hash = stable_hash({"benchmark": benchmark, "categories": categories, "severities": severities})
-    frame = with_provenance(TTS.frame(rows), config_hash=config_hash, seed=seed, imported_from=str(source))
+    provenance = {"config_hash": config_hash, "seed": seed, "imported_from": str(source)}
+    write_variant_table(with_provenance(VARIANTS.frame(rows), **provenance), variants_table)
+    frame = with_provenance(TTS.frame(rows), **provenance)
     write_parquet(tts_table, frame)
     return frame
 

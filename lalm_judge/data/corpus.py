@@ -22,7 +22,7 @@ from typing import Any
 from lalm_judge.audio import tts
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.core.dialogue import CorpusError, Dialogue, SourceDialogue, Turn
-from lalm_judge.core.taxonomy import unknown_emotion_warning, validate_dialogue_id
+from lalm_judge.core.taxonomy import InvalidIdentifier, unknown_emotion_warning, validate_dialogue_id
 from lalm_judge.data import benchmark, deepdialogue
 
 log = logging.getLogger(__name__)
@@ -42,13 +42,26 @@ def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
             record = json.loads(line)
         except json.JSONDecodeError as err:
             raise CorpusError(f"{where}: invalid JSON ({err})") from err
-        dialogue_id = validate_dialogue_id(record.get("id"))
+        if not isinstance(record, dict) or "id" not in record:
+            raise CorpusError(f"{where}: a dialogue is an object with 'id' and 'turns'")
+        try:
+            dialogue_id = validate_dialogue_id(record["id"])
+        except InvalidIdentifier as err:
+            raise InvalidIdentifier(f"{where}: {err}") from None
         if dialogue_id in seen:
             raise CorpusError(f"{where}: duplicate dialogue id {dialogue_id!r}")
         seen.add(dialogue_id)
-        for i, turn in enumerate(record.get("turns", [])):
-            if not turn.get("speaker") or not str(turn.get("text", "")).strip():
+        turns = record.get("turns")
+        if not isinstance(turns, list):  # an empty list is a dialogue too short to use: ingest skips it
+            raise CorpusError(f"{where}: dialogue {dialogue_id!r} needs 'turns', a list of turns")
+        for i, turn in enumerate(turns):
+            if not isinstance(turn, dict):
+                raise CorpusError(f"{where}: turn {i} of {dialogue_id!r} is not an object")
+            speaker, text = turn.get("speaker"), turn.get("text")
+            if not isinstance(speaker, str) or not speaker or not isinstance(text, str) or not text.strip():
                 raise CorpusError(f"{where}: turn {i} of {dialogue_id!r} needs a speaker and a text")
+            if not isinstance(turn.get("audio", ""), str):
+                raise CorpusError(f"{where}: turn {i} of {dialogue_id!r}: 'audio' is a path relative to {file.parent}")
         records.append(record)
     return records
 
@@ -136,8 +149,12 @@ def ingest(
     else:
         dialogue = deepdialogue.ingest(corpus, dialogue_id, clips_dir, sample_rate)
     for turn in dialogue.turns:
-        warning = unknown_emotion_warning(turn.emotion, f"dialogue {dialogue_id} turn {turn.index}")
-        if warning:
+        where = f"dialogue {dialogue_id} turn {turn.index}"
+        warnings = [unknown_emotion_warning(turn.emotion, where)]
+        if turn.clip:
+            problems = audio_lib.quality_problems(audio_lib.read_audio(turn.clip)[0])
+            warnings += [f"{where}: the audio is {problem}" for problem in problems]
+        for warning in filter(None, warnings):
             log.warning("%s", warning)
             dialogue.warnings.append(warning)
     if len(dialogue.turns) < min_turns:

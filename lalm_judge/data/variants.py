@@ -2,7 +2,9 @@
 
 `rewrite_turn` builds the generator named in config, asks it for every (category, severity) of the
 turn, and returns the variant table (one row per variant, in the order categories x severities).
-Rows whose status is not 'ok' keep `text` and `emotion` null: nothing is filled in silently.
+Rows whose status is not 'ok' keep `text` and `emotion` null: nothing is filled in silently. Every row carries
+the generator, its model, prompt version and `generation` settings (JSON), the seed, and the provenance columns
+of `core.files.with_provenance` (the config hash of the generator block, the package versions).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from typing import Any
 import polars as pl
 
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import VARIANTS
 from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES, validate_dialogue_id
 from lalm_judge.data.generators import RewriteRequest, RewriteResult, build_generator
@@ -63,7 +65,12 @@ def rewrite_turn(
         "seed": seed,
     }
     rows = [_row(request, result, provenance) for request, result in zip(requests, results, strict=True)]
-    return pl.DataFrame(rows, schema=VARIANTS.columns)
+    return with_provenance(
+        pl.DataFrame(rows, schema=VARIANTS.columns),
+        config_hash=stable_hash(dict(generator)),
+        seed=seed,
+        generation=canonical_json(rewriter.generation),
+    )
 
 
 def _row(request: RewriteRequest, result: RewriteResult, provenance: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,5 +95,5 @@ def _row(request: RewriteRequest, result: RewriteResult, provenance: Mapping[str
 
 
 def write_variant_table(frame: pl.DataFrame, path: str | Path) -> None:
-    """Write the variant table atomically as parquet (equal frames give equal bytes)."""
-    write_parquet(path, VARIANTS.conform(frame, f"variant table for {path}").collect())
+    """Write the variant table (and its provenance columns) atomically as parquet (equal frames give equal bytes)."""
+    write_parquet(path, VARIANTS.conform(frame, f"variant table for {path}", keep_extra=True).collect())

@@ -21,7 +21,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import SCORES
 from lalm_judge.core.vocabulary import (
     AUDIO,
@@ -251,7 +251,8 @@ def score_samples(
 
 def scores_frame(rows: list[dict[str, Any]], cell: CellSettings, seed: int) -> pl.DataFrame:
     frame = SCORES.frame(rows)
-    return with_provenance(frame, config_hash=config_hash(cell, seed), seed=seed)
+    generation = canonical_json(cell.spec.generation_settings)
+    return with_provenance(frame, config_hash=config_hash(cell, seed), seed=seed, generation=generation)
 
 
 def score_cell(

@@ -35,7 +35,7 @@ import polars as pl
 from tqdm import tqdm
 
 from lalm_judge.audio.waveform import read_audio
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS, PAIRWISE_TRANSCRIPTS
 from lalm_judge.core.vocabulary import (
     PAIRWISE_LENGTH_POLICIES,
@@ -339,6 +339,9 @@ def judge_cell(
     items = read_items(items_path)
     backend = backend if backend is not None else load_backend(spec)
     rows = judge_items(items, cell, backend, transcripts=transcripts, asr_model=asr_model, progress=progress)
-    frame = with_provenance(PAIRWISE_PREDICTIONS.frame(rows), config_hash=config_hash(cell, seed), seed=seed)
+    generation = canonical_json(spec.generation_settings)
+    frame = with_provenance(
+        PAIRWISE_PREDICTIONS.frame(rows), config_hash=config_hash(cell, seed), seed=seed, generation=generation
+    )
     write_parquet(out_path, frame)
     return frame

@@ -14,6 +14,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -104,13 +105,49 @@ def validate_judge_entry(name: str, entry: dict[str, Any], schema_path: str | Pa
     return entry
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that rejects a key repeated in one mapping: PyYAML (and Snakemake's config loading) keeps the last
+    value silently, so two judges under one name would lose the first without a word."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        first_line: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *anchor` entries may be overridden on purpose
+                continue
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if key in first_line:
+                raise ConfigError(
+                    f"{key_node.start_mark.name}:{line}: duplicate key {key!r} (first at line {first_line[key]}); "
+                    "YAML would keep only the last one: rename or remove one of them"
+                )
+            first_line[key] = line
+        return super().construct_mapping(node, deep=deep)
+
+
+def read_config_file(path: str | Path) -> Any:
+    """A YAML (or JSON) config file as data; a key repeated in one mapping is a ConfigError naming file and line."""
+    with open(path, encoding="utf-8") as stream:
+        try:
+            return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
+        except yaml.YAMLError as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+
+
+def check_config_files(paths: Sequence[str | Path]) -> None:
+    """Reject config files with repeated keys (the workflow's `--configfile`s, read again before Snakemake's
+    merged config is trusted)."""
+    for path in paths:
+        read_config_file(path)
+
+
 def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """The `training` section of a YAML file, validated (defaults filled) on its own: a training run needs no
     other section, so a file with just `training:` works as well as a run config that also has one."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"config file {path} does not exist")
-    document = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    document = read_config_file(path) or {}
     if not isinstance(document, Mapping) or "training" not in document:
         raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
     return _validate_part(
@@ -123,7 +160,7 @@ def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PAT
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
-    return validate_config(yaml.safe_load(Path(path).read_text()))
+    return validate_config(read_config_file(path))
 
 
 def tracks(config: Mapping[str, Any]) -> tuple[str, ...]:
@@ -151,6 +188,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
     if PREFERENCE in tracks(config):
         _check_preference(config)
     _check_imported(config)
+    _check_no_secrets(config)
     return notes
 
 
@@ -175,6 +213,24 @@ def _check_preference(config: dict[str, Any]) -> None:
         )
     if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
         raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
+
+
+# Keys under which a secret might be written into a config; `*_env` keys name environment variables instead.
+_SECRET_KEY = re.compile(r"^(api_?key|key|token|access_token|secret|password|authorization|bearer)$", re.IGNORECASE)
+
+
+def _check_no_secrets(config: Any, path: str = "") -> None:
+    """API keys are read only from environment variables: a config entry that holds one is an error (it would
+    reach job parameters, Snakemake's metadata and the logs)."""
+    items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
+    for key, value in items:
+        where = f"{path}.{key}" if path else str(key)
+        if isinstance(key, str) and _SECRET_KEY.match(key) and value is not None:
+            raise ConfigError(
+                f"{where}: a config never holds a key; export it in an environment variable and give that "
+                "variable's NAME as api_key_env"
+            )
+        _check_no_secrets(value, where)
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:

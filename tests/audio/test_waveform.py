@@ -2,7 +2,6 @@ import numpy as np
 import pytest
 
 from lalm_judge.audio.waveform import (
-    AudioError,
     active_level_db,
     concatenate_turns,
     match_level,
@@ -23,15 +22,6 @@ def test_wav_round_trip_and_resample(tmp_path):
     assert sr == 16000
     assert len(audio) == 16000
     assert abs(active_level_db(audio, sr) - active_level_db(tone(1.0), 16000)) < 0.2
-
-
-def test_empty_and_corrupt_files_name_the_file(tmp_path):
-    (tmp_path / "corrupt.wav").write_bytes(b"RIFF not really a wav")
-    with pytest.raises(AudioError, match="corrupt.wav"):
-        read_audio(tmp_path / "corrupt.wav")
-    write_wav(tmp_path / "empty.wav", np.zeros(0, dtype=np.float32), 16000)
-    with pytest.raises(AudioError, match="empty.wav.*empty"):
-        read_audio(tmp_path / "empty.wav")
 
 
 def test_active_level_ignores_pauses():

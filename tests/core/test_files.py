@@ -1,8 +1,11 @@
-"""JSONL reading with line-numbered errors."""
+"""JSONL reading with line-numbered errors; atomic writes clean up after killed writers."""
+
+import os
+import time
 
 import pytest
 
-from lalm_judge.core.files import jsonl_records
+from lalm_judge.core.files import atomic_directory, jsonl_records, write_json
 
 
 def test_jsonl_records_skip_blank_lines_and_name_the_bad_one(tmp_path):
@@ -12,3 +15,27 @@ def test_jsonl_records_skip_blank_lines_and_name_the_bad_one(tmp_path):
     path.write_text('{"a": 1}\n{"a": \n')
     with pytest.raises(KeyError, match=r"rows.jsonl:2: invalid JSON"):
         list(jsonl_records(path, KeyError))
+
+
+def test_a_write_removes_what_a_killed_writer_of_the_same_file_left(tmp_path):
+    """A process killed mid-write leaves `.<name>.<random>.tmp`; the next write of that file removes it, but not
+    the temporaries of other files nor one written after this process started (a live writer's)."""
+    stale = tmp_path / ".t0.parquet.k1ll3d.tmp"
+    stale.write_bytes(b"half a table")
+    stale_dir = tmp_path / ".export.abc123.tmp"
+    stale_dir.mkdir()
+    other = tmp_path / ".t1.parquet.k1ll3d.tmp"
+    other.write_bytes(b"another file's")
+    for path in (stale, stale_dir, other):
+        os.utime(path, (time.time() - 3600, time.time() - 3600))
+    fresh = tmp_path / ".t0.parquet.l1ve.tmp"
+    fresh.write_bytes(b"being written")
+    write_json(tmp_path / "t0.parquet", {"x": 1})
+    with atomic_directory(tmp_path / "export", marker="MARK") as folder:
+        (folder / "MARK").write_text("")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".t0.parquet.l1ve.tmp",
+        ".t1.parquet.k1ll3d.tmp",
+        "export",
+        "t0.parquet",
+    ]

@@ -3,10 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from lalm_judge.audio.waveform import AudioError, write_wav
+from lalm_judge.audio.waveform import write_wav
 from lalm_judge.core.dialogue import CorpusError, Dialogue
-from lalm_judge.core.taxonomy import InvalidIdentifier
-from lalm_judge.data.corpus import ingest, list_source_dialogues, read_jsonl_corpus
+from lalm_judge.data.corpus import ingest, list_source_dialogues
 
 VOICES = {"A": {"engine": "piper", "voice": "joe"}, "B": {"engine": "espeak", "voice": "en-us+f3"}}
 
@@ -20,19 +19,6 @@ def write_corpus(folder, records):
 def turn(speaker, text, audio=None):
     t = {"speaker": speaker, "text": text, "emotion": "happy"}
     return {**t, "audio": audio} if audio else t
-
-
-@pytest.mark.parametrize("bad_id", ["a/b", "..", "two words"])
-def test_unsafe_dialogue_ids_are_rejected_at_parse_time(tmp_path, bad_id):
-    corpus = write_corpus(tmp_path / "c", [{"id": bad_id, "turns": [turn("A", "hi"), turn("B", "hello")]}])
-    with pytest.raises(InvalidIdentifier, match="invalid dialogue id"):
-        list_source_dialogues(corpus)
-
-
-def test_duplicate_ids_name_the_line(tmp_path):
-    write_corpus(tmp_path / "d", [{"id": "d", "turns": []}, {"id": "d", "turns": []}])
-    with pytest.raises(CorpusError, match="dialogues.jsonl:2: duplicate dialogue id 'd'"):
-        read_jsonl_corpus(tmp_path / "d")
 
 
 def test_ingest_speaks_text_turns_with_the_speakers_voices(tmp_path):
@@ -51,15 +37,6 @@ def test_ingest_reads_given_clips_and_skips_one_turn_dialogues(tmp_path, caplog)
     assert dialogue.turns[0].end == pytest.approx(1.0)
     assert dialogue.status == "skipped" and "1 turn(s) < corpus.min_turns=2" in dialogue.skip_reason
     assert "dialogue solo skipped" in caplog.text
-
-
-def test_corrupt_audio_fails_naming_the_file(tmp_path):
-    folder = tmp_path / "c"
-    (folder / "clips").mkdir(parents=True)
-    (folder / "clips/bad.wav").write_bytes(b"\x00" * 40)
-    corpus = write_corpus(folder, [{"id": "d", "turns": [turn("A", "x", "clips/bad.wav"), turn("B", "y")]}])
-    with pytest.raises(AudioError, match="bad.wav"):
-        ingest(corpus, "d", tmp_path / "o/dialogue.json", tmp_path / "o/turns", 16000, VOICES)
 
 
 def test_subset_and_limit(tmp_path):

@@ -26,6 +26,7 @@ from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES
 from lalm_judge.data.generators.llm import (
     EndpointConfigError,
+    EndpointUnavailable,
     MissingAPIKey,
     RewritePrompt,
     interpret_reply,
@@ -103,7 +104,6 @@ def mixed_script(category: str, severity: int, nth: int) -> Reply:
         ("hate", 1): lambda: Reply(json.dumps({"refused": True, "reason": "policy"})),
         ("hate", 2): lambda: Reply("I'm sorry, but I can't help with that request."),
         ("violence", 1): lambda: Reply(status=429) if nth <= 2 else ok_json("Third time."),
-        ("violence", 2): lambda: Reply(status=500),
         ("sexual", 1): lambda: Reply(json.dumps({"text": "Hey.", "emotion": "furious"})),
         ("deception", 1): lambda: Reply('```json\n{"text": "Trust me.", "emotion": "neutral"}\n```'),
         ("dangerous", 1): lambda: Reply("", finish_reason="content_filter"),
@@ -121,7 +121,6 @@ EXPECTED_MIXED = {  # (category, severity): (status, attempts, text)
     ("hate", 1): ("refusal", 1, None),
     ("hate", 2): ("refusal", 1, None),
     ("violence", 1): ("ok", 3, "Third time."),
-    ("violence", 2): ("error", 3, None),
     ("sexual", 1): ("schema_error", 3, None),
     ("deception", 1): ("ok", 1, "Trust me."),
     ("dangerous", 1): ("refusal", 1, None),
@@ -155,7 +154,6 @@ def test_every_failure_mode_becomes_its_status(dialogue, server, tmp_path):
         assert server.per_cell[cell] == attempts, cell
         assert (row["error"] is None) == (status == "ok"), cell
         assert (row["emotion"] is None) == (status != "ok"), cell
-    assert "gave up after 3 attempts: HTTP 500" in by_cell["violence", 2]["error"]
     assert "furious" in by_cell["sexual", 1]["error"]
     others = [r for cell, r in by_cell.items() if cell not in EXPECTED_MIXED]
     assert {(r["status"], r["attempts"]) for r in others} == {("ok", 1)}
@@ -175,8 +173,8 @@ def test_rerun_reads_the_cache_and_retries_only_endpoint_errors(dialogue, server
     first = run_all(dialogue, server, tmp_path / "cache")
     sent = server.total
     again = run_all(dialogue, server, tmp_path / "cache")
-    # Only the two 'error' cells are asked again (3 + 1 requests); everything else comes from disk.
-    assert server.total - sent == 4
+    # Only the 'error' cell (a rejected request) is asked again; everything else comes from disk.
+    assert server.total - sent == 1
     assert again.equals(first)
 
 
@@ -197,6 +195,15 @@ def test_a_new_seed_is_a_new_cache_key(dialogue, server, tmp_path):
     rewrite_turn(dialogue, 1, ["hate"], [3], config, seed=2, cache_dir=tmp_path)
     rewrite_turn(dialogue, 1, ["hate"], [3], config, seed=1, cache_dir=tmp_path)
     assert server.total == 2
+
+
+def test_an_endpoint_that_keeps_failing_fails_the_job_after_the_others_are_cached(dialogue, server, tmp_path):
+    server.script = lambda category, severity, nth: (
+        Reply(status=503) if (category, severity) == ("hate", 4) else ok_json()
+    )
+    with pytest.raises(EndpointUnavailable, match=r"did not answer 1 of 40 .*museum_plan\.t1\.hate\.s4.*HTTP 503"):
+        run_all(dialogue, server, tmp_path)
+    assert server.per_cell["hate", 4] == 3 and len(list(tmp_path.glob("*.json"))) == 39
 
 
 def test_concurrency_cap_is_respected(dialogue, server, tmp_path):

@@ -26,14 +26,16 @@ def dialogue() -> Dialogue:
 
 def test_one_row_per_category_and_severity_in_order(dialogue, tmp_path):
     frame = rewrite_turn(dialogue, 1, list(CATEGORIES), list(SEVERITIES), TEMPLATE, seed=0, cache_dir=tmp_path)
-    assert frame.schema == pl.Schema(VARIANTS.columns)
+    assert frame.select(*VARIANTS.columns).schema == pl.Schema(VARIANTS.columns)
+    assert frame.columns[len(VARIANTS.columns) :] == ["config_hash", "package_versions", "generation"]
+    assert set(frame["generation"]) == {"{}"} and frame["config_hash"].n_unique() == 1
     assert frame.height == 40
     expected_ids = [VariantKey("bakery_talk", 1, c, s).variant_id for c in CATEGORIES for s in SEVERITIES]
     assert frame["variant_id"].to_list() == expected_ids
     assert set(frame["status"]) == {"ok"}
     assert frame["text"].null_count() == 0
     assert set(frame["emotion"]) <= set(EMOTIONS)
-    first = frame.row(0, named=True)
+    first = frame.select(*VARIANTS.columns).row(0, named=True)
     assert first | {"text": None, "emotion": None} == {
         "dialogue_id": "bakery_talk",
         "variant_id": "bakery_talk.t1.overall.s1",

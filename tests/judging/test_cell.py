@@ -28,7 +28,7 @@ TURNS = (
 )
 GAPS = (0.2, 0.3)
 VARIANT = ("tiny_hike.t1.violence.s4", 1, "If you tell anyone, I will break your arms.", 1.2)
-PROVENANCE = {"config_hash", "seed", "package_versions"}
+PROVENANCE = {"config_hash", "seed", "package_versions", "generation"}
 
 
 def _tone(path, seconds, freq=220.0):

@@ -110,10 +110,9 @@ def prepare_workdir(workdir: Path, *, with_tiny_lalm: bool = True) -> Path:
     return write_config(workdir, config)
 
 
-def snakemake(
-    workdir: Path, configfile: Path, *args: str, timeout_s: int = 900, check: bool = True
-) -> subprocess.CompletedProcess:
-    """`snakemake -s <checkout>/Snakefile -d workdir --configfile ...` under `timeout -k`."""
+def snakemake_command(workdir: Path, configfile: Path, *args: str, timeout_s: int = 900) -> tuple[list[str], dict]:
+    """The command line and environment of `snakemake -s <checkout>/Snakefile -d workdir --configfile ...`,
+    under `timeout -k` so that a hung scheduler can never hang the test run."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env['PATH']}"
     command = [
@@ -133,6 +132,14 @@ def snakemake(
         "--configfile",
         str(configfile),
     ]
+    return command, env
+
+
+def snakemake(
+    workdir: Path, configfile: Path, *args: str, timeout_s: int = 900, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run snakemake in `workdir` (`snakemake_command`) and wait for it; fail with its output unless it succeeds."""
+    command, env = snakemake_command(workdir, configfile, *args, timeout_s=timeout_s)
     result = subprocess.run(command, capture_output=True, text=True, env=env, cwd=workdir)
     if check and result.returncode != 0:
         raise AssertionError(
@@ -140,6 +147,18 @@ def snakemake(
             f"{result.stdout[-4000:]}\n{result.stderr[-6000:]}"
         )
     return result
+
+
+def start_snakemake(
+    workdir: Path, configfile: Path, *args: str, output: Path, timeout_s: int = 900
+) -> subprocess.Popen:
+    """Start snakemake in its own process group (so that `os.killpg` reaches every job it started), its output
+    going to `output`; return at once."""
+    command, env = snakemake_command(workdir, configfile, *args, timeout_s=timeout_s)
+    with open(output, "a", encoding="utf-8") as sink:
+        return subprocess.Popen(
+            command, stdout=sink, stderr=subprocess.STDOUT, env=env, cwd=workdir, start_new_session=True
+        )
 
 
 def scheduled_jobs(result: subprocess.CompletedProcess) -> dict[str, int]:

@@ -18,7 +18,7 @@ import soundfile as sf
 import yaml
 
 from lalm_judge.cli import main as lalm_judge
-from lalm_judge.core.tables import SCORES
+from lalm_judge.core.tables import EFFORT_COLUMNS, SCORES
 from tests.support.workflow import load_test_config, scheduled_jobs, snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
@@ -28,8 +28,6 @@ CELLS = (
     "minilm/audio-none/basic/clean",
     "tiny_qwen2_audio/audio_text-gt/basic/clean",
 )
-# What differs between two runs that give the same scores: the time a request took.
-TIMING = ("latency_s",)
 
 
 def _imported_config() -> dict:
@@ -47,7 +45,8 @@ def _imported_config() -> dict:
 
 
 def _scores(shards) -> pl.DataFrame:
-    return SCORES.read(shards).drop(TIMING).sort("judge", "modality", "transcript_source", "prompt", "variant_id")
+    scores = SCORES.read(shards).drop(EFFORT_COLUMNS, strict=False)
+    return scores.sort("judge", "modality", "transcript_source", "prompt", "variant_id")
 
 
 def test_export_load_import_and_judge_give_the_same_scores(finished_run, tmp_path, monkeypatch, capsys):

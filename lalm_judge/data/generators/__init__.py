@@ -17,7 +17,8 @@ from lalm_judge.core.registry import LazyRegistry
 from lalm_judge.core.taxonomy import VariantKey
 
 # ok: a usable rewrite; refusal: the model declined; invalid_json / schema_error: the answer could not be
-# used after every re-ask; error: the endpoint failed (HTTP errors, timeouts) after every retry.
+# used after every re-ask; error: the endpoint rejected the request (an HTTP 4xx that is no refusal). An endpoint
+# that stays unreachable after every retry fails the job instead (a rerun asks again; `generators.llm`).
 STATUSES = ("ok", "refusal", "invalid_json", "schema_error", "error")
 
 
@@ -59,6 +60,8 @@ class RewriteGenerator(Protocol):
     name: str
     model: str
     prompt_version: str
+    # The sampling settings the rewrites depend on (recorded as the `generation` provenance column).
+    generation: Mapping[str, object]
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]: ...
 

@@ -1,16 +1,22 @@
 """The LLM rewrite generator: any OpenAI-compatible chat endpoint, concurrent, retried and cached.
 
 All requests of a turn run concurrently under a semaphore (`concurrency`). Transport failures
-(429, 408, 409, 5xx, timeouts, connection errors) are retried with exponential backoff; unusable
-answers (not JSON, or JSON outside the answer schema) are re-asked with the problem stated. Both are
-bounded by `max_retries`. A refusal ends as status 'refusal' and is never replaced by other text.
+(429, 408, 409, 5xx, timeouts, connection errors, and 200 answers that are not a chat completion: cut
+short, not JSON, no choices) are retried with exponential backoff; unusable answers (not JSON, or JSON
+outside the answer schema) are re-asked with the problem stated. Both are bounded by `max_retries`. A
+refusal ends as status 'refusal' and is never replaced by other text.
+
+A request whose transport retries run out fails the job (`EndpointUnavailable`, naming the endpoint) once
+every other request of the turn has finished and been cached: an unreachable endpoint is not a property of
+the variant, so it must not become a row that a rerun would keep. A request the endpoint rejects (an HTTP
+400 that is not a content-policy refusal) becomes a row with status 'error'.
 
 Refusals are recognised by, in order: the endpoint's `refusal` message field, a `content_filter`
 finish reason, a 400 error naming a content policy, the answer's `"refused": true`, or a reply
 (or rewritten text) that opens like a refusal (`looks_like_refusal`).
 
 Answers are cached on disk, one JSON file per request under `cache_dir`, so a rerun sends no
-request for a cached key. Endpoint failures (status 'error') are not cached: a rerun retries them.
+request for a cached key. Endpoint failures are not cached: a rerun retries them.
 The API key is read from the environment variable named by `api_key_env` and never logged or written.
 """
 
@@ -33,6 +39,7 @@ import jsonschema
 import openai
 import yaml
 
+from lalm_judge.core.endpoints import MALFORMED_RESPONSE, first_choice, redact
 from lalm_judge.core.files import read_json, stable_hash, write_json
 from lalm_judge.core.taxonomy import EMOTIONS
 from lalm_judge.data.generators import (
@@ -67,6 +74,10 @@ class MissingAPIKey(GeneratorConfigError):
 
 class EndpointConfigError(RuntimeError):
     """The endpoint rejected the configuration (key, permissions, model); no further requests are sent."""
+
+
+class EndpointUnavailable(RuntimeError):
+    """Requests still failed in transport after every retry; the answered ones are cached for the rerun."""
 
 
 @dataclass(frozen=True)
@@ -232,12 +243,14 @@ class ResponseCache:
 
 
 class GiveUp(Exception):
-    """Transport retries exhausted, or a non-retryable endpoint error: becomes a row with status 'error'."""
+    """A non-retryable endpoint error (a row with status 'error' or 'refusal'), or transport retries exhausted
+    (`unavailable`: the endpoint never answered)."""
 
-    def __init__(self, message: str, attempts: int, result_status: str = "error"):
+    def __init__(self, message: str, attempts: int, result_status: str = "error", unavailable: bool = False):
         super().__init__(message)
         self.attempts = attempts
         self.result_status = result_status
+        self.unavailable = unavailable
 
 
 @dataclass(frozen=True)
@@ -270,8 +283,12 @@ class ChatEndpoint:
             )
         return key
 
+    @property
+    def url(self) -> str:
+        return self.settings.base_url or "https://api.openai.com/v1"
+
     def redact(self, message: str) -> str:
-        return message.replace(self.api_key, "***") if self.api_key else message
+        return redact(message, self.api_key)
 
     def client(self) -> openai.AsyncOpenAI:
         # Retries are ours (counted, bounded, logged), so the client's own retries are off.
@@ -307,7 +324,7 @@ class ChatEndpoint:
             try:
                 async with semaphore:
                     completion = await client.chat.completions.create(messages=messages, **self.request_options(seed))
-                choice = completion.choices[0]
+                choice = first_choice(completion)
                 return ChatReply(
                     choice.message.content, choice.finish_reason, getattr(choice.message, "refusal", None), attempt
                 )
@@ -315,7 +332,7 @@ class ChatEndpoint:
                 code = err.status_code
                 if code in CONFIG_STATUS:
                     raise EndpointConfigError(
-                        f"the endpoint {self.settings.base_url or 'api.openai.com'} answered HTTP {code} for model "
+                        f"the endpoint {self.url} answered HTTP {code} for model "
                         f"{self.settings.model!r}: check the key in ${self.settings.api_key_env}, its permissions "
                         "and the model name"
                     ) from None
@@ -329,6 +346,8 @@ class ChatEndpoint:
                 retry_after = _retry_after_s(err)
             except (openai.APITimeoutError, openai.APIConnectionError) as err:
                 last_problem = type(err).__name__
+            except MALFORMED_RESPONSE as err:
+                last_problem = f"malformed answer ({type(err).__name__})"
             if attempt <= self.settings.max_retries:
                 delay = min(self.settings.backoff_max_s, self.settings.backoff_base_s * 2 ** (attempt - 1))
                 if retry_after is not None:
@@ -336,7 +355,7 @@ class ChatEndpoint:
                 log.info("%s: %s, retry %d in %.2fs", label, last_problem, attempt, delay)
                 await asyncio.sleep(delay)
         attempts = self.settings.max_retries + 1
-        raise GiveUp(f"gave up after {attempts} attempts: {last_problem}", attempts)
+        raise GiveUp(f"{label}: gave up after {attempts} attempts: {last_problem}", attempts, unavailable=True)
 
 
 async def ask_until_usable(
@@ -350,15 +369,19 @@ async def ask_until_usable(
     interpret: Callable[[ChatReply], Any],
     reask: Callable[[str], dict[str, str]],
     failure: Callable[[str, str, int], Any],
+    unavailable: list[GiveUp] | None = None,
 ) -> Any:
     """Ask until `interpret` (reply -> a result dataclass with `status`, `error` and `attempts`) gives an 'ok'
     or 'refusal' result, re-asking with the problem stated, at most `max_retries` times; transport failures
-    and refusals of the endpoint become `failure(status, error, attempts)`. Returns the last result."""
+    and refusals of the endpoint become `failure(status, error, attempts)`, and a request the endpoint never
+    answered is also appended to `unavailable` (for the caller to fail the job). Returns the last result."""
     attempts, result = 0, failure("error", "no request sent", 1)
     for _ in range(endpoint.settings.max_retries + 1):
         try:
             reply = await endpoint.complete(client, semaphore, messages, seed, label)
         except GiveUp as given_up:
+            if given_up.unavailable and unavailable is not None:
+                unavailable.append(given_up)
             return failure(given_up.result_status, str(given_up), attempts + given_up.attempts)
         attempts += reply.attempts
         if reply.refusal:
@@ -384,6 +407,13 @@ class LLMGenerator:
             )
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
+        self.generation = {
+            "temperature": self.settings.temperature,
+            "max_tokens": self.settings.max_tokens,
+            "json_mode": self.settings.json_mode,
+            "send_seed": self.settings.send_seed,
+            "max_retries": self.settings.max_retries,  # also bounds the re-asks after unusable answers
+        }
         self.cache = ResponseCache(Path(cache_dir))
         self.endpoint = ChatEndpoint(self.settings)
 
@@ -408,16 +438,27 @@ class LLMGenerator:
 
     async def _rewrite_all(self, requests: list[RewriteRequest]) -> list[RewriteResult]:
         semaphore = asyncio.Semaphore(self.settings.concurrency)
+        unavailable: list[GiveUp] = []
         async with self.endpoint.client() as client:
             try:
                 async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(self._rewrite_one(client, semaphore, r)) for r in requests]
+                    tasks = [group.create_task(self._rewrite_one(client, semaphore, r, unavailable)) for r in requests]
             except ExceptionGroup as failures:
                 raise failures.exceptions[0] from None
+        if unavailable:
+            raise EndpointUnavailable(
+                f"the endpoint {self.endpoint.url} did not answer {len(unavailable)} of {len(requests)} rewrite "
+                f"requests ({unavailable[0]}); the {len(requests) - len(unavailable)} answered ones are cached in "
+                f"{self.cache.root}: rerun when the endpoint is reachable"
+            )
         return [task.result() for task in tasks]
 
     async def _rewrite_one(
-        self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, request: RewriteRequest
+        self,
+        client: openai.AsyncOpenAI,
+        semaphore: asyncio.Semaphore,
+        request: RewriteRequest,
+        unavailable: list[GiveUp],
     ) -> RewriteResult:
         messages = self.prompt.messages(request)
         key, key_fields = self.cache_key(request, messages)
@@ -434,8 +475,9 @@ class LLMGenerator:
             interpret=lambda reply: interpret_reply(reply.text, self.prompt.response_schema, reply.finish_reason),
             reask=self.prompt.reask_message,
             failure=lambda status, error, attempts: RewriteResult(status, attempts=attempts, error=error),
+            unavailable=unavailable,
         )
-        if result.status != "error":
+        if result.status != "error":  # endpoint errors are asked again by the rerun
             self.cache.put(key, key_fields, result)
         return result
 

@@ -151,6 +151,7 @@ class TemplateGenerator:
         check_config_keys(config, ["bank"], self.name)
         self.bank = TemplateBank.load(config.get("bank") or BANK_PATH)
         self.prompt_version = self.bank.version
+        self.generation: dict[str, Any] = {}  # deterministic: the bank (its version) and the seed decide
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]:
         return [self.rewrite_one(request) for request in requests]

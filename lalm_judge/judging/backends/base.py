@@ -126,3 +126,10 @@ class JudgeSpec:
         values["capabilities"] = Capabilities.from_config(values.get("capabilities"))
         gpus = entry.get("gpus", entry.get("schedule", {}).get("resources", {}).get("gpu", 0))
         return cls(name=name, gpus=int(gpus), **values)
+
+    @property
+    def generation_settings(self) -> dict[str, Any]:
+        """What shapes the decoding beyond the model and prompt (the `generation` provenance column of its rows):
+        the generation options, the weights' dtype, and the batch size, since on a GPU the batch a request shares
+        changes the numerics (docs/reliability.md)."""
+        return {"generation": dict(self.generation), "dtype": self.dtype, "batch_size": self.batch_size}

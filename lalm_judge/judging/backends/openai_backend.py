@@ -10,7 +10,8 @@ Options (`spec.options`):
   takes no key (local servers) and a placeholder is sent. The key itself is never logged or written.
 - `concurrency` (4): requests in flight at once.
 - `max_retries` (5), `backoff_base_s` (1.0), `timeout_s` (120): a request that meets a 408/409/429, a
-  5xx, a timeout or a connection error is retried after backoff_base_s * 2**attempt seconds (or the
+  5xx, a timeout, a connection error or a 200 that is not a chat completion (cut short, not JSON, no
+  choices: `lalm_judge.core.endpoints`) is retried after backoff_base_s * 2**attempt seconds (or the
   server's cooldown when longer: the Retry-After header, or Gemini's `retryDelay`, which its 429 carries in
   the error body's `google.rpc.RetryInfo` instead of a header); after max_retries retries the job fails with a
   RuntimeError naming the endpoint. Other errors (400, 401, 404, ...) fail at once, except below.
@@ -50,6 +51,7 @@ from typing import Any
 import numpy as np
 import openai
 
+from lalm_judge.core.endpoints import MALFORMED_RESPONSE, first_choice, redact
 from lalm_judge.core.files import read_json, stable_hash, write_json
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import DEFAULT_CONCURRENCY
@@ -247,8 +249,10 @@ class OpenAIBackend:
             if self.logprobs_rejected and "logprobs" in params:
                 params = self._without_logprobs(params)
             try:
-                return await client.chat.completions.create(model=self.spec.model, messages=messages, **params)
-            except (openai.APIConnectionError, openai.APIStatusError) as err:
+                response = await client.chat.completions.create(model=self.spec.model, messages=messages, **params)
+                first_choice(response)
+                return response
+            except (openai.APIConnectionError, openai.APIStatusError, *MALFORMED_RESPONSE) as err:
                 status = getattr(err, "status_code", None)
                 if status == BAD_REQUEST and "logprobs" in params:
                     self._reject_logprobs(err)
@@ -257,14 +261,15 @@ class OpenAIBackend:
                 retryable = status is None or status in RETRYABLE_STATUS or status >= 500
                 if not retryable:
                     raise RuntimeError(
-                        f"endpoint {self.base_url} rejected request {request_id} (HTTP {status}): {err}"
-                    ) from err
+                        f"endpoint {self.base_url} rejected request {request_id} (HTTP {status}): "
+                        f"{redact(str(err), self._api_key)}"
+                    ) from None
                 if attempt == self.max_retries:
                     raise RuntimeError(
                         f"endpoint {self.base_url} failed request {request_id} after {attempt + 1} attempts "
                         f"({type(err).__name__}{f', HTTP {status}' if status else ''}); check that the server "
                         "is up and reachable, then rerun"
-                    ) from err
+                    ) from None  # the server's error text may quote the key; the message says what failed
                 delay = self._backoff_s(attempt, err)
                 logger.warning(
                     "%s: request %s attempt %d failed (%s); retrying in %.2f s",
@@ -288,7 +293,7 @@ class OpenAIBackend:
                 "for the rest of this job. Set capabilities.logprobs: false for this judge.",
                 self.spec.name,
                 self.base_url,
-                str(err).splitlines()[0][:200],
+                redact(str(err), self._api_key).splitlines()[0][:200],
             )
         self.logprobs_rejected = True
 
@@ -305,7 +310,7 @@ class OpenAIBackend:
         return max(delay, min(MAX_BACKOFF_S, cooldown)) if cooldown else delay
 
     def _record(self, response: Any, latency_s: float, request: JudgeRequest) -> dict[str, Any]:
-        choice = response.choices[0]
+        choice = first_choice(response)
         usage = response.usage
         return {
             "text": choice.message.content or "",

@@ -1,0 +1,153 @@
+"""API keys: read only from the environment variable a config names, sent to the endpoint, and found nowhere else.
+
+The rewrite stage and the openai judge run with a sentinel key through the fault proxy (bench/fault_proxy.py),
+which quotes the Authorization header back in every error body, as some servers quote a rejected key: transient
+faults that are retried, requests the server rejects (rows with status 'error', a failed judge call) and an
+endpoint that never answers (failed jobs). Every file written (tables, caches), every log record at DEBUG (the
+`openai` and `httpx` clients' included), everything printed and every error message with its traceback is then
+searched for the key. The workflow-level search (results, logs, Snakemake's metadata, the report) is in
+tests/reliability/test_workflow_runs.py.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import traceback
+
+import polars as pl
+import pytest
+
+from bench.fault_proxy import FaultProxy
+from lalm_judge.core.dialogue import Dialogue, Turn
+from lalm_judge.core.files import write_parquet
+from lalm_judge.data.variants import rewrite_turn, write_variant_table
+from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.openai_backend import OpenAIBackend
+from lalm_judge.workflow.config import ConfigError, validate_config
+from tests.support.workflow import load_test_config
+
+pytestmark = pytest.mark.server
+
+KEY_ENV = "LALM_JUDGE_SENTINEL_KEY"
+SENTINEL = "sk-sentinel-7f3a9c1e5b2d4068"
+
+
+def quote_the_key(body: dict, authorization: str) -> str:
+    return f"Incorrect API key provided: {authorization.removeprefix('Bearer ')}"
+
+
+@pytest.fixture
+def dialogue() -> Dialogue:
+    turns = [Turn(0, "Ana", "Shall we cook tonight?", "curious"), Turn(1, "Ben", "Yes, pasta please.", "happy")]
+    return Dialogue("cooking_plan", turns, "jsonl", "memory", 16000)
+
+
+def answer(body: dict) -> str:
+    return json.dumps({"text": "Cook it yourself, idiot.", "emotion": "angry"})
+
+
+def proxy(fault_rate: float, faults: list[str] | None = None) -> FaultProxy:
+    return FaultProxy(
+        answer=answer,
+        fault_rate=fault_rate,
+        max_faults_per_request=2 if fault_rate < 1 else None,
+        error_detail=quote_the_key,
+        **({"faults": faults} if faults else {}),
+    )
+
+
+def generator(endpoint: FaultProxy) -> dict:
+    return {
+        "name": "llm",
+        "base_url": endpoint.base_url,
+        "model": "stand-in",
+        "api_key_env": KEY_ENV,
+        "concurrency": 4,
+        "max_retries": 2,
+        "timeout_s": 1.0,
+        "backoff_base_s": 0.01,
+    }
+
+
+def judge(endpoint: FaultProxy, cache_dir) -> OpenAIBackend:
+    options = {"base_url": endpoint.base_url, "api_key_env": KEY_ENV, "cache_dir": str(cache_dir)}
+    options |= {"max_retries": 2, "timeout_s": 1.0, "backoff_base_s": 0.01}
+    return OpenAIBackend(JudgeSpec(name="api_judge", backend="openai", model="stand-in", options=options))
+
+
+def requests() -> list[JudgeRequest]:
+    return [JudgeRequest(f"r{i}", "You are a judge.", f"Dialogue {i}.") for i in range(8)]
+
+
+def test_the_key_reaches_the_endpoint_and_nothing_else(dialogue, tmp_path, monkeypatch, caplog, capfd):
+    monkeypatch.setenv(KEY_ENV, SENTINEL)
+    for name in ("", "openai", "httpx2", "httpcore2", "httpx", "httpcore", "lalm_judge"):
+        caplog.set_level(logging.DEBUG, logger=name or None)
+    errors: list[BaseException] = []
+    seen: set[str] = set()
+
+    def run(endpoint: FaultProxy, action) -> None:
+        with endpoint:
+            try:
+                action(endpoint)
+            except Exception as err:  # noqa: BLE001  (every failure is kept and searched)
+                errors.append(err)
+            seen.update(endpoint.log.seen_authorization)
+
+    def rewrite(name: str):
+        def action(endpoint: FaultProxy) -> None:
+            config = generator(endpoint)
+            frame = rewrite_turn(dialogue, 1, ["harassment", "hate"], [1, 3], config, 0, tmp_path / f"{name}_cache")
+            write_variant_table(frame, tmp_path / f"{name}.parquet")
+
+        return action
+
+    def score(name: str):
+        def action(endpoint: FaultProxy) -> None:
+            outputs = judge(endpoint, tmp_path / f"{name}_cache").generate(requests())
+            write_parquet(tmp_path / f"{name}.parquet", pl.DataFrame({"text": [o.text for o in outputs]}))
+
+        return action
+
+    run(proxy(0.3), rewrite("variants_with_faults"))
+    run(proxy(1.0, ["bad_request"]), rewrite("variants_rejected"))
+    run(proxy(1.0, ["server_error", "rate_limit"]), rewrite("variants_unreachable"))
+    run(proxy(0.3), score("scores_with_faults"))
+    run(proxy(1.0, ["bad_request"]), score("scores_rejected"))
+    run(proxy(1.0, ["unavailable"]), score("scores_unreachable"))
+
+    assert seen == {f"Bearer {SENTINEL}"}, "the key was sent as the bearer token"
+    assert len(errors) == 3, errors  # the unreachable rewrite, the rejected and the unreachable judge calls
+    rejected = pl.read_parquet(tmp_path / "variants_rejected.parquet")
+    assert set(rejected["status"]) == {"error"} and rejected["error"].str.contains("Incorrect API key").all()
+    messages = [text for err in errors for text in traceback.format_exception(err)]
+    assert all("127.0.0.1" in str(err) for err in errors), "the failures name the endpoint"
+    printed = capfd.readouterr()
+    places = {
+        **{str(path): path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()},
+        "log records": caplog.text.encode(),
+        "stdout and stderr": (printed.out + printed.err).encode(),
+        "error messages and tracebacks": "".join(messages).encode(),
+    }
+    assert len(places) > 10
+    leaks = [place for place, data in places.items() if SENTINEL.encode() in data]
+    assert leaks == []
+
+
+def test_a_key_written_into_the_config_is_rejected_naming_its_place():
+    config = load_test_config()
+    config["judges"]["minilm"]["options"]["api_key"] = SENTINEL
+    with pytest.raises(ConfigError, match=r"judges\.minilm\.options\.api_key: a config never holds a key") as raised:
+        validate_config(config)
+    assert SENTINEL not in str(raised.value)
+
+
+def test_a_missing_key_variable_is_named_before_any_request(monkeypatch, tmp_path, dialogue):
+    monkeypatch.delenv(KEY_ENV, raising=False)
+    with proxy(0.0) as endpoint:
+        with pytest.raises(RuntimeError, match=KEY_ENV):
+            judge(endpoint, tmp_path)
+        with pytest.raises(ValueError, match=KEY_ENV):
+            rewrite_turn(dialogue, 1, ["hate"], [1], generator(endpoint), 0, tmp_path)
+        assert endpoint.log.total == 0
