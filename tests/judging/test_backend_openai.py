@@ -383,7 +383,8 @@ def no_logprobs_api():
 
 
 def calibrated_row(spec: JudgeSpec) -> dict:
-    from lalm_judge.judging.cell import cell_settings, score_samples
+    from lalm_judge.judging.cell import cell_settings
+    from lalm_judge.judging.job import score_samples
 
     cell = cell_settings(spec, "text", "gt", "calibrated")
     return score_samples([two_turn_sample()], cell, OpenAIBackend(spec))[0]

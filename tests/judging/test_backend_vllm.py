@@ -272,15 +272,16 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
 
 
 def test_a_cell_hands_the_backend_every_request_of_the_job(vllm_stand_in, qwen2audio_dir):
-    """The judge stage sends a vLLM judge all requests of a job at once, whatever batch_size says (vLLM batches
-    itself), and an OpenAI-compatible judge enough requests to fill its concurrency (the schema's default batch_size
-    of 8 once capped Gemini's 16 requests in flight at 8)."""
-    from lalm_judge.judging.backends.capabilities import request_batch_size
-    from lalm_judge.judging.cell import cell_settings, score_samples
+    """The judge stage sends a vLLM judge the requests of a job in submissions of VLLM_REQUESTS_PER_CALL, whatever
+    batch_size says (vLLM batches itself), and an OpenAI-compatible judge enough requests to fill its concurrency
+    (the schema's default batch_size of 8 once capped Gemini's 16 requests in flight at 8)."""
+    from lalm_judge.judging.backends.capabilities import VLLM_REQUESTS_PER_CALL, request_batch_size
+    from lalm_judge.judging.cell import cell_settings
+    from lalm_judge.judging.job import score_samples
     from tests.support.samples import two_turn_sample
 
     spec = JudgeSpec(name="q", backend="vllm", model=str(qwen2audio_dir), modalities=("text",), batch_size=8)
-    assert request_batch_size(spec) is None
+    assert request_batch_size(spec) == VLLM_REQUESTS_PER_CALL == 4096
     assert request_batch_size(dataclasses.replace(spec, backend="transformers")) == 8
     gemini = dataclasses.replace(spec, backend="openai", options={"concurrency": 16})
     assert request_batch_size(gemini) == 64
