@@ -250,6 +250,7 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
     assert engine["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
     assert engine["max_model_len"] == 4096
     assert engine["trust_remote_code"] is True
+    assert engine["enable_prefix_caching"] is True  # the judge job orders requests to share prefixes
 
     requests = requests_with_audio()
     outputs = backend.generate(requests)
