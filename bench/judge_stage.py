@@ -9,7 +9,8 @@ Three sections (`--section`, default all):
   after a third prompt is added, an unchanged rerun, and a job killed (SIGKILL) half-way then resumed, each
   with requests computed and wall time.
 - `gpu`: an estimate of the paper run's GPU-hours per judge, loading and scoring apart, from the `loads`
-  plan and the stated assumptions (`--load-s-*`, `--requests-per-s-*`); no GPU was measured.
+  plan and the stated assumptions (`--load-s-<backend>`, `--requests-per-s-<judge>`, those of docs/cluster.md);
+  no GPU was measured.
 
 Run: .venv/bin/python -m bench.judge_stage [--section loads|cpu|gpu] [--dialogues 100]
 Last line: `loads_before=<max per judge> loads_after=<max per judge> resume_computed=<n> resume_remainder=<n>
@@ -45,12 +46,23 @@ from lalm_judge.workflow.plan import Plan  # noqa: E402
 ROOT = Path(__file__).resolve().parents[1]
 TURNS, VARIANTS_PER_TURN = 6, 40
 
-# Assumptions of the GPU-hours estimate (no GPU was measured); each can be set on the command line.
+# Assumptions of the GPU-hours estimate (no GPU was measured); each can be set on the command line. They are
+# those of docs/cluster.md ("GPU-hours per stage"), per judge there, so that both estimates agree.
 # Load: engine start, weights from a local disk, CUDA graph capture (vLLM: 1-2 min for a 7-10B model).
 LOAD_S = {"vllm": 90.0, "transformers": 60.0}
-# Scoring throughput of one GPU, requests per second, with answers of up to 512 tokens: vLLM's continuous
-# batching on a 7-10B model (~20 requests/s); transformers batches of the judge's batch_size.
-REQUESTS_PER_S = {"vllm": 20.0, "transformers": 2.0}
+# Scoring throughput of one 80 GB GPU, requests per second, at about 150 generated tokens per request: vLLM's
+# continuous batching of a 7-10B model; the transformers backend's padded static batches about a quarter of it.
+REQUESTS_PER_S = {
+    "qwen2_audio_7b": 8.0,
+    "meralion2_10b": 8.0,
+    "minicpm_o": 6.0,
+    "llama31_8b": 15.0,
+    "audio_flamingo_3": 2.0,
+    "qwen25_omni_7b": 1.5,
+}
+# A dialogue lasts about 35 s (6 turns of about 5 s and 0.4 s pauses): a judge that reads at most 30 s
+# (`long_audio: chunk`) sends about 1.5 windows per audio request.
+DIALOGUE_S, WINDOWS_PER_LONG_SAMPLE = 35.0, 1.5
 
 
 # --- the judge job as the workflow runs it, for this benchmark and the tests ---------------------------------
@@ -136,16 +148,20 @@ def loads_section(plan: Plan) -> list[dict[str, Any]]:
     samples = len(plan.dialogue_ids) * (1 + TURNS * VARIANTS_PER_TURN)
     rows = []
     for judge in plan.judges():
-        cells = len(plan.judge_cells(judge))
+        cells = plan.judge_cells(judge)
         shards = len(plan.shards())
+        entry = plan.config["judges"][judge]
+        audio_cells = sum(cell.modality != "text" for cell in cells)
+        max_audio_s = entry.get("max_audio_s")
+        windows = WINDOWS_PER_LONG_SAMPLE if max_audio_s is not None and max_audio_s < DIALOGUE_S else 1.0
         rows.append(
             {
                 "judge": judge,
-                "backend": plan.config["judges"][judge]["backend"],
-                "cells": cells,
-                "jobs_before": cells * shards,
+                "backend": entry["backend"],
+                "cells": len(cells),
+                "jobs_before": len(cells) * shards,
                 "jobs_after": shards,
-                "requests": samples * cells,
+                "requests": round(samples * (len(cells) - audio_cells + audio_cells * windows)),
             }
         )
     print(f"\nModel loads per judge at paper scale ({len(plan.dialogue_ids)} dialogues, {samples:,} samples):")
@@ -172,7 +188,7 @@ def gpu_section(rows: list[dict[str, Any]], load_s: Mapping[str, float], rates: 
             continue
         before = row["jobs_before"] * load_s[row["backend"]] / 3600
         after = row["jobs_after"] * load_s[row["backend"]] / 3600
-        scoring = row["requests"] / rates[row["backend"]] / 3600
+        scoring = row["requests"] / rates[row["judge"]] / 3600
         totals = [totals[0] + before, totals[1] + after, totals[2] + scoring]
         print(
             f"{row['judge']:<18} {row['backend']:<12} {before:>11.1f} {after:>10.2f} {scoring:>8.1f} "
@@ -184,9 +200,9 @@ def gpu_section(rows: list[dict[str, Any]], load_s: Mapping[str, float], rates: 
         "assumptions: load "
         + ", ".join(f"{b} {s:.0f} s" for b, s in load_s.items())
         + "; scoring "
-        + ", ".join(f"{b} {r:g} requests/s" for b, r in rates.items())
-        + "; one request per sample and cell (long-audio windows add requests; windows equal across variants are "
-        "computed once); a rerun after an added prompt or a resume loads each shard's model once more"
+        + ", ".join(f"{j} {r:g}" for j, r in rates.items())
+        + f" requests/s; {WINDOWS_PER_LONG_SAMPLE:g} windows per audio request of a judge reading under "
+        f"{DIALOGUE_S:g} s; a rerun after an added prompt or a resume loads each shard's model once more"
     )
 
 
@@ -251,7 +267,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of the cpu section")
     for backend in LOAD_S:
         parser.add_argument(f"--load-s-{backend}", type=float, default=LOAD_S[backend])
-        parser.add_argument(f"--requests-per-s-{backend}", type=float, default=REQUESTS_PER_S[backend])
+    for judge in REQUESTS_PER_S:
+        parser.add_argument(f"--requests-per-s-{judge.replace('_', '-')}", type=float, default=REQUESTS_PER_S[judge])
     args = parser.parse_args()
     summary: dict[str, int] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -262,7 +279,7 @@ def main() -> None:
             summary["loads_after"] = max(r["jobs_after"] for r in rows)
             if args.section in ("all", "gpu"):
                 load_s = {b: getattr(args, f"load_s_{b}") for b in LOAD_S}
-                rates = {b: getattr(args, f"requests_per_s_{b}") for b in REQUESTS_PER_S}
+                rates = {j: getattr(args, f"requests_per_s_{j}") for j in REQUESTS_PER_S}
                 gpu_section(rows, load_s, rates)
         if args.section in ("all", "cpu"):
             summary.update(cpu_section(args.threads, scratch / "cpu"))

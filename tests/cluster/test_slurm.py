@@ -147,9 +147,8 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     assert n_turns == len([k for k in prep_logs if k.startswith("variants/")]) >= 2
     n_judge_jobs = 1 + gpu_judge  # one per judge and shard (one shard): minilm (text-gt and audio), minilm_gpu
     per_dialogue = n_turns + 1 + 1 + 1  # TTS per turn, ASR, manifest, turn energy and pitch
-    assert len(others) == per_dialogue + n_judge_jobs + len(
-        ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures", "control_figures", "report"]
-    )
+    aggregates = ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures"]
+    assert len(others) == per_dialogue + n_judge_jobs + len([*aggregates, "control_figures", "report"])
 
     slurm = finished_jobs()
     for job_id in {*grouped_ids, *others}:

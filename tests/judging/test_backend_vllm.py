@@ -56,6 +56,7 @@ ENGINE_ARGS = {
     "attention_backend",
     "enforce_eager",
     "max_logprobs",
+    "enable_prefix_caching",
 }
 
 
@@ -287,7 +288,11 @@ def test_a_cell_hands_the_backend_every_request_of_the_job(vllm_stand_in, qwen2a
     gemini = dataclasses.replace(spec, backend="openai", options={"concurrency": 16})
     assert request_batch_size(gemini) == 64
     backend = backend_for(spec)
-    samples = [two_turn_sample(f"d.s{i}") for i in range(20)]
+    # Distinct texts: equal requests are computed once (the request cache's keys).
+    samples = [
+        dataclasses.replace(two_turn_sample(f"d.s{i}"), texts={"gt": (f"Hi, trip {i}?", "Long, but worth it.")})
+        for i in range(20)
+    ]
     rows = score_samples(samples, cell_settings(spec, "text", "gt", "basic"), backend)
     assert len(rows) == 20 and [len(call[0]) for call in vllm_stand_in.generate_calls] == [20]
 

@@ -36,7 +36,8 @@ Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no
 
 A `generate` call is one submission, which vLLM schedules by continuous batching; the judge job hands it up to
 `capabilities.VLLM_REQUESTS_PER_CALL` requests per call and writes the request cache after each. Automatic
-prefix caching is on (`enable_prefix_caching`; `engine_kwargs` may turn it off). The judge job
+prefix caching is on (`enable_prefix_caching`, the V1 engine's default, set so that it does not depend
+on the version; `engine_kwargs` may turn it off). The judge job
 (`lalm_judge.judging.job`) sends each dialogue's requests together, cell by cell, the original before its
 variants in turn order, so neighbours share the prompt and the dialogue up to the replaced turn. That this saves
 compute relies on: prompts sent as token ids that are equal up to where they differ (one chat template, no added
