@@ -191,3 +191,20 @@ def test_other_backends_get_each_dialogue_together_in_turn_order(manifests, lalm
         block = first_dialogue[start : start + per_cell]
         turns = [-1 if i.endswith(".original") else int(i.split(".")[1][1:]) for i in block]
         assert turns == sorted(turns) and turns[0] == -1
+
+
+def test_a_ready_backends_own_audio_window_windows_the_audio(manifests, lalm_spec, tmp_path):
+    """A loaded backend may read less audio than the judge's max_audio_s (a processor's window): its cells are
+    windowed to what the model reads, as `long_audio: chunk` says, instead of failing in the backend."""
+    cells = cells_of([("audio", "none")], ["basic"])
+    whole = RecordingBackend()
+    run_job(manifests, lalm_spec, cells, tmp_path / "whole", backend=whole)
+    longest_s = max(len(r.audio[0]) / r.audio[1] for call in whole.calls for r in call)
+
+    windowed = RecordingBackend()
+    windowed.max_audio_s = 0.75 * longest_s
+    spec = dataclasses.replace(lalm_spec, long_audio="chunk")
+    run_job(manifests, spec, cells, tmp_path / "windowed", backend=windowed)
+    sent = [r for call in windowed.calls for r in call]
+    assert all(len(r.audio[0]) / r.audio[1] <= windowed.max_audio_s for r in sent)
+    assert any("#w1" in r.request_id for r in sent), "the longest dialogues became two windows"
