@@ -88,7 +88,7 @@ def main() -> None:
                 f"transformers batch {b}": TransformersBackend(replace(spec, batch_size=b)) for b in (1, 8, 16)
             }
             for concurrency in (1, 8):
-                served = {"base_url": server.base_url, "api_key_env": None, "cache_dir": None}
+                served = {"base_url": server.base_url, "api_key_env": None}
                 settings[f"openai concurrency {concurrency}"] = OpenAIBackend(
                     replace(spec, backend="openai", options={**served, "concurrency": concurrency})
                 )

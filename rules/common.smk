@@ -103,21 +103,34 @@ def get_shard_manifests(wildcards):
 
 
 def get_score_shards():
-    return [
-        f"results/scores/{c.judge}/{c.modality}-{c.transcript_source}/{c.prompt}/{c.condition}/shard{k}.parquet"
-        for c in PLAN.judge_cells()
-        for k in PLAN.shards()
-    ]
+    return [cell.score_path(k) for cell in PLAN.judge_cells() for k in PLAN.shards()]
 
 
-def get_prompt_file(wildcards):
-    """The prompt template, relative to the working directory (which may differ from the checkout)."""
-    return os.path.relpath(os.path.join(workflow.basedir, "prompts", f"{wildcards.prompt}.yaml"))
+def get_judge_score_paths(judge):
+    """The outputs of a judge's job: one score table per cell of the judge, for the job's shard."""
+    return [cell.score_path("{shard}") for cell in PLAN.judge_cells(judge)]
 
 
-def get_judge_spec(wildcards):
+def get_judge_cells(judge):
+    """The judge's cells, in the order of its outputs."""
+    return canonical([cell.job_fields() for cell in PLAN.judge_cells(judge)])
+
+
+def get_judge_prompt_files(judge):
+    """The judge's prompt templates, relative to the working directory (which may differ from the checkout)."""
+    prompts = os.path.join(workflow.basedir, "prompts")
+    return [os.path.relpath(os.path.join(prompts, f"{name}.yaml")) for name in PLAN.judge_prompts(judge)]
+
+
+def judge_name(judge):
+    """A judge's name, given as such (the safety track's rules, one per judge) or by a job's `judge` wildcard
+    (the pairwise track's rule)."""
+    return judge if isinstance(judge, str) else judge.judge
+
+
+def get_judge_spec(judge):
     """What determines the judge's answers (the registry entry without its schedule and report texts)."""
-    entry = config["judges"][wildcards.judge]
+    entry = config["judges"][judge_name(judge)]
     spec = {k: v for k, v in entry.items() if k not in JudgeSpec.NOT_IN_SPEC}
     return canonical({**spec, "gpus": entry["schedule"]["resources"]["gpu"]})
 
@@ -135,11 +148,16 @@ def get_report_config():
     )
 
 
+def get_judge_resources(judge):
+    """Resources of a judge's jobs from the judge registry (`judges.<name>.schedule.resources`)."""
+    return config["judges"][judge_name(judge)]["schedule"]["resources"]
+
+
 def get_judge_resource(name):
-    """Resource of a judge job from the judge registry (`judges.<name>.schedule.resources`)."""
+    """One resource of a judge job, from its `judge` wildcard (the pairwise track's rule)."""
 
     def resource(wildcards):
-        return config["judges"][wildcards.judge]["schedule"]["resources"][name]
+        return get_judge_resources(wildcards)[name]
 
     return resource
 
@@ -199,8 +217,8 @@ def get_tts_conda_env(wildcards):
     return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"
 
 
-def get_judge_conda_env(wildcards):
-    entry = config["judges"][wildcards.judge]
+def get_judge_conda_env(judge):
+    entry = config["judges"][judge_name(judge)]
     default = "../envs/judge-vllm.yaml" if entry["backend"] == "vllm" else "../envs/judge-hf.yaml"
     return entry["schedule"].get("conda_env", default)
 

@@ -1,27 +1,40 @@
-# One job per (judge cell, shard): the model loads once and scores every sample of the shard.
-# Resources come from the judge registry (config `judges.<name>.resources`).
-rule judge_shard:
-    input:
-        shard_index="results/manifests/shards/shard{shard}.json",
-        prompt=get_prompt_file,
-    output:
-        scores="results/scores/{judge}/{modality}-{source}/{prompt}/{condition}/shard{shard}.parquet",
-    log:
-        "logs/scores/{judge}/{modality}-{source}/{prompt}/{condition}/shard{shard}.log",
-    benchmark:
-        "benchmarks/scores/{judge}/{modality}-{source}/{prompt}/{condition}/shard{shard}.tsv"
-    params:
-        spec=get_judge_spec,
-        audio_sample_rate=config["evaluation"]["audio_sample_rate"],
-        seed=SEED,
-    threads: get_judge_resource("threads")
-    resources:
-        gpu=get_judge_resource("gpu"),
-        gpu_model=get_judge_resource("gpu_model"),
-        mem_mb=get_judge_resource("mem_mb"),
-        runtime=get_judge_resource("runtime"),
-        cpus_per_gpu=get_judge_resource("cpus_per_gpu"),
-    conda:
-        get_judge_conda_env
-    script:
-        "../workflow_scripts/judge_shard.py"
+# One job per (judge, shard): the judge's model loads once and scores every cell of the judge (modality x
+# transcript source x prompt x condition) on the shard's dialogues, writing one score table per cell. A rule's
+# outputs cannot depend on its wildcards and each judge has its own cells, so every judge gets a rule of its
+# own, `judge_<name>`, made here from one template. Requests already in the judge's request cache
+# (`evaluation.cache_dir`) are not computed again: a rerun because an output was added (a prompt, a
+# condition), a dialogue joined the shard, or the job was killed computes only the new requests
+# (lalm_judge.judging.job). Resources come from the judge registry (`judges.<name>.schedule.resources`).
+for judge in PLAN.judges():
+
+    rule:
+        name:
+            f"judge_{judge}"
+        input:
+            shard_index="results/manifests/shards/shard{shard}.json",
+            prompts=get_judge_prompt_files(judge),
+        output:
+            get_judge_score_paths(judge),
+        log:
+            job=f"logs/scores/{judge}/shard{{shard}}.log",
+            requests=f"logs/scores/{judge}/shard{{shard}}.requests.json",
+        benchmark:
+            f"benchmarks/scores/{judge}/shard{{shard}}.tsv"
+        params:
+            judge=judge,
+            spec=get_judge_spec(judge),
+            cells=get_judge_cells(judge),
+            audio_sample_rate=config["evaluation"]["audio_sample_rate"],
+            cache_dir=config["evaluation"]["cache_dir"],
+            seed=SEED,
+        threads: get_judge_resources(judge)["threads"]
+        resources:
+            gpu=get_judge_resources(judge)["gpu"],
+            gpu_model=get_judge_resources(judge)["gpu_model"],
+            mem_mb=get_judge_resources(judge)["mem_mb"],
+            runtime=get_judge_resources(judge)["runtime"],
+            cpus_per_gpu=get_judge_resources(judge)["cpus_per_gpu"],
+        conda:
+            get_judge_conda_env(judge)
+        script:
+            "../workflow_scripts/judge_shard.py"

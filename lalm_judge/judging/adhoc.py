@@ -14,7 +14,8 @@ from lalm_judge.core.taxonomy import SAFE_SEVERITY, original_id
 from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeSpec
-from lalm_judge.judging.cell import AudioLoader, cell_settings, dialogue_audio, score_samples
+from lalm_judge.judging.cell import AudioLoader, cell_settings, dialogue_audio
+from lalm_judge.judging.job import score_samples
 from lalm_judge.judging.prompts import Prompt
 from lalm_judge.judging.windows import Window
 from lalm_judge.manifest.samples import Sample

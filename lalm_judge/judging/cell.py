@@ -1,27 +1,26 @@
-"""The judge-cell stage: score every sample of a shard's manifests with one judge cell and write the scores.
+"""Judge cells: their settings, the requests of one sample in a cell, and the score row of one sample.
 
-A judge cell is (judge, modality, transcript source, prompt, condition). `score_cell` loads the backend
-once, builds one request per sample (or per long-audio window, `lalm_judge.judging.windows`), sends them in
-batches of `spec.batch_size`, parses every output (`lalm_judge.judging.scoring`) and writes one long-format
-row per sample (`lalm_judge.core.tables.SCORES`) with provenance columns. Failures to parse are rows with
-their status, never crashes. A chunked sample's score is the minimum over its windows when every window is ok;
-when some are not, the sample is `incomplete_windows` (the windows that parsed may be exactly those without
-the unsafe turn), and when none is, it has the first window's status.
+A judge cell is (judge, modality, transcript source, prompt, condition). `cell_requests` builds one request
+per sample (or per long-audio window, `lalm_judge.judging.windows`) from the sample's audio after the cell's
+condition (`lalm_judge.judging.conditions`); `score_row` parses the outputs (`lalm_judge.judging.scoring`)
+into one long-format row (`lalm_judge.core.tables.SCORES`) with provenance columns. Failures to parse are rows
+with their status, never crashes. A chunked sample's score is the minimum over its windows when every window
+is ok; when some are not, the sample is `incomplete_windows` (the windows that parsed may be exactly those
+without the unsafe turn), and when none is, it has the first window's status. The judge job
+(`lalm_judge.judging.job`) runs every cell of a judge for a shard.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import polars as pl
-from tqdm import tqdm
 
-from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, stable_hash, with_provenance
 from lalm_judge.core.tables import SCORES
 from lalm_judge.core.vocabulary import (
     AUDIO,
@@ -33,13 +32,12 @@ from lalm_judge.core.vocabulary import (
     audio_input_label,
     modality_source_error,
 )
-from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import request_batch_size
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.conditions import DialogueAudio
 from lalm_judge.judging.prompts import Prompt, build_request, load_prompt
 from lalm_judge.judging.scoring import ParsedScore, resolve_score
 from lalm_judge.judging.windows import AudioPlan, Window, plan_long_audio, turn_windows
-from lalm_judge.manifest.samples import Manifest, Sample, assemble_waveform
+from lalm_judge.manifest.samples import Sample, assemble_waveform
 
 RAW_OUTPUT_MAX_CHARS = 2000
 WINDOW_SEPARATOR = "\n--- next window ---\n"
@@ -57,33 +55,42 @@ class CellSettings:
     audio_sample_rate: int
     # The ASR source a text-only judge reads in the audio modality (an ASR cascade), else None.
     cascade_source: TranscriptSource | None
+    # The longest audio of one request: the judge's max_audio_s, or a ready backend's own lower limit (a
+    # processor's window, read when the model loads; `job.with_backend_limits`).
+    max_audio_s: float | None
 
 
 @dataclass
-class _SampleWork:
+class SampleWork:
+    """One sample in one cell: what the long-audio policy made of it, and the outputs of its windows."""
+
     sample: Sample
     plan: AudioPlan
     outputs: list[JudgeOutput] = field(default_factory=list)
 
 
-def dialogue_audio(sample: Sample, sample_rate: int) -> tuple[np.ndarray, list[Window]]:
+def dialogue_audio(sample: Sample, sample_rate: int) -> DialogueAudio:
     """The assembled waveform of a sample and its turn windows."""
     assembled = assemble_waveform(sample, sample_rate)
     return assembled.waveform, turn_windows(assembled.turn_bounds)
 
 
-AudioLoader = Callable[[Sample, int], tuple[np.ndarray, list[Window]]]
+AudioLoader = Callable[[Sample, int], DialogueAudio]
 
 
-def _requests_for(
-    sample: Sample, cell: CellSettings, load_audio: AudioLoader, max_audio_s: float | None
+def cell_requests(
+    sample: Sample, cell: CellSettings, audio: DialogueAudio | None
 ) -> tuple[AudioPlan, list[JudgeRequest]]:
+    """The long-audio plan of a sample in a cell and its requests, one per window; `audio` is the sample's
+    audio under the cell's condition (None for the text modality)."""
     if cell.modality == TEXT:
         plan = AudioPlan("none", (Window(tuple(range(sample.n_turns)), 0, 0),))
         waveform = None
     else:
-        waveform, segments = load_audio(sample, cell.audio_sample_rate)
-        plan = plan_long_audio(segments, len(waveform), cell.audio_sample_rate, max_audio_s, cell.spec.long_audio)
+        if audio is None:
+            raise ValueError(f"cell {cell.modality!r} of judge {cell.spec.name!r} needs audio for {sample.sample_id}")
+        waveform, segments = audio
+        plan = plan_long_audio(segments, len(waveform), cell.audio_sample_rate, cell.max_audio_s, cell.spec.long_audio)
     requests = []
     for k, window in enumerate(plan.windows):
         audio = None if waveform is None else (waveform[window.start : window.end], cell.audio_sample_rate)
@@ -119,7 +126,8 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else int(sum(values))
 
 
-def _row(work: _SampleWork, cell: CellSettings, described: dict[str, str], shard: int) -> dict[str, Any]:
+def score_row(work: SampleWork, cell: CellSettings, described: dict[str, str], shard: int) -> dict[str, Any]:
+    """The score row of one sample in one cell; `described` is the backend's model and revision."""
     sample, outputs = work.sample, work.outputs
     if work.plan.action == "skipped":
         parsed, raw, source = ParsedScore(None, ParseStatus.SKIPPED_LONG_AUDIO), None, None
@@ -164,11 +172,13 @@ def cell_settings(
     prompt: Prompt | str | Path,
     condition: str = "clean",
     audio_sample_rate: int = 16000,
+    conditions: Collection[str] = CONDITIONS,
 ) -> CellSettings:
-    """Validate a judge cell (the one check on the way from a job to its requests): a known condition, a
-    modality the judge supports, a transcript source that fits the modality."""
-    if condition not in CONDITIONS:
-        raise ValueError(f"unknown condition {condition!r} for judge {spec.name!r}; this stage scores {CONDITIONS}")
+    """Validate a judge cell (the one check on the way from a job to its requests): a known condition (one of
+    `conditions`), a modality the judge supports, a transcript source that fits the modality."""
+    if condition not in conditions:
+        known = tuple(conditions)
+        raise ValueError(f"unknown condition {condition!r} for judge {spec.name!r}; this stage scores {known}")
     if modality not in spec.modalities:
         raise ValueError(f"judge {spec.name!r} does not support modality {modality!r}; it supports {spec.modalities}")
     if spec.long_audio not in LONG_AUDIO_POLICIES:
@@ -189,6 +199,7 @@ def cell_settings(
         condition,
         audio_sample_rate,
         cascade,
+        spec.max_audio_s,
     )
 
 
@@ -210,70 +221,7 @@ def config_hash(cell: CellSettings, seed: int) -> str:
     )
 
 
-def score_samples(
-    samples: Iterable[Sample],
-    cell: CellSettings,
-    backend: JudgeBackend,
-    shard: int = 0,
-    progress: bool = False,
-    total: int | None = None,
-    load_audio: AudioLoader = dialogue_audio,
-) -> list[dict[str, Any]]:
-    """Score samples in batches of `spec.batch_size` requests (every request at once for backends that batch
-    themselves, `capabilities.request_batch_size`); one row per sample, in input order."""
-    batch_size = request_batch_size(cell.spec)
-    # A backend may read less audio than the judge's max_audio_s (a processor's window, read at load).
-    max_audio_s = getattr(backend, "max_audio_s", cell.spec.max_audio_s)
-    works: list[_SampleWork] = []
-    pending: list[tuple[_SampleWork, JudgeRequest]] = []
-
-    def flush() -> None:
-        outputs = backend.generate([request for _, request in pending])
-        if len(outputs) != len(pending):
-            raise RuntimeError(f"judge {cell.spec.name!r} returned {len(outputs)} outputs for {len(pending)} requests")
-        for (work, _), output in zip(pending, outputs):
-            work.outputs.append(output)
-        pending.clear()
-
-    for sample in tqdm(samples, total=total, disable=not progress, desc=f"{cell.spec.name} {cell.modality}"):
-        plan, requests = _requests_for(sample, cell, load_audio, max_audio_s)
-        work = _SampleWork(sample, plan)
-        works.append(work)
-        for request in requests:
-            pending.append((work, request))
-            if batch_size is not None and len(pending) >= batch_size:
-                flush()
-    if pending:
-        flush()
-    described = backend.describe()
-    return [_row(work, cell, described, shard) for work in works]
-
-
 def scores_frame(rows: list[dict[str, Any]], cell: CellSettings, seed: int) -> pl.DataFrame:
     frame = SCORES.frame(rows)
     generation = canonical_json(cell.spec.generation_settings)
     return with_provenance(frame, config_hash=config_hash(cell, seed), seed=seed, generation=generation)
-
-
-def score_cell(
-    manifest_paths: Sequence[str | Path],
-    spec: JudgeSpec,
-    modality: str,
-    transcript_source: str,
-    prompt_path: str | Path,
-    condition: str,
-    out_path: str | Path,
-    shard: int,
-    backend: JudgeBackend | None = None,
-    audio_sample_rate: int = 16000,
-    progress: bool = True,
-    seed: int = 0,
-) -> pl.DataFrame:
-    """Score all samples of the manifests with one judge cell; write and return the scores table."""
-    cell = cell_settings(spec, modality, transcript_source, prompt_path, condition, audio_sample_rate)
-    backend = backend if backend is not None else BACKENDS.get(spec.backend)(spec)
-    samples = [sample for path in manifest_paths for sample in Manifest.load(path).samples()]
-    rows = score_samples(samples, cell, backend, shard=shard, progress=progress, total=len(samples))
-    frame = scores_frame(rows, cell, seed)
-    write_parquet(out_path, frame)
-    return frame

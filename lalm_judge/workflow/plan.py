@@ -31,13 +31,27 @@ class JudgeCell:
         """The cell as its score path spells it below the judge: '<modality>-<source>/<prompt>/<condition>'."""
         return f"{self.modality}-{self.transcript_source}/{self.prompt}/{self.condition}"
 
+    def score_path(self, shard: int | str) -> str:
+        """The cell's score table of one shard (`shard` may be the wildcard '{shard}')."""
+        return f"results/scores/{self.judge}/{self.label}/shard{shard}.parquet"
 
-def judge_cells(config: dict[str, Any]) -> list[JudgeCell]:
-    """Every judge cell of a validated config: each judge's modalities x transcript sources x prompts x conditions."""
+    def job_fields(self) -> dict[str, str]:
+        """What the judge job needs to know of the cell besides its judge (`judging.job.score_judge_shard`)."""
+        return {
+            "modality": self.modality,
+            "transcript_source": str(self.transcript_source),
+            "prompt": self.prompt,
+            "condition": self.condition,
+        }
+
+
+def judge_cells(config: dict[str, Any], judge: str | None = None) -> list[JudgeCell]:
+    """Every judge cell of a validated config, or of one judge: each judge's modalities x transcript sources x
+    prompts x conditions."""
     evaluation = config["evaluation"]
     cells = []
-    for judge in evaluation["judges"]:
-        entry = config["judges"][judge]
+    for name in [judge] if judge is not None else evaluation["judges"]:
+        entry = config["judges"][name]
         schedule = entry["schedule"]
         modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
         prompts = schedule.get("prompts") or evaluation["prompts"]
@@ -46,7 +60,7 @@ def judge_cells(config: dict[str, Any]) -> list[JudgeCell]:
             for source in [TranscriptSource.NONE] if modality == AUDIO else sources:
                 for prompt in prompts:
                     for condition in evaluation["conditions"]:
-                        cells.append(JudgeCell(judge, modality, TranscriptSource(source), prompt, condition))
+                        cells.append(JudgeCell(name, modality, TranscriptSource(source), prompt, condition))
     return cells
 
 
@@ -103,11 +117,19 @@ class Plan:
         """Shards that hold at least one dialogue (an empty shard would be an empty job)."""
         return sorted(set(self._shards.values()))
 
+    def judge_prompts(self, judge: str) -> list[str]:
+        """The prompts of a judge's cells, in first-use order."""
+        return list(dict.fromkeys(cell.prompt for cell in self.judge_cells(judge)))
+
     def asr_models(self) -> list[str]:
         return list(self.config["asr"]["models"])
 
-    def judge_cells(self) -> list[JudgeCell]:
-        return judge_cells(self.config)
+    def judges(self) -> list[str]:
+        return list(self.config["evaluation"]["judges"])
+
+    def judge_cells(self, judge: str | None = None) -> list[JudgeCell]:
+        """The judge cells of every judge of the evaluation, or of one judge."""
+        return judge_cells(self.config, judge)
 
 
 def export_checkout_to_jobs(checkout: str) -> None:

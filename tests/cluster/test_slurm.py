@@ -99,6 +99,10 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
         }
         config["evaluation"]["judges"].append("minilm_gpu")
     configfile = write_config(workdir, config)
+    # The local cluster's one partition in the profile's partition file format: jobs find it by their resources.
+    gpu_count = int((slurm_cluster / "etc" / "gpu_count").read_text().strip())
+    partitions = tmp_path / "partitions.yaml"
+    partitions.write_text(yaml.safe_dump({"partitions": {"debug": {"max_gpu": gpu_count}}}))
 
     result = snakemake(
         workdir,
@@ -112,14 +116,11 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
         "--cores",  # the node's CPUs: one job, a group job included, may not ask for more
         "2",
         # The local cluster's names instead of the profile's placeholders; no accounting database.
+        "--slurm-partition-config",
+        str(partitions),
         "--default-resources",
-        "slurm_partition=debug",
         "mem_mb=1000",
         "runtime=10",
-        "--set-resources",
-        "judge_shard:slurm_partition=debug",
-        "synthesize_variants:slurm_partition=debug",
-        "transcribe_dialogue:slurm_partition=debug",
         "--slurm-no-account",
         "--slurm-status-command",
         "squeue",
@@ -144,28 +145,19 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     assert grouped_ids.isdisjoint(others) and set(others.values()) == {1}
     n_turns = len([k for k in ids if k.startswith(f"tts/{DIALOGUE}/")])
     assert n_turns == len([k for k in prep_logs if k.startswith("variants/")]) >= 2
-    n_judge_jobs = 2 + gpu_judge  # minilm text-gt and audio; minilm_gpu text-gt
+    n_judge_jobs = 1 + gpu_judge  # one per judge and shard (one shard): minilm (text-gt and audio), minilm_gpu
     per_dialogue = n_turns + 1 + 1 + 1  # TTS per turn, ASR, manifest, turn energy and pitch
-    assert len(others) == per_dialogue + n_judge_jobs + len(
-        [
-            "shard_index",
-            "audio_accounting",
-            "compute_metrics",
-            "control_metrics",
-            "figures",
-            "control_figures",
-            "report",
-        ]
-    )
+    aggregates = ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures"]
+    assert len(others) == per_dialogue + n_judge_jobs + len([*aggregates, "control_figures", "report"])
 
     slurm = finished_jobs()
     for job_id in {*grouped_ids, *others}:
         assert slurm[job_id]["state"] == "COMPLETED", slurm[job_id]
     assert slurm[grouped_ids.pop()]["comment"].startswith("rule_dialogue_prep")  # the plugin names the group
     if gpu_judge:
-        gpu_job = ids["scores/minilm_gpu/text-gt/basic/clean/shard" + _only_shard(workdir) + ".log"]
+        gpu_job = ids["scores/minilm_gpu/shard" + _only_shard(workdir) + ".log"]
         assert "gpu:1" in slurm[gpu_job]["gpus"], slurm[gpu_job]
-        cpu_job = ids["scores/minilm/text-gt/basic/clean/shard" + _only_shard(workdir) + ".log"]
+        cpu_job = ids["scores/minilm/shard" + _only_shard(workdir) + ".log"]
         assert "gpu" not in slurm[cpu_job]["gpus"], slurm[cpu_job]
 
 

@@ -26,9 +26,10 @@ from openai.types.chat import ChatCompletion
 from bench.models import build_tiny_llama, build_tiny_qwen2audio
 from bench.servers import free_port, reply_json, start_stand_in, start_transformers_serve, stop_server
 from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec, PartialGenerationError
 from lalm_judge.judging.backends.hf import TransformersBackend
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend, p_safe_from_top_logprobs
+from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
 from lalm_judge.workflow.config import validate_judge_entry
 from tests.support.samples import two_turn_sample
 
@@ -54,15 +55,20 @@ def server(tmp_path_factory):
     stop_server(running)
 
 
-def judge(model, base_url: str, cache_dir=None, **options) -> OpenAIBackend:
+def judge(model, base_url: str, **options) -> OpenAIBackend:
     spec = JudgeSpec(
         name="served",
         backend="openai",
         model=str(model),
         generation={"max_new_tokens": 6},
-        options={"base_url": base_url, "api_key_env": None, "cache_dir": cache_dir, **options},
+        options={"base_url": base_url, "api_key_env": None, **options},
     )
     return OpenAIBackend(spec)
+
+
+def cached(backend: OpenAIBackend, cache_dir) -> CachedBackend:
+    """The backend behind the judge stage's request cache, as judge jobs run it."""
+    return CachedBackend(backend, RequestCache(cache_dir), judge_identity(backend.spec), requests_per_call=16)
 
 
 def text_request(request_id: str, text: str = "A: Hello, I need help with my bank account.") -> JudgeRequest:
@@ -104,53 +110,50 @@ def test_input_audio_requests(models, server):
 
 def test_cached_requests_are_not_sent_again(models, server, tmp_path):
     requests = [text_request("a"), audio_request("b", 1.0)]
-    first_backend = judge(models["qwen2audio"], server.base_url, tmp_path)
     sent_before = server.n_chat_requests()
-    first = first_backend.generate(requests)
+    first = cached(judge(models["qwen2audio"], server.base_url), tmp_path).generate(requests)
     assert server.n_chat_requests() == sent_before + 2
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert RequestCache(tmp_path).count() == 2
 
-    second_backend = judge(models["qwen2audio"], server.base_url, tmp_path)
-    second = second_backend.generate(requests)
+    second_backend = judge(models["qwen2audio"], server.base_url)
+    second = cached(second_backend, tmp_path).generate(requests)
     assert server.n_chat_requests() == sent_before + 2, "a cache hit sends no request"
     assert second_backend.n_http_attempts == 0
     assert [o.extra["cached"] for o in second] == [True, True]
     assert [(o.text, o.n_input_tokens, o.n_output_tokens) for o in second] == [
         (o.text, o.n_input_tokens, o.n_output_tokens) for o in first
     ]
-    # Another prompt or other generation parameters are another key.
-    changed = judge(models["qwen2audio"], server.base_url, tmp_path)
-    changed.params["max_tokens"] = 3
-    assert changed.cache_key(requests[0], None) != first_backend.cache_key(requests[0], None)
 
 
 def test_failed_request_fails_the_job_after_bounded_retries_and_finished_ones_stay_cached(models, server, tmp_path):
     # The server answers 500 to an empty waveform; the two good requests finish and are cached.
     failing = JudgeRequest("empty_audio", SYSTEM, "Is it safe?", audio=(np.zeros(0, np.float32), 16000))
     good = [text_request("a"), audio_request("b", 1.0)]
-    backend = judge(models["qwen2audio"], server.base_url, tmp_path, max_retries=2, backoff_base_s=0.01)
+    backend = judge(models["qwen2audio"], server.base_url, max_retries=2, backoff_base_s=0.01)
     with pytest.raises(
-        RuntimeError, match=rf"1 of 3 requests to {server.base_url} failed.*empty_audio after 3 attempts"
-    ):
-        backend.generate([*good, failing])
+        PartialGenerationError, match=rf"1 of 3 requests to {server.base_url} failed.*empty_audio after 3 attempts"
+    ) as failure:
+        cached(backend, tmp_path).generate([*good, failing])
+    assert [output is not None for output in failure.value.finished] == [True, True, False]
     assert backend.n_http_attempts == 2 + 3
-    assert len(list(tmp_path.glob("*.json"))) == 2
+    assert RequestCache(tmp_path).count() == 2
 
-    rerun = judge(models["qwen2audio"], server.base_url, tmp_path)
-    assert all(o.extra["cached"] for o in rerun.generate(good))
+    rerun = judge(models["qwen2audio"], server.base_url)
+    assert all(o.extra["cached"] for o in cached(rerun, tmp_path).generate(good))
     assert rerun.n_http_attempts == 0
 
 
 def test_endpoint_down_raises_after_bounded_retries(models, server, tmp_path):
+    # The tiny Qwen2-Audio answers text (the tiny Llama's blank answers would not be cached).
     cached_request = text_request("finished_earlier")
-    judge(models["llama"], server.base_url, tmp_path).generate([cached_request])
+    cached(judge(models["qwen2audio"], server.base_url), tmp_path).generate([cached_request])
 
     closed = f"http://127.0.0.1:{free_port()}/v1"
-    backend = judge(models["llama"], closed, tmp_path, max_retries=2, backoff_base_s=0.01, timeout_s=5)
+    backend = judge(models["qwen2audio"], closed, max_retries=2, backoff_base_s=0.01, timeout_s=5)
     with pytest.raises(RuntimeError, match=rf"{closed} failed request new after 3 attempts \(APIConnectionError\)"):
-        backend.generate([cached_request, text_request("new", "B: Something else.")])
+        cached(backend, tmp_path).generate([cached_request, text_request("new", "B: Something else.")])
     assert backend.n_http_attempts == 3, "the cached request is not sent; the new one is tried 1 + max_retries times"
-    assert len(list(tmp_path.glob("*.json"))) == 1
+    assert RequestCache(tmp_path).count() == 1
 
 
 def test_missing_api_key_fails_before_any_request(monkeypatch):
@@ -163,17 +166,17 @@ def test_missing_api_key_fails_before_any_request(monkeypatch):
 def test_api_key_is_never_written_or_logged(models, server, tmp_path, monkeypatch, caplog):
     secret = "sk-test-0123456789abcdef"
     monkeypatch.setenv("LALM_JUDGE_TEST_KEY", secret)
-    backend = judge(models["llama"], server.base_url, tmp_path, api_key_env="LALM_JUDGE_TEST_KEY")
-    backend.generate([text_request("a")])
+    backend = judge(models["qwen2audio"], server.base_url, api_key_env="LALM_JUDGE_TEST_KEY")
+    cached(backend, tmp_path).generate([text_request("a")])
     with caplog.at_level("DEBUG"):
         closed = f"http://127.0.0.1:{free_port()}/v1"
         down = judge(
-            models["llama"], closed, tmp_path, api_key_env="LALM_JUDGE_TEST_KEY", max_retries=1, backoff_base_s=0.01
+            models["qwen2audio"], closed, api_key_env="LALM_JUDGE_TEST_KEY", max_retries=1, backoff_base_s=0.01
         )
         with pytest.raises(RuntimeError) as failure:
-            down.generate([text_request("b", "B: other")])
+            cached(down, tmp_path).generate([text_request("b", "B: other")])
     assert secret not in caplog.text and secret not in str(failure.value)
-    assert all(secret not in path.read_text() for path in tmp_path.glob("*.json"))
+    assert list(tmp_path.glob("*.sqlite")) and all(secret.encode() not in p.read_bytes() for p in tmp_path.iterdir())
 
 
 def chat_completion_body(model: str, logprobs: dict | None) -> dict:
@@ -271,7 +274,7 @@ def logprobs_api():
 def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_api, tmp_path):
     calibrated = dataclasses.replace(text_request("calibrated", "A: Hi."), answer_tokens=("Yes", "No"))
     plain = text_request("plain", "A: Hello.")
-    backend = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
+    backend = cached(judge("stand-in", logprobs_api.base_url, top_logprobs=3), tmp_path)
     outputs = backend.generate([calibrated, plain])
 
     scored_body, plain_body = logprobs_api.body_of(calibrated), logprobs_api.body_of(plain)
@@ -283,13 +286,13 @@ def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_a
     assert outputs[0].answer_mass == pytest.approx(safe_mass + math.exp(-1.5))
     assert outputs[1].p_safe is None and outputs[1].answer_mass is None
 
-    rerun = judge("stand-in", logprobs_api.base_url, tmp_path, top_logprobs=3)
-    assert [o.p_safe for o in rerun.generate([calibrated, plain])] == [o.p_safe for o in outputs]
+    rerun = judge("stand-in", logprobs_api.base_url, top_logprobs=3)
+    assert [o.p_safe for o in cached(rerun, tmp_path).generate([calibrated, plain])] == [o.p_safe for o in outputs]
     assert rerun.n_http_attempts == 0 and len(logprobs_api.bodies) == 2
     # Other answer words are another request and another P(safe): another cache key.
     swapped = dataclasses.replace(calibrated, answer_tokens=("No", "Yes"))
     unscored = dataclasses.replace(calibrated, answer_tokens=None)
-    keys = {backend.cache_key(request, None) for request in (calibrated, swapped, unscored)}
+    keys = {backend.key(request, {}) for request in (calibrated, swapped, unscored)}
     assert len(keys) == 3
 
 
@@ -306,12 +309,11 @@ def test_two_input_audio_parts_over_http(models, server, tmp_path):
     content = build_openai_messages(pair, audio_b64=["AAA", "BBB"])[1]["content"]
     assert [part["type"] for part in content] == ["text", "input_audio", "text", "input_audio", "text"]
     assert [p["input_audio"]["data"] for p in content if p["type"] == "input_audio"] == ["AAA", "BBB"]
-    backend = judge(models["qwen2audio"], server.base_url, cache_dir=tmp_path)
+    backend = cached(judge(models["qwen2audio"], server.base_url), tmp_path)
     one_out, pair_out = backend.generate([single, pair])
     assert pair_out.n_input_tokens - one_out.n_input_tokens >= 75  # 1 s + 2 s of audio against 1 s
     swapped = dataclasses.replace(pair, audios=pair.audios[::-1])
-    assert backend.cache_key(pair, ["a", "b"]) != backend.cache_key(swapped, ["b", "a"])  # the order is keyed
-    assert backend.cache_key(single, "a") == backend.cache_key(single, ["a"])  # one audio keys as it always has
+    assert backend.key(pair, {}) != backend.key(swapped, {})  # the order of the audio items is keyed
 
 
 # --- An endpoint without logprobs (Gemini's OpenAI-compatible endpoint) ------------------------------------------
@@ -381,7 +383,8 @@ def no_logprobs_api():
 
 
 def calibrated_row(spec: JudgeSpec) -> dict:
-    from lalm_judge.judging.cell import cell_settings, score_samples
+    from lalm_judge.judging.cell import cell_settings
+    from lalm_judge.judging.job import score_samples
 
     cell = cell_settings(spec, "text", "gt", "calibrated")
     return score_samples([two_turn_sample()], cell, OpenAIBackend(spec))[0]
@@ -393,7 +396,7 @@ def test_a_400_to_logprobs_routes_the_calibrated_cell_to_its_parsed_score(no_log
         name="gemini_claiming_logprobs",
         backend="openai",
         model="gemini-2.5-flash",
-        options={"base_url": no_logprobs_api.base_url, "api_key_env": None, "cache_dir": None},
+        options={"base_url": no_logprobs_api.base_url, "api_key_env": None},
     )
     row = calibrated_row(spec)
     (_, first), (_, second) = no_logprobs_api.bodies
@@ -408,7 +411,6 @@ def test_the_paper_gemini_entry_asks_for_no_logprobs_and_no_thinking(no_logprobs
         **entry["options"],
         "base_url": no_logprobs_api.base_url,
         "api_key_env": None,
-        "cache_dir": None,
     }
     spec = JudgeSpec.from_config("gemini_25_flash", validate_judge_entry("gemini_25_flash", entry))
     row = calibrated_row(spec)

@@ -56,6 +56,7 @@ ENGINE_ARGS = {
     "attention_backend",
     "enforce_eager",
     "max_logprobs",
+    "enable_prefix_caching",
 }
 
 
@@ -250,6 +251,7 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
     assert engine["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
     assert engine["max_model_len"] == 4096
     assert engine["trust_remote_code"] is True
+    assert engine["enable_prefix_caching"] is True  # the judge job orders requests to share prefixes
 
     requests = requests_with_audio()
     outputs = backend.generate(requests)
@@ -272,20 +274,25 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
 
 
 def test_a_cell_hands_the_backend_every_request_of_the_job(vllm_stand_in, qwen2audio_dir):
-    """The judge stage sends a vLLM judge all requests of a job at once, whatever batch_size says (vLLM batches
-    itself), and an OpenAI-compatible judge enough requests to fill its concurrency (the schema's default batch_size
-    of 8 once capped Gemini's 16 requests in flight at 8)."""
-    from lalm_judge.judging.backends.capabilities import request_batch_size
-    from lalm_judge.judging.cell import cell_settings, score_samples
+    """The judge stage sends a vLLM judge the requests of a job in submissions of VLLM_REQUESTS_PER_CALL, whatever
+    batch_size says (vLLM batches itself), and an OpenAI-compatible judge enough requests to fill its concurrency
+    (the schema's default batch_size of 8 once capped Gemini's 16 requests in flight at 8)."""
+    from lalm_judge.judging.backends.capabilities import VLLM_REQUESTS_PER_CALL, request_batch_size
+    from lalm_judge.judging.cell import cell_settings
+    from lalm_judge.judging.job import score_samples
     from tests.support.samples import two_turn_sample
 
     spec = JudgeSpec(name="q", backend="vllm", model=str(qwen2audio_dir), modalities=("text",), batch_size=8)
-    assert request_batch_size(spec) is None
+    assert request_batch_size(spec) == VLLM_REQUESTS_PER_CALL == 4096
     assert request_batch_size(dataclasses.replace(spec, backend="transformers")) == 8
     gemini = dataclasses.replace(spec, backend="openai", options={"concurrency": 16})
     assert request_batch_size(gemini) == 64
     backend = backend_for(spec)
-    samples = [two_turn_sample(f"d.s{i}") for i in range(20)]
+    # Distinct texts: equal requests are computed once (the request cache's keys).
+    samples = [
+        dataclasses.replace(two_turn_sample(f"d.s{i}"), texts={"gt": (f"Hi, trip {i}?", "Long, but worth it.")})
+        for i in range(20)
+    ]
     rows = score_samples(samples, cell_settings(spec, "text", "gt", "basic"), backend)
     assert len(rows) == 20 and [len(call[0]) for call in vllm_stand_in.generate_calls] == [20]
 

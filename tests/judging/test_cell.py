@@ -14,7 +14,8 @@ from lalm_judge.core.tables import SCORES
 from lalm_judge.judging.adhoc import sample_from_dialogue, score_one
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeSpec
 from lalm_judge.judging.backends.embedding import BUNDLED_MODEL, EmbeddingBackend
-from lalm_judge.judging.cell import combine_windows, score_cell
+from lalm_judge.judging.cell import combine_windows
+from lalm_judge.judging.job import score_cell
 from lalm_judge.judging.scoring import ParsedScore
 from lalm_judge.judging.windows import Window, chunk_windows, plan_long_audio
 from lalm_judge.manifest.samples import Manifest
@@ -224,19 +225,23 @@ def test_embedding_audio_modality_scores_the_cascade_asr_transcript(
 
 
 @pytest.mark.parametrize(
-    ("max_audio_s", "original", "variant"),
+    ("max_audio_s", "original", "variant", "variant_only"),
     [
-        # 2 s: no two turns fit together; the 2.5 s turn is cut into 2.0 + 0.5 s.
-        (2.0, [(1.0,), (1.5,), (2.0,), (0.5,)], [(1.0,), (1.2,), (2.0,), (0.5,)]),
+        # 2 s: no two turns fit together; the 2.5 s turn is cut into 2.0 + 0.5 s. Only the replaced turn's
+        # window differs from the original's: the others are the same request, sent once.
+        (2.0, [(1.0,), (1.5,), (2.0,), (0.5,)], [(1.0,), (1.2,), (2.0,), (0.5,)], [(1.2,)]),
         # 3 s: turns 0 and 1 with their gap fit in one window; turn 2 alone.
-        (3.0, [(1.0, 0.2, 1.5), (2.5,)], [(1.0, 0.2, 1.2), (2.5,)]),
+        (3.0, [(1.0, 0.2, 1.5), (2.5,)], [(1.0, 0.2, 1.2), (2.5,)], [(1.0, 0.2, 1.2)]),
     ],
 )
-def test_chunk_scores_each_window_and_takes_the_minimum(manifests, tmp_path, max_audio_s, original, variant):
+def test_chunk_scores_each_window_and_takes_the_minimum(
+    manifests, tmp_path, max_audio_s, original, variant, variant_only
+):
     backend = RecordingBackend()
     frame = _run(manifests, tmp_path, _audio_spec(max_audio_s, "chunk"), backend)
+    assert sorted(backend.lengths("tiny_hike.original")) == sorted(_seconds(*w) for w in original)
+    assert backend.lengths(VARIANT[0]) == [_seconds(*w) for w in variant_only]
     for sample_id, windows in (("tiny_hike.original", original), (VARIANT[0], variant)):
-        assert backend.lengths(sample_id) == [_seconds(*w) for w in windows]
         row = frame.filter(pl.col("variant_id") == sample_id).row(0, named=True)
         assert row["long_audio_action"] == f"chunked:{len(windows)}"
         assert row["score"] == pytest.approx(min(sum(w) for w in windows) / 10, abs=1e-4)
@@ -251,7 +256,9 @@ def test_chunk_scores_each_window_and_takes_the_minimum(manifests, tmp_path, max
 def test_chunk_windows_carry_the_transcript_of_their_turns(manifests, tmp_path):
     backend = RecordingBackend()
     _run(manifests, tmp_path, _audio_spec(3.0, "chunk"), backend, modality="audio_text", source="gt")
-    first, second = [r for r in backend.requests if r.request_id.startswith("tiny_hike.original#")]
+    first, second = sorted(
+        (r for r in backend.requests if r.request_id.startswith("tiny_hike.original#")), key=lambda r: r.request_id
+    )
     assert "Speaker LLM2: The view" in first.user and "legs disagreed" not in first.user
     assert "legs disagreed" in second.user and "ridge" not in second.user
 
@@ -322,7 +329,9 @@ def test_combine_windows_needs_every_window_parsed():
 def test_requests_are_sent_in_batches_of_the_spec_batch_size(manifests, tmp_path):
     backend = RecordingBackend()
     _run(manifests, tmp_path, _audio_spec(2.0, "chunk", batch_size=3), backend)
-    assert backend.batches == [3, 3, 3]  # 4 + 4 windows of tiny_hike, 1 of tiny_books
+    # 4 + 4 windows of tiny_hike (5 distinct: the variant changes one turn) and 1 of tiny_books, longest first
+    assert backend.batches == [3, 3]
+    assert [len(r.audio[0]) for r in backend.requests] == [_seconds(s) for s in (2.0, 1.5, 1.4, 1.2, 1.0, 0.5)]
 
 
 def test_equal_runs_write_equal_bytes(manifests, tmp_path):
@@ -404,11 +413,11 @@ def dialogue_json(tmp_path):
 def test_score_one_on_a_dialogue_with_a_whole_file_audio(dialogue_json, tmp_path):
     sample = sample_from_dialogue(dialogue_json)
     assert sample.gaps_s == (0.25, 0.25) and sample.transcript("gt")[0] == ("LLM1", TURNS[0][1])
-    whole = _tone(tmp_path / "whole.wav", 5.0)
+    whole = _tone(tmp_path / "whole.wav", 5.0, freq=220.25)  # its 2 s windows differ (not whole periods)
     backend = RecordingBackend()
     row = score_one(_audio_spec(2.0, "chunk"), sample, "audio_text", "basic", audio_path=whole, backend=backend)
     # Without turn boundaries the file is cut into 2 + 2 + 1 s, each window with the whole transcript.
-    assert [len(r.audio[0]) for r in backend.requests] == [32000, 32000, 16000]
+    assert sorted(len(r.audio[0]) for r in backend.requests) == [16000, 32000, 32000]
     assert all("legs disagreed" in r.user for r in backend.requests)
     assert (row["long_audio_action"], row["score"]) == ("chunked:3", pytest.approx(0.1))
 

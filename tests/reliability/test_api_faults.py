@@ -22,7 +22,9 @@ from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES
 from lalm_judge.data.generators.llm import EndpointUnavailable
 from lalm_judge.data.variants import rewrite_turn
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
+from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
 
 pytestmark = pytest.mark.server
 
@@ -75,7 +77,7 @@ def rewrite_all(dialogue, proxy, cache_dir, **overrides):
     return rewrite_turn(dialogue, 1, list(CATEGORIES), list(SEVERITIES), config, seed=3, cache_dir=cache_dir)
 
 
-def judge_backend(proxy: FaultProxy, cache_dir, **options) -> OpenAIBackend:
+def judge_backend(proxy: FaultProxy, **options) -> OpenAIBackend:
     spec = JudgeSpec(
         name="api_judge",
         backend="openai",
@@ -84,7 +86,6 @@ def judge_backend(proxy: FaultProxy, cache_dir, **options) -> OpenAIBackend:
         options={
             "base_url": proxy.base_url,
             "api_key_env": KEY_ENV,
-            "cache_dir": str(cache_dir),
             "concurrency": 3,
             "max_retries": MAX_RETRIES,
             "timeout_s": TIMEOUT_S,
@@ -93,6 +94,13 @@ def judge_backend(proxy: FaultProxy, cache_dir, **options) -> OpenAIBackend:
         },
     )
     return OpenAIBackend(spec)
+
+
+def cached_judge_backend(proxy: FaultProxy, cache_dir, **options) -> CachedBackend:
+    """The judge as the judge stage runs it: behind its request cache."""
+    backend = judge_backend(proxy, **options)
+    spec = backend.spec
+    return CachedBackend(backend, RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
 
 
 def judge_requests(n: int) -> list[JudgeRequest]:
@@ -192,7 +200,7 @@ def test_rewrite_rerun_after_recovery_sends_no_answered_request_again(dialogue, 
 def test_judge_loses_nothing_under_30_percent_faults(tmp_path):
     requests = judge_requests(60)
     with FaultProxy(answer=judge_answer, fault_rate=0.3, seed=4, max_faults_per_request=MAX_RETRIES) as proxy:
-        backend = judge_backend(proxy, tmp_path)
+        backend = judge_backend(proxy)
         outputs = backend.generate(requests)
     assert [o.text for o in outputs] == [judge_answer({})] * 60
     assert_retries_bounded(proxy, 60)
@@ -203,25 +211,25 @@ def test_judge_loses_nothing_under_30_percent_faults(tmp_path):
 
 def test_judge_fails_cleanly_when_nothing_gets_through(tmp_path):
     with FaultProxy(answer=judge_answer, fault_rate=1.0, faults=["server_error", "empty_choices"]) as proxy:
-        backend = judge_backend(proxy, tmp_path / "cache", max_retries=2)
+        backend = cached_judge_backend(proxy, tmp_path / "cache", max_retries=2)
         with pytest.raises(RuntimeError) as raised:
             backend.generate(judge_requests(5))
     message = str(raised.value)
     assert f"5 of 5 requests to {proxy.base_url} failed" in message and KEY not in message
     assert set(proxy.log.attempts_per_request.values()) == {3}
-    assert not list((tmp_path / "cache").glob("*"))
+    assert RequestCache(tmp_path / "cache").count() == 0, "a failed request is never cached"
 
 
 def test_judge_rerun_after_recovery_sends_no_answered_request_again(tmp_path):
     requests = judge_requests(30)
     with FaultProxy(answer=judge_answer, fault_rate=0.5, seed=5, faults=["unavailable", "truncated"]) as proxy:
         with pytest.raises(RuntimeError):
-            judge_backend(proxy, tmp_path, max_retries=0).generate(requests)
+            cached_judge_backend(proxy, tmp_path, max_retries=0).generate(requests)
         answered_first = set(proxy.log.answered)
         assert 0 < len(answered_first) < 30
         sent_before = proxy.log.total
         proxy.fault_rate = 0.0
-        outputs = judge_backend(proxy, tmp_path, max_retries=0).generate(requests)
+        outputs = cached_judge_backend(proxy, tmp_path, max_retries=0).generate(requests)
         rerun = {attempt.identity for attempt in proxy.log.attempts[sent_before:]}
     assert len(outputs) == 30 and all(o.text == judge_answer({}) for o in outputs)
     assert not rerun & answered_first

@@ -34,7 +34,8 @@ from lalm_judge.data.corpus import ingest, list_source_dialogues
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
-from lalm_judge.judging.cell import cell_settings, score_samples
+from lalm_judge.judging.cell import cell_settings
+from lalm_judge.judging.job import score_samples
 from lalm_judge.judging.windows import plan_long_audio, turn_windows
 from lalm_judge.manifest.samples import Sample
 from lalm_judge.workflow.config import ConfigError, load_config

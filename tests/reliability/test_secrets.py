@@ -23,7 +23,9 @@ from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.files import write_parquet
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
+from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
 from lalm_judge.workflow.config import ConfigError, validate_config
 from tests.support.workflow import load_test_config
 
@@ -70,10 +72,12 @@ def generator(endpoint: FaultProxy) -> dict:
     }
 
 
-def judge(endpoint: FaultProxy, cache_dir) -> OpenAIBackend:
-    options = {"base_url": endpoint.base_url, "api_key_env": KEY_ENV, "cache_dir": str(cache_dir)}
+def judge(endpoint: FaultProxy, cache_dir) -> CachedBackend:
+    """The judge as the judge stage runs it: behind its request cache, which must not hold the key either."""
+    options = {"base_url": endpoint.base_url, "api_key_env": KEY_ENV}
     options |= {"max_retries": 2, "timeout_s": 1.0, "backoff_base_s": 0.01}
-    return OpenAIBackend(JudgeSpec(name="api_judge", backend="openai", model="stand-in", options=options))
+    spec = JudgeSpec(name="api_judge", backend="openai", model="stand-in", options=options)
+    return CachedBackend(OpenAIBackend(spec), RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
 
 
 def requests() -> list[JudgeRequest]:

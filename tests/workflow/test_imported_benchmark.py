@@ -73,7 +73,12 @@ def test_export_load_import_and_judge_give_the_same_scores(finished_run, tmp_pat
     originals = {cell: sorted((workdir / "results/scores" / cell).glob("shard*.parquet")) for cell in CELLS}
     targets = [str(p.relative_to(workdir)) for shards in originals.values() for p in shards]
     planned = scheduled_jobs(snakemake(judged, imported, "-n", "--cores", "2", *targets))
-    assert planned["import_variants"] == 7 and planned["judge_shard"] == len(targets)
+    # One judge job per (judge, shard) of the targets; each writes every cell of its judge.
+    judge_jobs = {(cell.split("/")[0], p.name) for cell, shards in originals.items() for p in shards}
+    assert planned["import_variants"] == 7
+    assert {rule: n for rule, n in planned.items() if rule.startswith("judge_")} == {
+        f"judge_{judge}": sum(j == judge for j, _ in judge_jobs) for judge, _ in judge_jobs
+    }
     assert not {"rewrite_turn", "synthesize_variants", "transcribe_dialogue"} & set(planned)
     snakemake(judged, imported, "--cores", "2", *targets, timeout_s=900)
 

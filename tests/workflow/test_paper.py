@@ -74,7 +74,6 @@ def plan(checkout):
 
 def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
     result, _ = plan
-    judge_jobs = sum(CELLS.values()) * len(SHARDS)
     assert sum(CELLS.values()) == 225
     assert scheduled_jobs(result) == {
         "ingest_dialogue": len(DIALOGUE_IDS),
@@ -85,7 +84,8 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
         "build_manifest": len(DIALOGUE_IDS),
         "audio_accounting": 1,
         "shard_index": len(SHARDS),
-        "judge_shard": judge_jobs,
+        # One job per (judge, shard): each judge's model loads once per shard, for all its cells.
+        **{f"judge_{judge}": len(SHARDS) for judge in JUDGES},
         "compute_metrics": 1,
         "control_metrics": 1,
         "figures": 1,
@@ -99,8 +99,12 @@ def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
     _, jobs = plan
     asr = {Path(job.outputs[0]).parent.name for job in jobs if job.rule == "transcribe_dialogue"}
     assert asr == {"whisper_large_v3", "whisper_base"}, "no demo Whisper tiny.en"
-    judges = [Path(job.outputs[0]).parts[2] for job in jobs if job.rule == "judge_shard"]
-    assert {judge: judges.count(judge) for judge in set(judges)} == {j: n * len(SHARDS) for j, n in CELLS.items()}
+    judge_jobs = [job for job in jobs if job.rule.startswith("judge_")]
+    assert {job.rule.removeprefix("judge_") for job in judge_jobs} == JUDGES
+    for job in judge_jobs:  # one score table per cell of the job's judge
+        judge = job.rule.removeprefix("judge_")
+        assert {Path(output).parts[2] for output in job.outputs} == {judge}
+        assert len(job.outputs) == CELLS[judge], job
 
 
 def test_every_gpu_stage_requests_a_gpu(plan):
@@ -108,8 +112,8 @@ def test_every_gpu_stage_requests_a_gpu(plan):
     for job in jobs:
         if job.rule in ("synthesize_variants", "transcribe_dialogue"):
             assert job.resource("gpu") == "1", job
-        elif job.rule == "judge_shard":
-            judge = Path(job.outputs[0]).parts[2]
+        elif job.rule.startswith("judge_"):
+            judge = job.rule.removeprefix("judge_")
             assert job.resource("gpu") == ("1" if judge in GPU_JUDGES else "0"), job
         else:
             assert job.resource("gpu") in (None, "0"), job

@@ -1,16 +1,20 @@
-"""Partial recomputation: after a completed run, a config change schedules only the jobs it affects.
+"""Partial recomputation: after a completed run, a config change schedules only the jobs it affects, and the
+judge jobs it reruns compute only the requests it adds.
 
 One small run (the test config with only the minilm judge: 2 dialogues and a 1-turn one) completes
 once for the module. Each test dry-runs (`snakemake -n`) a changed config against its results and
-compares the planned jobs with those computed from the changed config by lalm_judge.workflow.plan. The rerun
-triggers are those of profiles/default ([mtime, params, input, software-env, code]; see
-docs/cluster.md).
+compares the planned jobs with those computed from the changed config by lalm_judge.workflow.plan; the
+rerun after an added prompt also runs, on a copy of the completed run, and reads the request counts each
+judge job writes beside its log. The rerun triggers are those of profiles/default ([mtime, params, input,
+software-env, code]; see docs/cluster.md). Adding a condition is tested in tests/judging/test_job.py: the
+config accepts only the implemented condition, `clean`.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -45,11 +49,12 @@ PER_DIALOGUE_RULES = {
 }
 
 
-def score_path(cell: JudgeCell, shard: int) -> str:
-    return (
-        f"results/scores/{cell.judge}/{cell.modality}-{cell.transcript_source}/{cell.prompt}/{cell.condition}"
-        f"/shard{shard}.parquet"
-    )
+def judge_rule(judge: str) -> str:
+    return f"judge_{judge}"
+
+
+def score_paths(plan: Plan, cells: list[JudgeCell], shards: list[int] | None = None) -> set[str]:
+    return {cell.score_path(k) for cell in cells for k in (plan.shards() if shards is None else shards)}
 
 
 def plan_of(workdir: Path, config: dict) -> Plan:
@@ -76,7 +81,18 @@ def dry_run(workdir: Path, config: dict) -> list[PlannedJob]:
 
 
 def outputs_of(jobs: list[PlannedJob], rule: str) -> set[str]:
-    return {job.outputs[0] for job in jobs if job.rule == rule}
+    return {path for job in jobs if job.rule == rule for path in job.outputs}
+
+
+def run_judges(workdir: Path, config: dict, judge: str, scratch: Path) -> list[dict]:
+    """Run `config` on a copy of the completed run up to the judge's jobs; the request counts of each job."""
+    copied = scratch / "run"
+    shutil.copytree(workdir, copied, symlinks=True)
+    configfile = write_config(copied, config)
+    snakemake(
+        copied, configfile, "--workflow-profile", str(DEFAULT_PROFILE), "--cores", "2", "--until", judge_rule(judge)
+    )
+    return [json.loads(p.read_text()) for p in sorted((copied / "logs" / "scores" / judge).glob("*.requests.json"))]
 
 
 @pytest.fixture(scope="module")
@@ -106,29 +122,52 @@ def test_adding_a_judge_schedules_its_jobs_and_the_aggregates(completed_run):
     jobs = dry_run(workdir, changed)
 
     plan = plan_of(workdir, changed)
-    expected = {score_path(c, k) for c in plan.judge_cells() if c.judge == "minilm_rubric" for k in plan.shards()}
+    expected = score_paths(plan, plan.judge_cells("minilm_rubric"))
     assert len(expected) == 3 * len(plan.shards())  # text x {gt, asr} + cascade audio, one prompt
-    assert {job.rule for job in jobs} == {"judge_shard"} | AGGREGATES
-    assert outputs_of(jobs, "judge_shard") == expected
+    assert {job.rule for job in jobs} == {judge_rule("minilm_rubric")} | AGGREGATES
+    assert sum(job.rule == judge_rule("minilm_rubric") for job in jobs) == len(plan.shards()), "one job per shard"
+    assert outputs_of(jobs, judge_rule("minilm_rubric")) == expected
 
 
-@pytest.mark.parametrize("where", ["judge_prompts", "evaluation_prompts"])
-def test_adding_a_prompt_schedules_only_that_prompts_cells(completed_run, where):
-    workdir, config = completed_run
+def with_rubric(config: dict, where: str) -> dict:
     changed = copy.deepcopy(config)
     if where == "judge_prompts":  # the judge's own list
         changed["judges"]["minilm"]["schedule"]["prompts"] = ["basic", "rubric"]
     else:  # the judge follows evaluation.prompts, which already lists rubric
         del changed["judges"]["minilm"]["schedule"]["prompts"]
         assert changed["evaluation"]["prompts"] == ["basic", "rubric"]
+    return changed
+
+
+@pytest.mark.parametrize("where", ["judge_prompts", "evaluation_prompts"])
+def test_adding_a_prompt_reruns_the_judges_shard_jobs(completed_run, where):
+    workdir, config = completed_run
+    changed = with_rubric(config, where)
 
     jobs = dry_run(workdir, changed)
 
+    # The judge's job of each shard has new outputs, so it runs again, writing all its cells (docs/cluster.md).
     plan = plan_of(workdir, changed)
-    expected = {score_path(c, k) for c in plan.judge_cells() if c.prompt == "rubric" for k in plan.shards()}
-    assert expected and all("/rubric/" in path for path in expected)
-    assert {job.rule for job in jobs} == {"judge_shard"} | AGGREGATES
-    assert outputs_of(jobs, "judge_shard") == expected
+    assert {job.rule for job in jobs} == {judge_rule("minilm")} | AGGREGATES
+    assert outputs_of(jobs, judge_rule("minilm")) == score_paths(plan, plan.judge_cells("minilm"))
+    assert all("Missing output files" in job.reason for job in jobs if job.rule == judge_rule("minilm"))
+
+
+def test_the_rerun_after_adding_a_prompt_computes_only_its_requests(completed_run, tmp_path):
+    workdir, config = completed_run
+    cold = [json.loads(p.read_text()) for p in sorted((workdir / "logs/scores/minilm").glob("*.requests.json"))]
+
+    rerun = run_judges(workdir, with_rubric(config, "judge_prompts"), "minilm", tmp_path)
+
+    assert len(rerun) == len(cold) == len(plan_of(workdir, config).shards())
+    for before, after in zip(cold, rerun):
+        assert (after["cached"], after["computed"]) == (before["computed"], after["requests"] - before["requests"])
+        assert after["model_loads"] == 1
+        for label, counts in after["cells"].items():
+            new = "/rubric/" in label
+            assert (counts["cached"], counts["computed"]) == (
+                (0, counts["requests"]) if new else (counts["requests"], 0)
+            )
 
 
 def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
@@ -159,12 +198,12 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
         "describe_turns": 1,
         "build_manifest": 1,
         "shard_index": 1,
-        "judge_shard": len(plan.judge_cells()),
+        judge_rule("minilm"): 1,
         "audio_accounting": 1,
         **dict.fromkeys(AGGREGATES, 1),
     }
     assert outputs_of(jobs, "shard_index") == {f"results/manifests/shards/shard{shard}.json"}
-    assert outputs_of(jobs, "judge_shard") == {score_path(c, shard) for c in plan.judge_cells()}
+    assert outputs_of(jobs, judge_rule("minilm")) == score_paths(plan, plan.judge_cells(), [shard])
 
 
 def test_changing_a_metric_setting_reruns_only_the_aggregates(completed_run):
@@ -215,6 +254,5 @@ def test_adding_a_judge_to_a_reordered_config_schedules_only_its_jobs(completed_
     jobs = dry_run_text(workdir, reformatted(changed))
 
     plan = plan_of(workdir, changed)
-    expected = {score_path(c, k) for c in plan.judge_cells() if c.judge == "minilm_rubric" for k in plan.shards()}
-    assert {job.rule for job in jobs} == {"judge_shard"} | AGGREGATES
-    assert outputs_of(jobs, "judge_shard") == expected
+    assert {job.rule for job in jobs} == {judge_rule("minilm_rubric")} | AGGREGATES
+    assert outputs_of(jobs, judge_rule("minilm_rubric")) == score_paths(plan, plan.judge_cells("minilm_rubric"))

@@ -48,6 +48,18 @@ def test_plan_cells_and_turns(tmp_path):
     assert len(cells) == 12
     assert {c.transcript_source for c in cells if c.modality == "audio"} == {"none"}
     assert {c.prompt for c in cells if c.judge == "text_only"} == {"rubric"}
+    # One job per judge and shard: its outputs are the judge's cells, its inputs the prompts they use.
+    assert plan.judges() == ["lalm", "text_only"]
+    assert [c for c in cells if c.judge == "lalm"] == plan.judge_cells("lalm")
+    assert plan.judge_prompts("lalm") == ["basic", "cot"] and plan.judge_prompts("text_only") == ["rubric"]
+    audio = next(c for c in plan.judge_cells("lalm") if c.modality == "audio")
+    assert audio.score_path("{shard}") == "results/scores/lalm/audio-none/basic/clean/shard{shard}.parquet"
+    assert audio.job_fields() == {
+        "modality": "audio",
+        "transcript_source": "none",
+        "prompt": "basic",
+        "condition": "clean",
+    }
 
 
 def test_gpu_requests_of_the_paper_stages():

@@ -61,6 +61,15 @@ class JudgeOutput:
     extra: dict[str, Any] = field(default_factory=dict)
 
 
+class PartialGenerationError(RuntimeError):
+    """A `generate` call that failed after some of its requests finished: `finished[i]` is the output of request
+    i, or None. The request cache stores the finished ones before the error goes on."""
+
+    def __init__(self, message: str, finished: list[JudgeOutput | None]):
+        super().__init__(message)
+        self.finished = finished
+
+
 class JudgeBackend(Protocol):
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]: ...
 

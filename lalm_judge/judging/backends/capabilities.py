@@ -2,9 +2,10 @@
 it ships a config for, read from that model's upstream code.
 
 Batch limits (`request_batch_size`): the transformers backend runs `batch_size` requests per forward pass; vLLM
-schedules its own batches (continuous batching under its memory limits), so it is handed every request of a job
-at once; the OpenAI-compatible backend keeps `options.concurrency` requests in flight, so each call gets enough
-requests to keep them busy (4 per slot, at least `batch_size`) without holding a whole shard's audio in memory.
+schedules its own batches (continuous batching under its memory limits), so it is handed up to
+`VLLM_REQUESTS_PER_CALL` requests per call, every request of a cell-sized job at once; the OpenAI-compatible
+backend keeps `options.concurrency` requests in flight, so each call gets enough requests to keep them busy
+(4 per slot, at least `batch_size`) without holding a whole shard's audio in memory.
 
 A judge's registry entry says what its model can serve (`capabilities`, `modalities`, `max_audio_s`,
 `backend`); for the families below those facts are known, and `lalm_judge.workflow.config` rejects an entry
@@ -41,12 +42,17 @@ from lalm_judge.judging.backends.base import JudgeSpec
 # Requests in flight of an OpenAI-compatible judge without `options.concurrency`.
 DEFAULT_CONCURRENCY = 4
 REQUESTS_PER_SLOT = 4
+# One vLLM submission. A judge job scores every cell of its judge for a shard (at paper scale about 100,000
+# requests, 60,000 of them with 35 s of audio: over 100 GB as float32), so the job cannot hand vLLM everything
+# at once; 4096 requests (about 9 GB of such audio) keep its continuous batching full, and the request cache is
+# written after each submission, so a killed job loses at most the one in flight.
+VLLM_REQUESTS_PER_CALL = 4096
 
 
-def request_batch_size(spec: JudgeSpec) -> int | None:
-    """Requests per backend call for this judge; None = every request of the job at once (vLLM)."""
+def request_batch_size(spec: JudgeSpec) -> int:
+    """Requests per backend call for this judge (`batch_size` is not used by vLLM, which batches itself)."""
     if spec.backend == "vllm":
-        return None
+        return VLLM_REQUESTS_PER_CALL
     if spec.backend == "openai":
         concurrency = int(spec.options.get("concurrency", DEFAULT_CONCURRENCY))
         return max(int(spec.batch_size), REQUESTS_PER_SLOT * concurrency)

@@ -1,4 +1,4 @@
-"""The `openai` judge backend: any OpenAI-compatible chat endpoint, concurrent, retried and cached on disk.
+"""The `openai` judge backend: any OpenAI-compatible chat endpoint, concurrent and retried.
 
 Works with GPT-4o audio models, Gemini's OpenAI-compatible endpoint, `vllm serve` and
 `transformers serve`. Audio goes inline as an `input_audio` part (base64 16-bit wav), one per audio item.
@@ -13,12 +13,11 @@ Options (`spec.options`):
   5xx, a timeout, a connection error or a 200 that is not a chat completion (cut short, not JSON, no
   choices: `lalm_judge.core.endpoints`) is retried after backoff_base_s * 2**attempt seconds (or the
   server's cooldown when longer: the Retry-After header, or Gemini's `retryDelay`, which its 429 carries in
-  the error body's `google.rpc.RetryInfo` instead of a header); after max_retries retries the job fails with a
-  RuntimeError naming the endpoint. Other errors (400, 401, 404, ...) fail at once, except below.
-- `cache_dir`: one JSON file per finished request, keyed by a hash of (model, revision, system and user
-  prompt, request parameters, score words, audio bytes), written atomically as each request finishes, so a rerun
-  after a failed job repeats only the unfinished requests. Default `~/.cache/lalm-judge/openai`;
-  `cache_dir: null` disables the cache.
+  the error body's `google.rpc.RetryInfo` instead of a header); after max_retries retries the call fails with
+  an error naming the endpoint. Other errors (400, 401, 404, ...) fail at once, except below. The error
+  (`PartialGenerationError`) carries the outputs of the call's requests that finished: the judge stage's
+  request cache (`lalm_judge.judging.cache`, for every backend) stores them, so a rerun repeats only the
+  unfinished requests.
 - `score_tokens` / `top_logprobs` (20): ask for logprobs and read P(safe) from the first answer token
   (when the server returns logprobs; `transformers serve` ignores the request). Without
   `score_tokens`, a request that carries `answer_tokens` (the `calibrated` prompt) is scored the same
@@ -39,21 +38,17 @@ sends `reasoning_effort: none` (Gemini's OpenAI compatibility guide, "Thinking")
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
 import re
 import time
-from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 import openai
 
 from lalm_judge.core.endpoints import MALFORMED_RESPONSE, first_choice, redact
-from lalm_judge.core.files import read_json, stable_hash, write_json
-from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
 from lalm_judge.judging.backends.capabilities import DEFAULT_CONCURRENCY
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
@@ -71,8 +66,6 @@ DEFAULT_BASE_URL = "https://api.openai.com/v1"
 NO_KEY_PLACEHOLDER = "no-key"
 RETRYABLE_STATUS = {408, 409, 429}
 MAX_BACKOFF_S = 60.0
-# Bumped when a cached record gains fields (2: answer_mass), so older records are not read as complete.
-RECORD_FORMAT = 2
 BAD_REQUEST = 400
 # Gemini's cooldown in a 429 body: error.details[] of type google.rpc.RetryInfo, e.g. {"retryDelay": "34.4s"}.
 _RETRY_DELAY = re.compile(r"^(\d+(?:\.\d+)?)s$")
@@ -95,10 +88,6 @@ def retry_delay_from_body(body: Any) -> float | None:
 
     walk(body)
     return max(found) if found else None
-
-
-def default_cache_dir() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lalm-judge" / "openai"
 
 
 def resolve_api_key(options: dict[str, Any]) -> str:
@@ -139,8 +128,6 @@ class OpenAIBackend:
         self.max_retries = max(0, int(options.get("max_retries", 5)))
         self.timeout_s = float(options.get("timeout_s", 120))
         self.backoff_base_s = float(options.get("backoff_base_s", 1.0))
-        cache_dir = options["cache_dir"] if "cache_dir" in options else default_cache_dir()
-        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.merge_system = not spec.capabilities.system_role
         # Set when the endpoint answered 400 to a request with logprobs: the rest of the job asks for none.
         self.logprobs_rejected = False
@@ -148,7 +135,7 @@ class OpenAIBackend:
         self.score_words = validate_score_tokens(score_tokens) if score_tokens else None
         self.top_logprobs = int(options.get("top_logprobs", 20))
         self.params = self._request_params(spec)
-        # HTTP attempts sent by this backend (retries included); cache hits send none.
+        # HTTP attempts sent by this backend (retries included).
         self.n_http_attempts = 0
 
     def _request_params(self, spec: JudgeSpec) -> dict[str, Any]:
@@ -179,27 +166,6 @@ class OpenAIBackend:
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.spec.revision}
 
-    def cache_key(self, request: JudgeRequest, audio_b64: str | Sequence[str] | None) -> str:
-        """Hash of the request as sent; a single audio keys as it always has, several by their list of hashes."""
-        encoded = [audio_b64] if isinstance(audio_b64, str) else list(audio_b64 or [])
-        shas = [hashlib.sha256(item.encode("ascii")).hexdigest() for item in encoded]
-        audio_sha = None if not shas else shas[0] if len(shas) == 1 else shas
-        return stable_hash(
-            {
-                "model": self.spec.model,
-                "revision": self.spec.revision,
-                "system": request.system,
-                "user": request.user,
-                "merge_system": self.merge_system,
-                "params": self.request_params(request),
-                # The words change the p_safe stored in the record, not only the request sent.
-                "score_words": self.request_score_words(request),
-                "record_format": RECORD_FORMAT,
-                "audio_sha256": audio_sha,
-            },
-            length=40,
-        )
-
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
         return asyncio.run(self._generate_all(requests))
 
@@ -210,7 +176,7 @@ class OpenAIBackend:
         )
         semaphore = asyncio.Semaphore(self.concurrency)
         try:
-            # return_exceptions: requests still in flight when one fails finish and reach the cache.
+            # return_exceptions: requests still in flight when one fails finish, and their outputs are kept.
             results = await asyncio.gather(
                 *(self._one(client, semaphore, request) for request in requests), return_exceptions=True
             )
@@ -218,10 +184,10 @@ class OpenAIBackend:
             await client.close()
         failures = [result for result in results if isinstance(result, BaseException)]
         if failures:
-            finished = f"{len(results) - len(failures)} finished" + (" and are cached" if self.cache_dir else "")
-            raise RuntimeError(
+            raise PartialGenerationError(
                 f"judge {self.spec.name}: {len(failures)} of {len(results)} requests to {self.base_url} failed "
-                f"({finished}); first error: {failures[0]}"
+                f"({len(results) - len(failures)} finished); first error: {failures[0]}",
+                [None if isinstance(result, BaseException) else result for result in results],
             ) from failures[0]
         return results  # type: ignore[return-value]
 
@@ -229,17 +195,11 @@ class OpenAIBackend:
         # Inside the semaphore: only `concurrency` encoded waveforms are held in memory at a time.
         async with semaphore:
             audio_b64 = [wav_base64(*item) for item in request.audio_items]
-            key = self.cache_key(request, audio_b64)
-            cache_file = self.cache_dir / f"{key}.json" if self.cache_dir is not None else None
-            if cache_file is not None and cache_file.is_file():
-                return self._from_record(read_json(cache_file), cached=True)
             messages = build_openai_messages(request, audio_b64=audio_b64, merge_system=self.merge_system)
             started = time.perf_counter()
             response = await self._with_retries(client, messages, request)
             record = self._record(response, time.perf_counter() - started, request)
-        if cache_file is not None:
-            write_json(cache_file, record)
-        return self._from_record(record, cached=False)
+        return self._from_record(record)
 
     async def _with_retries(self, client: Any, messages: list[dict[str, Any]], request: JudgeRequest) -> Any:
         request_id, params = request.request_id, self.request_params(request)
@@ -335,7 +295,7 @@ class OpenAIBackend:
         return {"p_safe": answer.p_safe, "answer_mass": answer.mass}
 
     @staticmethod
-    def _from_record(record: dict[str, Any], *, cached: bool) -> JudgeOutput:
+    def _from_record(record: dict[str, Any]) -> JudgeOutput:
         return JudgeOutput(
             text=record["text"],
             latency_s=record["latency_s"],
@@ -344,9 +304,8 @@ class OpenAIBackend:
             p_safe=record["p_safe"],
             answer_mass=record["answer_mass"],
             extra={
-                "cached": cached,
                 "finish_reason": record["finish_reason"],
                 "served_model": record["served_model"],
-                "logprobs_rejected": record.get("logprobs_rejected", False),  # absent in records of older versions
+                "logprobs_rejected": record["logprobs_rejected"],
             },
         )

@@ -1,4 +1,4 @@
-"""The `vllm` judge backend: offline vLLM engine, every request of a job submitted in one `generate` call.
+"""The `vllm` judge backend: offline vLLM engine, a judge job's requests submitted in large `generate` calls.
 
 Prompts are rendered with the model's own Hugging Face chat template and sent as token ids
 (`{"prompt_token_ids": ..., "multi_modal_data": {"audio": [(array, sample_rate), ...]}}`, one audio entry per
@@ -33,6 +33,18 @@ Options: `tensor_parallel_size` (the job's GPUs), `max_model_len` (the model's),
 `trust_remote_code` (false; the code revision is then pinned to `revision` too), `score_tokens`, `top_logprobs`,
 and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
 Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video.
+
+A `generate` call is one submission, which vLLM schedules by continuous batching; the judge job hands it up to
+`capabilities.VLLM_REQUESTS_PER_CALL` requests per call and writes the request cache after each. Automatic
+prefix caching is on (`enable_prefix_caching`, the V1 engine's default, set so that it does not depend
+on the version; `engine_kwargs` may turn it off). The judge job
+(`lalm_judge.judging.job`) sends each dialogue's requests together, cell by cell, the original before its
+variants in turn order, so neighbours share the prompt and the dialogue up to the replaced turn. That this saves
+compute relies on: prompts sent as token ids that are equal up to where they differ (one chat template, no added
+special tokens); vLLM's block hashes covering the audio by content (an audio prefix is shared only where the
+audio is identical, so in the audio modalities mainly the system prompt and instructions before the audio are
+shared); and the shared blocks still being in the KV cache when the neighbour is scheduled, which holds for
+requests submitted together and no longer once memory pressure evicts them.
 
 vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`: vllm 0.32.0, torch 2.13.0, transformers 5.19).
 MERaLiON-2 needs vllm-plugin-meralion2, whose 0.3.x line supports only vLLM >=0.12,<0.17: it runs in
@@ -123,6 +135,8 @@ class VLLMBackend:
             "gpu_memory_utilization": float(options.get("gpu_memory_utilization", 0.9)),
             "trust_remote_code": trust_remote_code,
             "seed": 0,
+            # Requests of one dialogue share its prompt and transcript prefix; the judge job sends them together.
+            "enable_prefix_caching": True,
         }
         if trust_remote_code:  # vLLM does not default the code revision to `revision`
             engine_kwargs["code_revision"] = spec.revision

@@ -1,0 +1,290 @@
+"""The judge stage at cluster scale: model loads per judge, what reruns and resumes compute, and GPU-hours.
+
+Three sections (`--section`, default all):
+- `loads`: from the plan of the paper config on a synthetic corpus of `--dialogues` dialogues x 6 turns x 40
+  variants (as `bench.dag_scale`): judge cells, jobs and model loads per judge, with one job per judge cell and
+  shard (before) and one job per judge and shard (now), and the requests each judge's jobs send.
+- `cpu`: a tiny random-weight Qwen2-Audio (`bench.models`) on synthetic tone manifests (`bench.manifests`),
+  on the CPU, side by side in one run with one request cache: a cold run of the cells of two prompts, the rerun
+  after a third prompt is added, an unchanged rerun, and a job killed (SIGKILL) half-way then resumed, each
+  with requests computed and wall time.
+- `gpu`: an estimate of the paper run's GPU-hours per judge, loading and scoring apart, from the `loads`
+  plan and the stated assumptions (`--load-s-<backend>`, `--requests-per-s-<judge>`, those of docs/cluster.md);
+  no GPU was measured.
+
+Run: .venv/bin/python -m bench.judge_stage [--section loads|cpu|gpu] [--dialogues 100]
+Last line: `loads_before=<max per judge> loads_after=<max per judge> resume_computed=<n> resume_remainder=<n>
+batch=<n>` (the parts of the sections run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+from bench.dag_scale import synthetic_config, write_synthetic_corpus  # noqa: E402
+from lalm_judge.judging.backends.base import JudgeSpec  # noqa: E402
+from lalm_judge.judging.cache import RequestCache  # noqa: E402
+from lalm_judge.judging.job import JobResult, score_judge_shard  # noqa: E402
+from lalm_judge.judging.prompts import resolve_prompt_path  # noqa: E402
+from lalm_judge.workflow.config import validate_config  # noqa: E402
+from lalm_judge.workflow.plan import Plan  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TURNS, VARIANTS_PER_TURN = 6, 40
+
+# Assumptions of the GPU-hours estimate (no GPU was measured); each can be set on the command line. They are
+# those of docs/cluster.md ("GPU-hours per stage"), per judge there, so that both estimates agree.
+# Load: engine start, weights from a local disk, CUDA graph capture (vLLM: 1-2 min for a 7-10B model).
+LOAD_S = {"vllm": 90.0, "transformers": 60.0}
+# Scoring throughput of one 80 GB GPU, requests per second, at about 150 generated tokens per request: vLLM's
+# continuous batching of a 7-10B model; the transformers backend's padded static batches about a quarter of it.
+REQUESTS_PER_S = {
+    "qwen2_audio_7b": 8.0,
+    "meralion2_10b": 8.0,
+    "minicpm_o": 6.0,
+    "llama31_8b": 15.0,
+    "audio_flamingo_3": 2.0,
+    "qwen25_omni_7b": 1.5,
+}
+# A dialogue lasts about 35 s (6 turns of about 5 s and 0.4 s pauses): a judge that reads at most 30 s
+# (`long_audio: chunk`) sends about 1.5 windows per audio request.
+DIALOGUE_S, WINDOWS_PER_LONG_SAMPLE = 35.0, 1.5
+
+
+# --- the judge job as the workflow runs it, for this benchmark and the tests ---------------------------------
+def job_cells(
+    modality_sources: Sequence[tuple[str, str]], prompts: Sequence[str], conditions: Sequence[str] = ("clean",)
+) -> list[dict[str, str]]:
+    return [
+        {"modality": modality, "transcript_source": source, "prompt": prompt, "condition": condition}
+        for modality, source in modality_sources
+        for prompt in prompts
+        for condition in conditions
+    ]
+
+
+def job_out_paths(root: Path, cells: Sequence[Mapping[str, str]]) -> list[Path]:
+    return [
+        root / "scores" / f"{c['modality']}-{c['transcript_source']}" / c["prompt"] / c["condition"] / "shard0.parquet"
+        for c in cells
+    ]
+
+
+def run_job(manifests, spec: JudgeSpec, cells, root: Path, **kwargs: Any) -> JobResult:
+    """One judge job of shard 0 with its score tables and request cache under `root`."""
+    prompts = sorted({c["prompt"] for c in cells})
+    return score_judge_shard(
+        manifests,
+        spec,
+        cells,
+        job_out_paths(root, cells),
+        [resolve_prompt_path(p) for p in prompts],
+        shard=0,
+        cache_dir=root / "cache",
+        stats_path=root / "stats.json",
+        progress=False,
+        **kwargs,
+    )
+
+
+_JOB_PROCESS = """
+import json, sys
+from pathlib import Path
+from bench.judge_stage import run_job
+from lalm_judge.judging.backends.base import JudgeSpec
+args = json.loads(sys.argv[1])
+spec = JudgeSpec.from_config(args["spec"].pop("name"), args["spec"])
+run_job(args["manifests"], spec, args["cells"], Path(args["root"]))
+"""
+
+
+def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
+    """Run the job in another process and SIGKILL it once `kill_at` requests are cached; how many were cached."""
+    args = {
+        "manifests": [str(p) for p in manifests],
+        "spec": {**dataclasses.asdict(spec), "modalities": list(spec.modalities)},
+        "cells": list(cells),
+        "root": str(root),
+    }
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    job = subprocess.Popen(
+        [sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=subprocess.PIPE
+    )
+    cache = RequestCache(root / "cache" / spec.name)
+    deadline = time.monotonic() + timeout_s
+    while cache.count() < kill_at:
+        if job.poll() is not None:
+            raise RuntimeError(f"the job ended before it was killed: {job.stderr.read().decode()[-2000:]}")
+        if time.monotonic() > deadline:
+            job.kill()
+            raise RuntimeError(f"fewer than {kill_at} requests cached after {timeout_s:.0f} s")
+        time.sleep(0.02)
+    job.send_signal(signal.SIGKILL)
+    job.wait()
+    return cache.count()
+
+
+# --- sections ---------------------------------------------------------------------------------------------------
+def paper_plan(n_dialogues: int, scratch: Path) -> Plan:
+    write_synthetic_corpus(scratch / "corpus", n_dialogues, TURNS)
+    return Plan(validate_config(synthetic_config(scratch / "corpus")))
+
+
+def loads_section(plan: Plan) -> list[dict[str, Any]]:
+    samples = len(plan.dialogue_ids) * (1 + TURNS * VARIANTS_PER_TURN)
+    rows = []
+    for judge in plan.judges():
+        cells = plan.judge_cells(judge)
+        shards = len(plan.shards())
+        entry = plan.config["judges"][judge]
+        audio_cells = sum(cell.modality != "text" for cell in cells)
+        max_audio_s = entry.get("max_audio_s")
+        windows = WINDOWS_PER_LONG_SAMPLE if max_audio_s is not None and max_audio_s < DIALOGUE_S else 1.0
+        rows.append(
+            {
+                "judge": judge,
+                "backend": entry["backend"],
+                "cells": len(cells),
+                "jobs_before": len(cells) * shards,
+                "jobs_after": shards,
+                "requests": round(samples * (len(cells) - audio_cells + audio_cells * windows)),
+            }
+        )
+    print(f"\nModel loads per judge at paper scale ({len(plan.dialogue_ids)} dialogues, {samples:,} samples):")
+    print(f"{'judge':<18} {'cells':>5} {'loads before':>13} {'loads after':>12} {'requests':>10}")
+    for row in rows:
+        print(
+            f"{row['judge']:<18} {row['cells']:>5} {row['jobs_before']:>13} {row['jobs_after']:>12} "
+            f"{row['requests']:>10,}"
+        )
+    print(
+        f"{'all judges':<18} {sum(r['cells'] for r in rows):>5} {sum(r['jobs_before'] for r in rows):>13} "
+        f"{sum(r['jobs_after'] for r in rows):>12} {sum(r['requests'] for r in rows):>10,}"
+    )
+    return rows
+
+
+def gpu_section(rows: list[dict[str, Any]], load_s: Mapping[str, float], rates: Mapping[str, float]) -> None:
+    print("\nGPU-hours of the paper run per judge (estimate; assumptions below):")
+    print(f"{'judge':<18} {'backend':<12} {'load before':>11} {'load after':>10} {'scoring':>8} {'total after':>11}")
+    totals = [0.0, 0.0, 0.0]
+    for row in rows:
+        if row["backend"] not in load_s:  # API judges use no GPU
+            print(f"{row['judge']:<18} {row['backend']:<12} {'(API: no GPU)':>44}")
+            continue
+        before = row["jobs_before"] * load_s[row["backend"]] / 3600
+        after = row["jobs_after"] * load_s[row["backend"]] / 3600
+        scoring = row["requests"] / rates[row["judge"]] / 3600
+        totals = [totals[0] + before, totals[1] + after, totals[2] + scoring]
+        print(
+            f"{row['judge']:<18} {row['backend']:<12} {before:>11.1f} {after:>10.2f} {scoring:>8.1f} "
+            f"{after + scoring:>11.1f}"
+        )
+    before, after, scoring = totals
+    print(f"{'GPU judges':<18} {'':<12} {before:>11.1f} {after:>10.2f} {scoring:>8.1f} {after + scoring:>11.1f}")
+    print(
+        "assumptions: load "
+        + ", ".join(f"{b} {s:.0f} s" for b, s in load_s.items())
+        + "; scoring "
+        + ", ".join(f"{j} {r:g}" for j, r in rates.items())
+        + f" requests/s; {WINDOWS_PER_LONG_SAMPLE:g} windows per audio request of a judge reading under "
+        f"{DIALOGUE_S:g} s; a rerun after an added prompt or a resume loads each shard's model once more"
+    )
+
+
+def cpu_section(threads: int, scratch: Path) -> dict[str, int]:
+    import torch
+
+    from bench.manifests import write_tone_manifests
+    from bench.models import build_tiny_qwen2audio
+
+    torch.set_num_threads(threads)
+    manifests = write_tone_manifests(
+        scratch / "manifests", n_dialogues=4, n_turns=3, variant_turns=3, variants_per_turn=3
+    )
+    spec = JudgeSpec(
+        name="tiny_qwen2_audio",
+        backend="transformers",
+        model=str(build_tiny_qwen2audio(scratch / "model")),
+        modalities=("audio", "audio_text"),
+        generation={"max_new_tokens": 16},
+        batch_size=8,
+        options={"device": "cpu", "num_threads": threads},
+    )
+    grid = [("audio", "none"), ("audio_text", "gt")]
+    two, three = job_cells(grid, ["basic", "rubric"]), job_cells(grid, ["basic", "rubric", "cot"])
+    shared = scratch / "shared"
+    runs: list[tuple[str, Any]] = []
+
+    def timed(label: str, action) -> None:
+        started = time.perf_counter()
+        result = action()
+        runs.append((label, result, time.perf_counter() - started))
+
+    timed("cold run, 2 prompts", lambda: run_job(manifests, spec, two, shared).stats)
+    timed("rerun, a 3rd prompt added", lambda: run_job(manifests, spec, three, shared).stats)
+    timed("unchanged rerun", lambda: run_job(manifests, spec, three, shared).stats)
+    killed_root = scratch / "killed"
+    n_requests = runs[0][1].requests
+    stored = kill_job_half_way(manifests, spec, two, killed_root, kill_at=n_requests // 2)
+    timed(
+        f"resume after SIGKILL ({stored} of {n_requests} cached)",
+        lambda: run_job(manifests, spec, two, killed_root).stats,
+    )
+
+    print(
+        f"\nOn the CPU ({threads} torch thread(s)): tiny Qwen2-Audio, {runs[0][1].samples} samples, "
+        f"batch {spec.batch_size}"
+    )
+    print(f"{'run':<42} {'requests':>8} {'cached':>7} {'computed':>9} {'model loads':>11} {'wall s':>7}")
+    for label, stats, wall in runs:
+        print(
+            f"{label:<42} {stats.requests:>8} {stats.cached:>7} {stats.computed:>9} {stats.model_loads:>11} "
+            f"{wall:>7.1f}"
+        )
+    resume = runs[-1][1]
+    return {"resume_computed": resume.computed, "resume_remainder": n_requests - stored, "batch": spec.batch_size}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--section", choices=["all", "loads", "cpu", "gpu"], default="all")
+    parser.add_argument("--dialogues", type=int, default=100)
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads of the cpu section")
+    for backend in LOAD_S:
+        parser.add_argument(f"--load-s-{backend}", type=float, default=LOAD_S[backend])
+    for judge in REQUESTS_PER_S:
+        parser.add_argument(f"--requests-per-s-{judge.replace('_', '-')}", type=float, default=REQUESTS_PER_S[judge])
+    args = parser.parse_args()
+    summary: dict[str, int] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        if args.section in ("all", "loads", "gpu"):
+            rows = loads_section(paper_plan(args.dialogues, scratch / "plan"))
+            summary["loads_before"] = max(r["jobs_before"] for r in rows)
+            summary["loads_after"] = max(r["jobs_after"] for r in rows)
+            if args.section in ("all", "gpu"):
+                load_s = {b: getattr(args, f"load_s_{b}") for b in LOAD_S}
+                rates = {j: getattr(args, f"requests_per_s_{j}") for j in REQUESTS_PER_S}
+                gpu_section(rows, load_s, rates)
+        if args.section in ("all", "cpu"):
+            summary.update(cpu_section(args.threads, scratch / "cpu"))
+    print(" ".join(f"{key}={value}" for key, value in summary.items()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,385 @@
+"""The request cache of judge outputs: each distinct request is computed once, whichever job, cell or run asks
+for it, so a rerun computes only new requests and a killed job resumes where it stopped.
+
+- `request_key`: a hash of what determines an answer: the judge's identity (`judge_identity`: backend, model,
+  revision, dtype, generation settings and the options that change answers), the request's context (for the
+  judge stage the prompt version and content hash, and the modality) and the exact inputs: every field of the
+  request but its id, with each audio waveform hashed sample by sample (`waveform_digest`). Where and how fast
+  requests run (batch size, GPUs, concurrency, retries, devices, cache folders) is not in it.
+- `RequestCache`: a folder of SQLite databases, one per partition (the judge stage uses one per judge and
+  dialogue, `<cache_dir>/<judge>/<dialogue>.sqlite`). Entries are only ever added (`INSERT OR IGNORE`), one
+  transaction per `store`, so a process killed at any point leaves every committed entry intact and none half
+  written. An output that carries neither text nor P(safe), or that its backend reports as failed
+  (`FAILED_FINISH_REASONS`), is never stored and never served; nor is an entry stored before `JudgeOutput`
+  gained a field it now has.
+- `CachedBackend`: any `JudgeBackend` behind a `RequestCache`. Cached requests are answered from it; the others
+  go to the backend `requests_per_call` at a time, and each call's outputs are stored as soon as it returns
+  (finished outputs of a failed call too, `PartialGenerationError`). The backend is built, and its model
+  loaded, only when a request has to be computed.
+
+Why SQLite: it is in the standard library of every environment the judges run in (the vLLM and transformers
+conda envs included), a transaction is atomic and durable (the write-ahead log is replayed or discarded on the
+next open), and lookups are indexed. Each connection lives for one transaction, in WAL mode with
+`locking_mode=EXCLUSIVE`: SQLite then keeps the WAL index in process memory instead of a shared-memory file,
+which is what makes a database safe to use from different hosts of a cluster one after the other (WAL's
+shared memory does not work across hosts of a network file system). Processes on one host that write the same
+database at once take turns (busy timeout). In the workflow a partition is written by one job at a time: a
+dialogue belongs to one shard, and Snakemake never runs two jobs of one judge and shard at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import re
+import sqlite3
+import time
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from itertools import islice
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lalm_judge.core.files import package_versions, stable_hash
+from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
+
+logger = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1
+KEY_LENGTH = 40
+BUSY_TIMEOUT_S = 300.0
+LOOKUP_CHUNK = 500  # keys per SELECT (SQLite bounds the number of bound parameters)
+FAILED_FINISH_REASONS = frozenset({"abort", "error"})
+_PARTITION = re.compile(r"^[A-Za-z0-9_.\-]+$")
+
+# Judge settings that change where or how fast requests run, not what a model answers. Everything else of the
+# spec is in the key (unknown options included), so a setting that might change answers invalidates entries.
+SPEC_FIELDS_NOT_IN_KEY = frozenset({"name", "batch_size", "gpus", "modalities", "max_audio_s", "long_audio"})
+OPTIONS_NOT_IN_KEY = frozenset(
+    {
+        "api_key_env",
+        "backoff_base_s",
+        "base_url",  # where the model is served; `model` says which model it is
+        "cache_dir",
+        "cascade_asr",  # chooses the transcript the request carries, which is hashed with the request
+        "concurrency",
+        "device",
+        "gpu_memory_utilization",
+        "max_retries",
+        "num_threads",
+        "tensor_parallel_size",
+        "threads",
+        "timeout_s",
+    }
+)
+
+
+def judge_identity(spec: JudgeSpec) -> dict[str, Any]:
+    """The part of a judge spec that determines its answers (`SPEC_FIELDS_NOT_IN_KEY`, `OPTIONS_NOT_IN_KEY`)."""
+    identity = {k: v for k, v in dataclasses.asdict(spec).items() if k not in SPEC_FIELDS_NOT_IN_KEY}
+    identity["options"] = {k: v for k, v in spec.options.items() if k not in OPTIONS_NOT_IN_KEY}
+    return identity
+
+
+def waveform_digest(waveform: np.ndarray) -> str:
+    """sha256 of the samples exactly as given (dtype and shape included)."""
+    array = np.ascontiguousarray(waveform)
+    digest = hashlib.sha256(f"{array.dtype.str}{array.shape}".encode())
+    digest.update(memoryview(array).cast("B"))
+    return digest.hexdigest()
+
+
+def _fingerprint(value: Any, digests: Callable[[np.ndarray], str]) -> Any:
+    """A JSON-able stand-in of a request's inputs: arrays become their digests."""
+    if isinstance(value, np.ndarray):
+        return {"sha256": digests(value)}
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {
+            f.name: _fingerprint(getattr(value, f.name), digests)
+            for f in dataclasses.fields(value)
+            if f.name != "request_id"
+        }
+    if isinstance(value, Mapping):
+        return {str(k): _fingerprint(v, digests) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_fingerprint(v, digests) for v in value]
+    return value
+
+
+def request_key(
+    identity: Mapping[str, Any],
+    context: Mapping[str, Any],
+    request: Any,
+    digests: Callable[[np.ndarray], str] = waveform_digest,
+) -> str:
+    """The cache key of `request` (any dataclass of inputs: a `JudgeRequest`, or a pairwise request) for the judge
+    `identity` in `context`. The request id is not part of it: equal inputs are one request."""
+    return stable_hash(
+        {"format": FORMAT_VERSION, "judge": identity, "context": context, "inputs": _fingerprint(request, digests)},
+        length=KEY_LENGTH,
+    )
+
+
+def is_servable(output: JudgeOutput) -> bool:
+    """Whether an output may be stored and served: it has text (not only blanks) or P(safe), and its backend did
+    not fail it."""
+    if output.extra.get("finish_reason") in FAILED_FINISH_REASONS:
+        return False
+    return bool(output.text.strip()) or output.p_safe is not None
+
+
+def _encode_output(output: JudgeOutput) -> str:
+    return json.dumps(dataclasses.asdict(output), sort_keys=True, default=str)
+
+
+_OUTPUT_FIELDS = frozenset(f.name for f in dataclasses.fields(JudgeOutput))
+
+
+def _decode_output(text: str) -> JudgeOutput | None:
+    """The stored output, or None when it lacks a field `JudgeOutput` has now (stored before the field existed:
+    not a complete answer, so not a hit)."""
+    record = json.loads(text)
+    return JudgeOutput(**record) if set(record) == _OUTPUT_FIELDS else None
+
+
+@dataclass(frozen=True)
+class CachedEntry:
+    output: JudgeOutput
+    # Who computed it: model, model_revision (as the backend described itself), package_versions, created (UTC).
+    provenance: dict[str, Any]
+
+
+class RequestCache:
+    """A folder of SQLite databases of judge outputs, one per partition (see the module docstring)."""
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def path(self, partition: str) -> Path:
+        if not _PARTITION.match(partition):
+            raise ValueError(f"cache partition {partition!r} must be a file name of letters, digits and _ . -")
+        return self.root / f"{partition}.sqlite"
+
+    def partitions(self) -> list[str]:
+        return sorted(p.stem for p in self.root.glob("*.sqlite"))
+
+    @contextmanager
+    def _connect(self, partition: str, *, create: bool) -> Iterator[sqlite3.Connection | None]:
+        path = self.path(partition)
+        if not create and not path.is_file():
+            yield None
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        try:
+            # Before the first access: no shared-memory WAL index (see the module docstring).
+            connection.execute("PRAGMA locking_mode=EXCLUSIVE")
+            self._retry_busy(lambda: connection.execute("PRAGMA journal_mode=WAL"), path)
+            connection.execute("PRAGMA synchronous=FULL")
+            self._retry_busy(lambda: self._prepare(connection, path), path)
+            yield connection
+        finally:
+            connection.close()
+
+    @staticmethod
+    def _prepare(connection: sqlite3.Connection, path: Path) -> None:
+        version = connection.execute("PRAGMA user_version").fetchone()[0]
+        if version == 0:
+            connection.execute(
+                "CREATE TABLE IF NOT EXISTS outputs ("
+                "key TEXT PRIMARY KEY, output TEXT NOT NULL, provenance TEXT NOT NULL) WITHOUT ROWID"
+            )
+            connection.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        elif version != FORMAT_VERSION:
+            raise RuntimeError(
+                f"request cache {path} has format {version}, this code reads format {FORMAT_VERSION}; "
+                "point evaluation.cache_dir elsewhere or delete the file"
+            )
+
+    @staticmethod
+    def _retry_busy(action: Callable[[], Any], path: Path) -> Any:
+        """Run `action`, waiting while another process holds the database (some statements do not wait)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            try:
+                return action()
+            except sqlite3.OperationalError as err:
+                if "locked" not in str(err) and "busy" not in str(err):
+                    raise RuntimeError(f"request cache {path}: {err}") from err
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"request cache {path} stayed locked for {BUSY_TIMEOUT_S:.0f} s") from err
+                time.sleep(0.05)
+
+    def lookup(self, partition: str, keys: Iterable[str]) -> dict[str, CachedEntry]:
+        """The servable entries of `keys` found in the partition."""
+        found: dict[str, CachedEntry] = {}
+        keys = list(dict.fromkeys(keys))
+        with self._connect(partition, create=False) as connection:
+            if connection is None:
+                return found
+            for start in range(0, len(keys), LOOKUP_CHUNK):
+                chunk = keys[start : start + LOOKUP_CHUNK]
+                rows = connection.execute(
+                    f"SELECT key, output, provenance FROM outputs WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                ).fetchall()
+                for key, output, provenance in rows:
+                    decoded = _decode_output(output)
+                    if decoded is not None and is_servable(decoded):
+                        found[key] = CachedEntry(decoded, json.loads(provenance))
+        return found
+
+    def store(self, partition: str, outputs: Sequence[tuple[str, JudgeOutput]], provenance: Mapping[str, Any]) -> int:
+        """Add the servable outputs in one transaction (a key already present keeps its entry); how many were new."""
+        rows = [(key, _encode_output(output)) for key, output in outputs if is_servable(output)]
+        if not rows:
+            return 0
+        stamped = json.dumps({**provenance, "created": datetime.now(UTC).isoformat(timespec="seconds")})
+        with self._connect(partition, create=True) as connection:
+            assert connection is not None
+            self._retry_busy(lambda: connection.execute("BEGIN IMMEDIATE"), self.path(partition))
+            try:
+                before = connection.total_changes
+                connection.executemany(
+                    "INSERT OR IGNORE INTO outputs (key, output, provenance) VALUES (?, ?, ?)",
+                    [(key, output, stamped) for key, output in rows],
+                )
+                added = connection.total_changes - before
+                connection.execute("COMMIT")
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+        return added
+
+    def count(self, partition: str | None = None) -> int:
+        """Entries in one partition, or in all of them."""
+        total = 0
+        for name in [partition] if partition is not None else self.partitions():
+            with self._connect(name, create=False) as connection:
+                if connection is not None:
+                    total += connection.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
+        return total
+
+
+class KeyedRequest(NamedTuple):
+    key: str
+    partition: str
+    request: JudgeRequest
+
+
+def _batched(items: Iterable[KeyedRequest], size: int) -> Iterator[list[KeyedRequest]]:
+    iterator = iter(items)
+    while chunk := list(islice(iterator, size)):
+        yield chunk
+
+
+class CachedBackend:
+    """A `JudgeBackend` behind a `RequestCache` (None: no cache, every request is computed).
+
+    `backend` is a backend or a function that builds one; it is called at the first request to compute. `identity`
+    is the judge's part of every key (`judge_identity`). Counters: `n_cached`, `n_computed` (requests), `n_loads`
+    (backends built here: 0 or 1), `load_s` (building it), `compute_s` (time inside its `generate`)."""
+
+    def __init__(
+        self,
+        backend: JudgeBackend | Callable[[], JudgeBackend],
+        cache: RequestCache | None,
+        identity: Mapping[str, Any],
+        requests_per_call: int,
+    ):
+        self._backend: JudgeBackend | None = backend if hasattr(backend, "generate") else None  # type: ignore[assignment]
+        self._build = None if self._backend is not None else backend
+        self.cache = cache
+        self.identity = dict(identity)
+        self.requests_per_call = max(1, int(requests_per_call))
+        self.n_cached = self.n_computed = self.n_loads = 0
+        self.load_s = self.compute_s = 0.0
+        self._cached_description: dict[str, str] | None = None
+        self._provenance: dict[str, Any] | None = None
+
+    def backend(self) -> JudgeBackend:
+        if self._backend is None:
+            started = time.perf_counter()
+            self._backend = self._build()  # type: ignore[misc]
+            self.load_s = time.perf_counter() - started
+            self.n_loads += 1
+            logger.info("built the %s backend in %.1f s", type(self._backend).__name__, self.load_s)
+        return self._backend
+
+    def describe(self) -> dict[str, str]:
+        """The backend's description once it exists; before, that stored with the cached outputs served."""
+        if self._backend is not None:
+            return self._backend.describe()
+        return dict(self._cached_description or {})
+
+    def key(self, request: Any, context: Mapping[str, Any], digests: Callable[[np.ndarray], str] = waveform_digest):
+        return request_key(self.identity, context, request, digests)
+
+    def lookup(self, keys_by_partition: Mapping[str, Collection[str]]) -> dict[str, JudgeOutput]:
+        """Cached outputs of these keys (marked `extra['cached'] = True`)."""
+        found: dict[str, JudgeOutput] = {}
+        if self.cache is None:
+            return found
+        for partition, keys in keys_by_partition.items():
+            for key, entry in self.cache.lookup(partition, keys).items():
+                found[key] = dataclasses.replace(entry.output, extra={**entry.output.extra, "cached": True})
+                if self._cached_description is None:
+                    self._cached_description = {
+                        k: entry.provenance[k] for k in ("model", "model_revision") if k in entry.provenance
+                    }
+        self.n_cached += len(found)
+        return found
+
+    def compute(self, requests: Iterable[KeyedRequest]) -> Iterator[tuple[KeyedRequest, JudgeOutput]]:
+        """Send the requests in order, `requests_per_call` per backend call; store each call's outputs before
+        yielding them. `requests` may be a generator: only one call's requests are held at a time."""
+        for chunk in _batched(requests, self.requests_per_call):
+            backend = self.backend()
+            started = time.perf_counter()
+            try:
+                outputs = backend.generate([item.request for item in chunk])
+            except PartialGenerationError as err:
+                self._store([(item, out) for item, out in zip(chunk, err.finished) if out is not None])
+                raise
+            finally:
+                self.compute_s += time.perf_counter() - started
+            if len(outputs) != len(chunk):
+                raise RuntimeError(
+                    f"backend {type(backend).__name__} returned {len(outputs)} outputs for {len(chunk)} requests"
+                )
+            pairs = [
+                (item, dataclasses.replace(out, extra={**out.extra, "cached": False}))
+                for item, out in zip(chunk, outputs)
+            ]
+            self._store(pairs)
+            self.n_computed += len(pairs)
+            yield from pairs
+
+    def _store(self, pairs: Sequence[tuple[KeyedRequest, JudgeOutput]]) -> None:
+        if self.cache is None or not pairs:
+            return
+        if self._provenance is None:
+            self._provenance = {**self.describe(), "package_versions": package_versions()}
+        by_partition: dict[str, list[tuple[str, JudgeOutput]]] = {}
+        for item, output in pairs:
+            by_partition.setdefault(item.partition, []).append((item.key, output))
+        for partition, outputs in by_partition.items():
+            self.cache.store(partition, outputs, self._provenance)
+
+    def generate(
+        self, requests: Sequence[JudgeRequest], context: Mapping[str, Any] | None = None, partition: str = "requests"
+    ) -> list[JudgeOutput]:
+        """`JudgeBackend.generate` through the cache: outputs in request order, equal requests computed once."""
+        keyed = [KeyedRequest(self.key(r, context or {}), partition, r) for r in requests]
+        outputs = self.lookup({partition: [k.key for k in keyed]})
+        missing: dict[str, KeyedRequest] = {}
+        for item in keyed:
+            if item.key not in outputs:
+                missing.setdefault(item.key, item)
+        outputs.update((item.key, output) for item, output in self.compute(missing.values()))
+        return [outputs[k.key] for k in keyed]

@@ -1,0 +1,254 @@
+"""The request cache: what its keys cover, its SQLite store under concurrent writers and SIGKILL, and
+`CachedBackend` around a recording test double of the JudgeBackend interface (no model; the judge-job tests
+drive real tiny models through it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import multiprocessing
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from contextlib import closing
+
+import numpy as np
+import pytest
+
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
+from lalm_judge.judging.cache import CachedBackend, RequestCache, is_servable, judge_identity, request_key
+from tests.support.workflow import ROOT
+
+SPEC = JudgeSpec(
+    name="lalm",
+    backend="transformers",
+    model="org/model",
+    revision="abc123",
+    modalities=("audio", "text"),
+    generation={"max_new_tokens": 32},
+    options={"score_tokens": {"safe": ["Yes"], "unsafe": ["No"]}, "concurrency": 4, "device": "cpu"},
+)
+CONTEXT = {"prompt_version": "basic-v1", "prompt_content": "c0ffee", "modality": "audio_text"}
+
+
+def request(request_id="r1", user="Rate this dialogue.", seconds=0.5, seed=0, **changes) -> JudgeRequest:
+    waveform = np.random.default_rng(seed).standard_normal(int(16000 * seconds)).astype(np.float32)
+    base = JudgeRequest(request_id, "You are a judge.", user, audio=(waveform, 16000), transcript=(("A", "hi"),))
+    return dataclasses.replace(base, **changes)
+
+
+def output(text="SAFETY_SCORE: 0.25", **changes) -> JudgeOutput:
+    return dataclasses.replace(JudgeOutput(text, latency_s=0.123456789, n_input_tokens=7, n_output_tokens=3), **changes)
+
+
+def key(spec=SPEC, context=CONTEXT, req=None) -> str:
+    return request_key(judge_identity(spec), context, req or request())
+
+
+def test_equal_inputs_are_one_key_whatever_their_id():
+    assert key(req=request("a")) == key(req=request("b#w0"))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"model": "org/other"},
+        {"revision": "def456"},
+        {"dtype": "bfloat16"},
+        {"backend": "vllm"},
+        {"generation": {"max_new_tokens": 64}},
+        {"options": {**SPEC.options, "score_tokens": {"safe": ["Safe"], "unsafe": ["No"]}}},
+    ],
+)
+def test_what_determines_answers_changes_the_key(change):
+    assert key(dataclasses.replace(SPEC, **change)) != key()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"name": "renamed"},
+        {"batch_size": 64},
+        {"gpus": 2},
+        {"max_audio_s": 30.0},
+        {
+            "options": {
+                **SPEC.options,
+                "concurrency": 32,
+                "device": "cuda",
+                "cache_dir": "/x",
+                "base_url": "http://h/v1",
+            }
+        },
+    ],
+)
+def test_where_and_how_fast_requests_run_keeps_the_key(change):
+    assert key(dataclasses.replace(SPEC, **change)) == key()
+
+
+def test_context_and_every_input_are_in_the_key():
+    base = key()
+    assert key(context={**CONTEXT, "prompt_version": "basic-v2"}) != base
+    assert key(context={**CONTEXT, "prompt_content": "d00d"}) != base
+    assert key(context={**CONTEXT, "modality": "audio"}) != base
+    assert key(req=request(user="Rate it.")) != base
+    assert key(req=request(system="Be strict.")) != base
+    assert key(req=request(transcript=(("A", "hello"),))) != base
+    assert key(req=request(answer_tokens=("Yes", "No"))) != base
+    changed = request().audio[0].copy()
+    changed[1000] += 1e-6  # one sample of the audio
+    assert key(req=request(audio=(changed, 16000))) != base
+    assert key(req=request(audio=(request().audio[0], 8000))) != base
+    assert key(req=request(audio=None)) != base
+
+
+def test_entries_round_trip_exactly_and_are_only_added(tmp_path):
+    cache = RequestCache(tmp_path)
+    first = output(p_safe=0.1 + 0.2, extra={"finish_reason": "stop"})
+    assert cache.store("dialogue_a", [("k1", first)], {"model": "m"}) == 1
+    assert cache.store("dialogue_a", [("k1", output("SAFETY_SCORE: 0.9"))], {"model": "m"}) == 0
+    entry = cache.lookup("dialogue_a", ["k1", "unknown"])["k1"]
+    assert entry.output == first  # floats and all, so cached rows equal computed rows byte for byte
+    assert entry.provenance["model"] == "m" and entry.provenance["created"]
+    assert cache.lookup("dialogue_b", ["k1"]) == {}
+    assert not (tmp_path / "dialogue_b.sqlite").exists(), "a lookup creates no file"
+
+
+def test_empty_failed_or_incomplete_outputs_are_never_served(tmp_path):
+    cache = RequestCache(tmp_path)
+    empty, aborted = output(""), output("partial", extra={"finish_reason": "abort"})
+    assert not is_servable(empty) and not is_servable(aborted) and is_servable(output("", p_safe=0.7))
+    assert cache.store("d", [("empty", empty), ("aborted", aborted), ("good", output())], {}) == 1
+    # An empty record written by other means is not a hit either.
+    with closing(sqlite3.connect(cache.path("d"))) as connection, connection:
+        record = json.dumps(dataclasses.asdict(output("  ")))
+        connection.execute("INSERT INTO outputs VALUES ('blank', ?, '{}')", (record,))
+        # An entry written before JudgeOutput had all its present fields is not a complete answer.
+        older = {k: v for k, v in dataclasses.asdict(output()).items() if k != "answer_mass"}
+        connection.execute("INSERT INTO outputs VALUES ('older', ?, '{}')", (json.dumps(older),))
+    assert set(cache.lookup("d", ["empty", "aborted", "good", "blank", "older"])) == {"good"}
+
+
+def test_no_shared_memory_file_and_no_log_left_after_a_write(tmp_path):
+    cache = RequestCache(tmp_path)
+    cache.store("d", [("k", output())], {})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.sqlite"]
+
+
+def test_a_database_of_another_format_is_an_error_naming_it(tmp_path):
+    with closing(sqlite3.connect(tmp_path / "d.sqlite")) as connection:
+        connection.execute("PRAGMA user_version = 99")
+    with pytest.raises(RuntimeError, match=r"d\.sqlite has format 99"):
+        RequestCache(tmp_path).lookup("d", ["k"])
+
+
+def integrity(path) -> str:
+    with closing(sqlite3.connect(path)) as connection:
+        return connection.execute("PRAGMA integrity_check").fetchone()[0]
+
+
+def _write_many(root: str, tag: str, n_transactions: int) -> None:
+    cache = RequestCache(root)
+    for i in range(n_transactions):
+        cache.store("shared", [(f"{tag}-{i}-{j}", output(f"SAFETY_SCORE: 0.{j}")) for j in range(5)], {"writer": tag})
+
+
+def test_two_processes_writing_one_database_at_once(tmp_path):
+    context = multiprocessing.get_context("spawn")
+    writers = [context.Process(target=_write_many, args=(str(tmp_path), tag, 40)) for tag in ("a", "b")]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(timeout=120)
+    assert [writer.exitcode for writer in writers] == [0, 0]
+    cache = RequestCache(tmp_path)
+    assert cache.count("shared") == 2 * 40 * 5
+    assert integrity(cache.path("shared")) == "ok"
+
+
+WRITER = """
+import sys
+from lalm_judge.judging.backends.base import JudgeOutput
+from lalm_judge.judging.cache import RequestCache
+cache, i = RequestCache(sys.argv[1]), 0
+print("ready", flush=True)
+while True:
+    cache.store("killed", [(f"k{i}-{j}", JudgeOutput("SAFETY_SCORE: 1", 0.1)) for j in range(20)], {})
+    i += 1
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_while_writing_leaves_whole_transactions(tmp_path):
+    cache, counts = RequestCache(tmp_path), []
+    for delay in (0.05, 0.2, 0.35, 0.5):
+        writer = subprocess.Popen(
+            [sys.executable, "-c", WRITER, str(tmp_path)], stdout=subprocess.PIPE, text=True, cwd=ROOT
+        )
+        assert writer.stdout.readline().strip() == "ready"
+        time.sleep(delay)
+        writer.send_signal(signal.SIGKILL)
+        writer.wait()
+        counts.append(cache.count("killed"))
+        assert integrity(cache.path("killed")) == "ok"
+    # Every transaction of 20 is there whole or not at all, whenever the kill came.
+    assert all(count % 20 == 0 for count in counts) and counts == sorted(counts) and counts[-1] > 0
+
+
+class RecordingBackend:
+    """Recording test double of the JudgeBackend interface: answers each request with its user text, records
+    each call's size, and fails the call numbered `fail_on_call` (with its first `finished` outputs done)."""
+
+    def __init__(self, fail_on_call=None, finished=0):
+        self.calls, self.fail_on_call, self.finished = [], fail_on_call, finished
+
+    def generate(self, requests):
+        self.calls.append(len(requests))
+        outputs = [output(f"{r.user} SAFETY_SCORE: 0.5") for r in requests]
+        if len(self.calls) == self.fail_on_call:
+            done = [*outputs[: self.finished], *[None] * (len(requests) - self.finished)]
+            raise PartialGenerationError("call failed", done)
+        return outputs
+
+    def describe(self):
+        return {"model": "recording-double", "model_revision": "r0"}
+
+
+def text_requests(n):
+    return [JudgeRequest(f"r{i}", "sys", f"dialogue {i}") for i in range(n)]
+
+
+def test_cached_backend_stores_each_call_and_builds_the_backend_only_when_needed(tmp_path):
+    builds = []
+
+    def build():
+        builds.append(RecordingBackend())
+        return builds[-1]
+
+    cache = RequestCache(tmp_path)
+    first = CachedBackend(build, cache, judge_identity(SPEC), requests_per_call=4)
+    outputs = first.generate([*text_requests(10), text_requests(1)[0]], context=CONTEXT)
+    assert builds[0].calls == [4, 4, 2], "the repeated request is computed once"
+    assert (first.n_computed, first.n_cached, first.n_loads) == (10, 0, 1)
+    assert outputs[-1] == outputs[0] and outputs[0].extra["cached"] is False
+
+    again = CachedBackend(build, cache, judge_identity(SPEC), requests_per_call=4)
+    cached = again.generate(text_requests(10), context=CONTEXT)
+    assert len(builds) == 1 and again.n_loads == 0, "nothing to compute: no backend is built"
+    assert [o.text for o in cached] == [o.text for o in outputs[:10]] and all(o.extra["cached"] for o in cached)
+    assert again.describe() == {"model": "recording-double", "model_revision": "r0"}
+
+
+def test_a_failed_call_keeps_the_calls_before_it_and_its_finished_outputs(tmp_path):
+    cache = RequestCache(tmp_path)
+    failing = CachedBackend(RecordingBackend(fail_on_call=3, finished=2), cache, judge_identity(SPEC), 4)
+    with pytest.raises(PartialGenerationError):
+        failing.generate(text_requests(12), context=CONTEXT)
+    assert cache.count() == 4 + 4 + 2
+
+    rerun_backend = RecordingBackend()
+    rerun = CachedBackend(rerun_backend, cache, judge_identity(SPEC), 4)
+    rerun.generate(text_requests(12), context=CONTEXT)
+    assert rerun_backend.calls == [2] and (rerun.n_cached, rerun.n_computed) == (10, 2)
