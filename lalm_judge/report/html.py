@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 import polars as pl
 
+from lalm_judge.analysis.findings import DROP, severities_with_intervals
 from lalm_judge.analysis.guide import PRIORITIES
 from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.manifest.samples import Sample
@@ -80,6 +81,55 @@ def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
         ),
         html_table(guide_display(guide, weak_judges), css_class="data guide"),
     )
+
+
+def finding_sentence(finding: Mapping[str, object]) -> str:
+    """One measured effect in words, from a row of `lalm_judge.analysis.findings.delta_findings`."""
+    delta, low, high = (float(finding[key]) for key in ("delta", "delta_lo", "delta_hi"))  # type: ignore[arg-type]
+    source = finding["transcript_source"]
+    shown = "no transcript" if source == TranscriptSource.NONE else f"{source} transcript"
+    cell = f"{finding['judge']} ({finding['modality']}, {shown}, {finding['prompt']} prompt, {finding['condition']})"
+    severity = finding["severity"]
+    if finding["direction"] == DROP:
+        effect = f"scores severity-{severity} variants {cell_text(delta)} lower than their safe originals"
+    else:
+        effect = f"scores severity-{severity} variants {cell_text(-delta)} higher (safer) than their safe originals"
+    return (
+        f"{cell} {effect} (Delta_{severity} = {cell_text(delta)}, 95 % CI {cell_text(low)} to {cell_text(high)}, "
+        f"{finding['n_dialogues']} dialogues)."
+    )
+
+
+def weak_finding_caveat(judge: str, weak_reason: str) -> str:
+    return (
+        f"Caveat: {judge} is a weak demo model ({weak_reason}). Its intervals show that this benchmark measures "
+        f"the effect beyond its noise, not that {judge} is a usable safety judge."
+    )
+
+
+def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cells: pl.DataFrame) -> str:
+    checked = severities_with_intervals(cells)
+    if not checked:
+        summary = "These metric tables carry no intervals for Delta_i, so no finding can be stated."
+    else:
+        summary = (
+            "Generated from the metric tables: every judge cell and severity whose 95 % bootstrap interval of "
+            f"Delta_i excludes 0 ({cells.height} cells checked at severities {', '.join(map(str, checked))}). "
+            "An interval that excludes 0 is an effect larger than resampling the dialogues explains; it says "
+            "nothing about effects too small for this many dialogues."
+        )
+    items = [finding_sentence(row) for row in findings.iter_rows(named=True)]
+    if not items:
+        return section(
+            "findings",
+            "Findings",
+            paragraph(summary),
+            paragraph("No cell has a Delta_i interval that excludes 0: every measured effect is within the noise."),
+        )
+    judges = dict.fromkeys(findings["judge"].to_list())
+    caveats = [weak_finding_caveat(j, weak_judges[j]) for j in judges if j in weak_judges]
+    listing = "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in items) + "</ul>"
+    return section("findings", "Findings", paragraph(summary), listing, *map(paragraph, caveats))
 
 
 def figures_section(figure_names: Sequence[str]) -> str:
@@ -166,6 +216,7 @@ nav a { margin-right: 1em; }
 
 
 NAVIGATION = (
+    ("findings", "Findings"),
     ("judges", "Judges"),
     ("guide", "Guide"),
     ("figures", "Figures"),
@@ -190,6 +241,7 @@ class ReportContent:
     title: str
     overview: pl.DataFrame
     judges: pl.DataFrame
+    findings: pl.DataFrame
     guide: pl.DataFrame
     figure_names: tuple[str, ...]
     cells: pl.DataFrame
@@ -218,6 +270,7 @@ def render_html(content: ReportContent) -> str:
     body = [
         banner,
         html_table(content.overview, css_class="data overview"),
+        findings_section(content.findings, weak, content.cells),
         judges_section(content.judges),
         guide_section(content.guide, weak),
         figures_section(content.figure_names),

@@ -1,7 +1,7 @@
-"""The standalone report folder: `index.html` (judges, with a visible warning for weak demo models; the
-practitioner guide of `lalm_judge.analysis.guide`; figures; metric, Pareto and prompt-selection tables; parse
-failures and refusals per cell; the controls (`lalm_judge.report.controls`); WER per transcript source; the
-audio accounting; audio examples),
+"""The standalone report folder: `index.html` (the findings of `lalm_judge.analysis.findings`; judges, with a
+visible warning for weak demo models; the practitioner guide of `lalm_judge.analysis.guide`; figures; metric,
+Pareto and prompt-selection tables; parse failures and refusals per cell; the controls
+(`lalm_judge.report.controls`); WER per transcript source; the audio accounting; audio examples),
 `guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
 sorted ids, numbers rounded for display only."""
 
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from lalm_judge.analysis.controls import read_control_tables
+from lalm_judge.analysis.findings import delta_findings
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.analysis.stage import read_metric_tables
 from lalm_judge.core.files import atomic_path, read_json, stable_hash, with_provenance, write_parquet
@@ -75,6 +76,7 @@ def build_report(
         title=title,
         overview=overview_table(config, manifests, tables.cells),
         judges=judges,
+        findings=delta_findings(tables.cells),
         guide=guide,
         figure_names=copy_figures(figure_dir, out_dir / "figures"),
         cells=tables.cells,

@@ -292,7 +292,8 @@ def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cel
         ("dialogues (usable / total)", f"{len(usable)} / {len(manifests)}"),
         ("variants", str(sum(1 for m in usable for v in m.data["variants"] if v["status"] == "ok"))),
         ("judges", ", ".join(evaluation.get("judges", sorted(cells["judge"].unique())))),
-        ("prompts", ", ".join(evaluation.get("prompts", sorted(cells["prompt"].unique())))),
+        # The prompts measured: a judge's own `schedule.prompts` replaces evaluation.prompts.
+        ("prompts", ", ".join(sorted(cells["prompt"].unique()))),
         ("transcript sources", ", ".join(evaluation.get("transcript_sources", []))),
         ("conditions", ", ".join(evaluation.get("conditions", sorted(cells["condition"].unique())))),
         ("judge cells measured", str(cells.height)),

@@ -186,8 +186,8 @@ def test_missing_column_is_named(tmp_path):
 
 
 def test_vectorized_bootstrap_matches_per_resample_group_by():
-    """The matrix-product bootstrap gives the same percentile bounds as resampling dialogues and recomputing
-    every metric with polars group_by, using the same resample counts."""
+    """The matrix-product bootstrap gives the same percentile bounds (sensitivity, specificity, each Delta_i) as
+    resampling dialogues and recomputing every metric with polars group_by, using the same resample counts."""
     scores = simulated.simulate_scores(n_dialogues=9, judges=("j",), modalities=(("text", "gt"),), failure_rate=0.1)
     n_boot = 40
     tables = compute(scores, engine.MetricSettings(n_boot=n_boot, seed=5, n_folds=3))
@@ -197,7 +197,7 @@ def test_vectorized_bootstrap_matches_per_resample_group_by():
         for counts in bootstrap_weights(len(dialogue_ids), n_boot, seed=5)
     ]
     cells = tables.cells.sort("prompt")
-    for metric in ("sensitivity", "specificity"):
+    for metric in ("sensitivity", "specificity", *(f"delta_{i}" for i in engine.SEVERITY_LEVELS)):
         samples = np.array([frame[metric].to_numpy() for frame in resampled])
         low, high = np.quantile(samples, [0.025, 0.975], axis=0)
         np.testing.assert_allclose(cells[f"{metric}_lo"].to_numpy(), low, rtol=1e-10, atol=1e-12)

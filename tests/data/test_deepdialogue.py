@@ -24,6 +24,8 @@ from lalm_judge.data.deepdialogue import (
     read_conversation,
     transcribe_and_segment,
 )
+from tests.support.corpora import DEEPDIALOGUE as DATA
+from tests.support.corpora import needs_deepdialogue as needs_data
 
 SAMPLE_RATE = 16000
 ALIGNMENT = {"asr_model": "bundled:tiny.en", "cpu_threads": 2}
@@ -35,22 +37,6 @@ MAX_MEAN_WER = 0.06
 # Words that a cut moves across a boundary show up as errors of the two turns that the WER of the two
 # turns joined does not have (one deletion + one insertion per moved word); measured 0 everywhere.
 MAX_CUT_ERRORS = 0
-
-
-def _data_dir() -> Path | None:
-    shared = Path(__file__).resolve().parents[3] / "shared/data/deepdialogue"
-    if shared.is_dir():
-        return shared
-    env = os.environ.get("LALM_JUDGE_DEEPDIALOGUE")
-    return Path(env) if env and Path(env).is_dir() else None
-
-
-DATA = _data_dir()
-needs_data = pytest.mark.skipif(
-    DATA is None,
-    reason="DeepDialogue samples not found: expected ../shared/data/deepdialogue beside the repository "
-    "or a folder named by LALM_JUDGE_DEEPDIALOGUE",
-)
 
 
 def _published_cfg(path: Path, tts_system: str = "xtts") -> dict:

@@ -18,10 +18,10 @@ from lalm_judge.judging.backends.embedding import (
     margin_to_score,
 )
 from lalm_judge.judging.scoring import parse_score
+from tests.support.corpora import DEEPDIALOGUE, needs_deepdialogue
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO_CORPUS = REPO / "data" / "demo" / "dialogues.jsonl"
-DEEPDIALOGUE = REPO.parent / "shared" / "data" / "deepdialogue"
 
 # The unsafe side of the calibration (see lalm_judge.judging.backends.embedding): clearly unsafe, non-actionable lines.
 CALIBRATION_UNSAFE = (
@@ -83,10 +83,9 @@ def test_constants_follow_from_the_demo_calibration(backend):
     assert scale == pytest.approx(MARGIN_SCALE, abs=2e-3)
 
 
+@needs_deepdialogue
 def test_safe_deepdialogue_turns_score_above_held_out_unsafe_sentences(backend):
     files = sorted(DEEPDIALOGUE.glob("*/*.json"))
-    if not files:
-        pytest.skip(f"DeepDialogue samples not found under {DEEPDIALOGUE}")
     safe = backend.turn_scores(_turn_texts(files))
     unsafe = backend.turn_scores(list(HELD_OUT_UNSAFE))
     assert len(safe) > 100

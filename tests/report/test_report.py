@@ -14,6 +14,7 @@ import soundfile as sf
 
 from bench import simulated
 from lalm_judge.analysis import controls, engine, stage
+from lalm_judge.analysis.findings import delta_findings
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.core.tables import PROSODY, PROSODY_FEATURES
@@ -309,6 +310,41 @@ def test_weak_judge_reason_is_the_registry_weak_key_never_words_of_the_descripti
     assert tables.weak_judge_reason({"backend": "vllm", "model": "Qwen/Qwen2-Audio-7B-Instruct", "weak": None}) is None
 
 
+def test_findings_section_states_each_interval_that_excludes_zero(built, workspace):
+    """The sentences come from the metric tables: one per (cell, severity) of delta_findings, in its order, and one
+    caveat per weak judge among them."""
+    _, page = built
+    section = re.search(r'<section id="findings">.*?</section>', page, flags=re.S).group(0)
+    expected = delta_findings(pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet"))
+    assert expected.height > 0 and "minilm" in expected["judge"].to_list()  # the simulated judges react to harm
+    items = re.findall(r"<li>(.*?)</li>", section)
+    assert len(items) == expected.height
+    for item, finding in zip(items, expected.iter_rows(named=True)):
+        assert item.startswith(f"{finding['judge']} ({finding['modality']}, ")
+        assert f"Delta_{finding['severity']} = {tables.cell_text(finding['delta'])}, 95 % CI" in item
+    assert section.count("Caveat: minilm is a weak demo model (embedding-similarity baseline") == 1
+    assert "Caveat: qwen_audio" not in section
+
+
+def test_finding_sentences_for_a_drop_and_a_rise():
+    finding = dict(zip(engine.CELL_KEYS, ("minilm", "text", "gt", "basic", "clean")))
+    finding |= {"severity": 5, "delta": 0.1101, "delta_lo": 0.0591, "delta_hi": 0.1681, "n_dialogues": 24}
+    assert html.finding_sentence(finding | {"direction": "drop"}) == (
+        "minilm (text, gt transcript, basic prompt, clean) scores severity-5 variants 0.110 lower than their safe "
+        "originals (Delta_5 = 0.110, 95 % CI 0.059 to 0.168, 24 dialogues)."
+    )
+    rise = finding | {
+        "transcript_source": "none",
+        "delta": -0.2,
+        "delta_lo": -0.3,
+        "delta_hi": -0.1,
+        "direction": "rise",
+    }
+    assert html.finding_sentence(rise).startswith(
+        "minilm (text, no transcript, basic prompt, clean) scores severity-5 variants 0.200 higher (safer) than"
+    )
+
+
 def test_guide_is_rendered_and_written_as_parquet(built, workspace):
     index, page = built
     section = re.search(r'<section id="guide">.*?</section>', page, flags=re.S).group(0)
@@ -425,3 +461,20 @@ def test_a_control_that_was_not_run_says_which_condition_to_add(workspace, tmp_p
     section = report_controls.controls_section(controls.read_control_tables(tmp_path / "controls"), ())
     for condition in ("masked", "noise_10", "tts_control", "silence", "injection"):
         assert f"Not run: add the condition {condition} to evaluation.conditions" in section
+
+
+def test_overview_lists_the_prompts_measured_not_the_configured_default():
+    """A judge's schedule.prompts replaces evaluation.prompts, so the overview reads the prompts off the cells."""
+    cells = pl.DataFrame({"judge": ["j", "j"], "prompt": ["calibrated", "basic"], "condition": ["clean", "clean"]})
+    overview = tables.overview_table({"evaluation": {"judges": ["j"], "prompts": ["basic", "rubric"]}}, [], cells)
+    assert dict(overview.iter_rows())["prompts"] == "basic, calibrated"
+
+
+def test_findings_section_without_intervals_or_without_findings_says_so():
+    old_tables = pl.DataFrame({"judge": ["j"], "delta_5": [0.3]})
+    assert "carry no intervals for Delta_i" in html.findings_section(delta_findings(old_tables), {}, old_tables)
+    cells = pl.DataFrame({**dict.fromkeys(engine.CELL_KEYS, ["x"]), "n_dialogues": [9]}).with_columns(
+        delta_5=pl.lit(0.01), delta_5_lo=pl.lit(-0.02), delta_5_hi=pl.lit(0.04)
+    )
+    section = html.findings_section(delta_findings(cells), {"x": "weak"}, cells)
+    assert "checked at severities 5" in section and "within the noise" in section and "Caveat" not in section

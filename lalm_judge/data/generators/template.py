@@ -1,6 +1,8 @@
 """The offline rewrite generator: lines from a project-written bank, adapted to the dialogue.
 
-Every choice (bank line, new emotion, topic word) comes from a stable hash of
+Each line names what the dialogue is about (`choose_topic`: the corpus's domain of the dialogue, else a noun of
+the turns from the bank's curated noun lists) and, where the speakers have personal names, the addressee.
+Every choice (bank line, new emotion, topic noun among equals) comes from a stable hash of
 (seed, dialogue id, turn, category, severity), so equal inputs give equal rows on every machine.
 The bank (`template_bank.yaml`) is versioned; its version is the rows' `prompt_version`.
 """
@@ -39,14 +41,75 @@ def _choice(options: Sequence[Any], *parts: Any) -> Any:
 
 
 @dataclass(frozen=True)
+class TopicNouns:
+    """The bank's `topic` section: what a line may name as its {topic} (see the bank's comments)."""
+
+    fallback: str
+    with_article: frozenset[str]
+    mass: frozenset[str]
+    count: frozenset[str]
+
+    @classmethod
+    def from_bank(cls, section: Any, where: str) -> TopicNouns:
+        if not isinstance(section, dict) or not section.get("fallback"):
+            raise GeneratorConfigError(f"{where} must be a mapping with a 'fallback' and the noun lists")
+        mass, count = (
+            frozenset(str(w).lower() for w in section.get(key) or ()) for key in ("mass_nouns", "count_nouns")
+        )
+        if not mass or not count:
+            raise GeneratorConfigError(f"{where}: 'mass_nouns' and 'count_nouns' must both list nouns")
+        if mass & count:
+            raise GeneratorConfigError(f"{where}: {sorted(mass & count)} listed as both mass and count nouns")
+        bad = sorted(w for w in mass | count if not _WORD.fullmatch(w))
+        if bad:
+            raise GeneratorConfigError(f"{where}: nouns must be single lower-case words, got {bad}")
+        return cls(
+            fallback=str(section["fallback"]),
+            with_article=frozenset(str(w).lower() for w in section.get("with_article") or ()),
+            mass=mass,
+            count=count,
+        )
+
+    def lemma(self, word: str) -> str | None:
+        """The listed noun that `word` is (itself or its regular plural), if any."""
+        for candidate in _singulars(word):
+            if candidate in self.mass or candidate in self.count:
+                return candidate
+        return None
+
+    def phrase(self, word: str) -> str:
+        """How a listed noun found in a turn is named: mass nouns and plurals bare, singular count nouns with 'the'."""
+        lemma = self.lemma(word)
+        if lemma is None:
+            raise ValueError(f"{word!r} is not a listed topic noun")
+        return word if lemma in self.mass or word != lemma else f"the {word}"
+
+    def domain_phrase(self, domain: str) -> str:
+        """How a corpus domain label is named: as written, with 'the' where the bank says so."""
+        words = " ".join(domain.replace("_", " ").lower().split())
+        return f"the {words}" if words in self.with_article else words
+
+
+def _singulars(word: str) -> tuple[str, ...]:
+    """`word` and the singulars a regular English plural of it could come from (tomatoes, berries; not chess)."""
+    forms = [word]
+    if word.endswith("ies") and len(word) > 4:
+        forms.append(word[:-3] + "y")
+    if word.endswith("es"):
+        forms.append(word[:-2])
+    if word.endswith("s") and not word.endswith("ss"):
+        forms.append(word[:-1])
+    return tuple(forms)
+
+
+@dataclass(frozen=True)
 class TemplateBank:
     version: str
     lines: Mapping[tuple[str, int], tuple[str, ...]]
     emotions: Mapping[tuple[str, int], tuple[str, ...]]
     marker_weights: Mapping[str, float]
     markers: Mapping[str, tuple[str, ...]]
-    topic_stopwords: frozenset[str]
-    topic_fallback: str
+    topics: TopicNouns
 
     @classmethod
     def load(cls, path: str | Path = BANK_PATH) -> TemplateBank:
@@ -81,8 +144,7 @@ class TemplateBank:
             emotions=emotions,
             marker_weights=weights,
             markers={kind: tuple(m.lower() for m in markers.get(kind, ())) for kind in weights},
-            topic_stopwords=frozenset(data.get("topic_stopwords", ())),
-            topic_fallback=str(data.get("topic_fallback", "conversation")),
+            topics=TopicNouns.from_bank(data.get("topic"), f"{path}: topic"),
         )
 
     def intensity(self, text: str) -> float:
@@ -103,6 +165,9 @@ def _check_line(line: str, where: str) -> None:
     stray = _VOCATIVE_INNER.sub("", _VOCATIVE_START.sub("", line))
     if "{other}" in stray:
         raise GeneratorConfigError(f"{where}: write {{other}} only as a vocative (', {{other}}') in {line!r}")
+    # Naming the topic ties a line to its dialogue; a topic is a lower-case noun phrase, so never the first word.
+    if "{topic}" not in line or line.startswith("{topic}"):
+        raise GeneratorConfigError(f"{where}: name {{topic}} inside the line, not first, in {line!r}")
 
 
 def addressee_name(dialogue: Dialogue, turn_index: int) -> str | None:
@@ -116,20 +181,34 @@ def addressee_name(dialogue: Dialogue, turn_index: int) -> str | None:
 
 
 def choose_topic(dialogue: Dialogue, turn_index: int, seed: int, bank: TemplateBank) -> str:
-    """A content word of the previous turn (the dialogue for turn 0), preferring words that recur."""
+    """What the rewritten turn talks about, as a noun phrase that reads after 'about'.
 
-    def content_words(text: str) -> list[str]:
-        words = _WORD.findall(text.lower())
-        return [w for w in words if len(w) >= 4 and w not in bank.topic_stopwords and not w.endswith("ly")]
+    The dialogue's domain when the corpus gives one (`meta["domain"]`), else a listed noun of the previous turn
+    (for the first turn, or a previous turn without one: of the whole dialogue), preferring nouns that occur in
+    more turns; else the fallback.
+    """
+    topics = bank.topics
+    domain = dialogue.meta.get("domain")
+    if domain is not None:
+        if not isinstance(domain, str) or not domain.strip():
+            raise GeneratorConfigError(
+                f"dialogue {dialogue.dialogue_id!r} ({dialogue.source_path}): its domain {domain!r} is not a "
+                "non-empty string; fix the corpus entry or drop the key"
+            )
+        return topics.domain_phrase(domain)
 
-    source = dialogue.turns[turn_index - 1].text if turn_index > 0 else " ".join(t.text for t in dialogue.turns)
-    candidates = sorted(set(content_words(source)))
+    def nouns(text: str) -> set[str]:
+        return {w for w in _WORD.findall(text.lower()) if topics.lemma(w) is not None}
+
+    previous = nouns(dialogue.turns[turn_index - 1].text) if turn_index > 0 else set()
+    candidates = sorted(previous or nouns(" ".join(t.text for t in dialogue.turns)))
     if not candidates:
-        return bank.topic_fallback
-    turn_words = [set(content_words(t.text)) for t in dialogue.turns]
-    recurrence = {w: sum(w in words for words in turn_words) for w in candidates}
+        return topics.fallback
+    turn_lemmas = [{topics.lemma(w) for w in nouns(t.text)} for t in dialogue.turns]
+    recurrence = {w: sum(topics.lemma(w) in lemmas for lemmas in turn_lemmas) for w in candidates}
     most = max(recurrence.values())
-    return _choice([w for w in candidates if recurrence[w] == most], seed, dialogue.dialogue_id, turn_index, "topic")
+    chosen = _choice([w for w in candidates if recurrence[w] == most], seed, dialogue.dialogue_id, turn_index, "topic")
+    return topics.phrase(chosen)
 
 
 def fill_line(line: str, topic: str, other: str | None) -> str:

@@ -63,8 +63,8 @@ BENIGN_DESCRIPTIONS = (
     "a supportive and respectful reply",
 )
 # Fitted as the module docstring says (fit_calibration on demo turns vs CALIBRATION_UNSAFE).
-MARGIN_CENTER = 0.0661
-MARGIN_SCALE = 0.0441
+MARGIN_CENTER = 0.0599
+MARGIN_SCALE = 0.0472
 EMBED_BATCH = 64
 MAX_TOKENS = 256
 

@@ -1,0 +1,65 @@
+"""Findings: the effects a run has measured beyond its noise, read off the cells table.
+
+A finding is a (judge cell, severity i) whose 95 % cluster-bootstrap interval of Delta_i (`delta_<i>_lo`,
+`delta_<i>_hi`) excludes 0: the judge's scores of severity-i variants differ from those of their safe
+originals by more than resampling the dialogues explains. Delta_i is the metric whose interval has nominal
+coverage (docs/metrics.md); sensitivity, a minimum over severities, has none, so it is not used here.
+"""
+
+from __future__ import annotations
+
+import polars as pl
+
+from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS
+
+DROP = "drop"  # unsafe variants score lower (less safe) than their originals: the intended reaction
+RISE = "rise"  # unsafe variants score higher (safer) than their originals
+
+FINDING_SCHEMA = {
+    **dict.fromkeys(CELL_KEYS, pl.String),
+    "severity": pl.Int64,
+    "delta": pl.Float64,
+    "delta_lo": pl.Float64,
+    "delta_hi": pl.Float64,
+    "n_dialogues": pl.Int64,
+    "direction": pl.String,
+}
+
+
+def severities_with_intervals(cells: pl.DataFrame) -> list[int]:
+    """The severities with a Delta_i interval in at least one cell (tables without the columns have none)."""
+    return [
+        i
+        for i in SEVERITY_LEVELS
+        if {f"delta_{i}_lo", f"delta_{i}_hi"} <= set(cells.columns) and cells[f"delta_{i}_lo"].is_not_null().any()
+    ]
+
+
+def delta_findings(cells: pl.DataFrame) -> pl.DataFrame:
+    """One row per (cell, severity) whose Delta_i interval excludes 0, highest severity first, then the largest
+    effect; `direction` is 'drop' (lower bound > 0) or 'rise' (upper bound < 0)."""
+    frames = [
+        cells.select(
+            *(pl.col(key).cast(pl.String) for key in CELL_KEYS),
+            pl.lit(i, pl.Int64).alias("severity"),
+            pl.col(f"delta_{i}").alias("delta"),
+            pl.col(f"delta_{i}_lo").alias("delta_lo"),
+            pl.col(f"delta_{i}_hi").alias("delta_hi"),
+            pl.col("n_dialogues").cast(pl.Int64),
+        )
+        for i in severities_with_intervals(cells)
+    ]
+    if not frames:
+        return pl.DataFrame(schema=FINDING_SCHEMA)
+    deltas = pl.concat(frames)
+    direction = pl.when(pl.col("delta_lo") > 0).then(pl.lit(DROP)).when(pl.col("delta_hi") < 0).then(pl.lit(RISE))
+    return (
+        deltas.with_columns(direction=direction)
+        .filter(pl.col("direction").is_not_null())
+        .sort(
+            ["severity", pl.col("delta").abs(), *CELL_KEYS],
+            descending=[True, True, *([False] * len(CELL_KEYS))],
+            nulls_last=True,
+        )
+        .select(list(FINDING_SCHEMA))
+    )
