@@ -50,7 +50,7 @@ def test_one_row_per_category_and_severity_in_order(dialogue, tmp_path):
         "emotion": None,
         "generator": "template",
         "model": "template_bank",
-        "prompt_version": "1",
+        "prompt_version": "2",
         "seed": 0,
         "status": "ok",
         "attempts": 1,
