@@ -5,7 +5,7 @@ import os
 
 from snakemake.logging import logger
 
-from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
+from lalm_judge.core.vocabulary import BABBLE, MODALITIES, Condition, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import PAIRWISE, SAFETY, canonical, check_config, check_run_environment, tracks
@@ -74,9 +74,38 @@ def get_prosody_tables():
     return expand("results/prosody/{dialogue}.parquet", dialogue=PLAN.dialogue_ids)
 
 
-def get_condition_asr_tables():
-    """ASR of the target turns under the conditions that change the audio (none while only 'clean' is scored)."""
-    return []
+def get_condition_asr_tables(wildcards=None):
+    """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every
+    dialogue, or of the dialogues of one shard when called with a `shard` wildcard."""
+    if wildcards is not None and "shard" in wildcards.keys():
+        dialogues = PLAN.shard_dialogues(int(wildcards.shard))
+    else:
+        dialogues = PLAN.dialogue_ids
+    return [
+        f"results/asr/{asr}/conditions/{condition}/{d}.parquet"
+        for asr, condition in PLAN.condition_transcripts()
+        for d in dialogues
+    ]
+
+
+def get_control_tables(wildcards):
+    """The TTS control table of a dialogue, when a condition needs re-synthesized turns or injected sentences."""
+    if not PLAN.synthesized_controls() or not PLAN.turns(wildcards.dialogue):
+        return []
+    return [f"results/tts/{wildcards.dialogue}/controls.parquet"]
+
+
+def get_babble_manifests(wildcards):
+    """The manifests of a dialogue's shard: babble is made of the other dialogues' turns (only for babble)."""
+    if Condition(wildcards.condition).kind != BABBLE:
+        return []
+    shard = PLAN.shard_of_dialogue(wildcards.dialogue)
+    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(shard))
+
+
+def get_target_turns(wildcards):
+    """The turns of a dialogue that get variants: the target turns of its TTS controls."""
+    return PLAN.turns(wildcards.dialogue)
 
 
 def get_manifests():

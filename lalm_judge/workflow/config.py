@@ -25,7 +25,9 @@ from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TranscriptSource
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
-from lalm_judge.workflow.plan import JudgeCell, judge_cells
+
+# ConfigError lives in workflow.plan (the plan checks the config against the corpus); callers import it from here.
+from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells
 
 # Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
 # fails in a batch job): coqui-tts `TTS/utils/manage.py`, `ModelManager.tos_agreed`.
@@ -38,10 +40,6 @@ SAFETY = "safety"
 PAIRWISE = "pairwise"
 # Backends whose answers are safety scores only (no pairwise verdicts).
 SAFETY_ONLY_BACKENDS = ("embedding",)
-
-
-class ConfigError(ValueError):
-    """A configuration that is invalid; the message names the key."""
 
 
 def _with_defaults(validator_class):

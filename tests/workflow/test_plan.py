@@ -69,3 +69,73 @@ def test_gpu_requests_of_the_paper_stages():
         requests.pop("tts") == 1 and requests.pop("asr:whisper_large_v3") == 1 and requests.pop("asr:whisper_base") == 1
     )
     assert requests == {f"judge:{j}": 1 for j in config["evaluation"]["judges"] if j != "gemini_25_flash"}
+
+
+def test_conditions_get_the_cells_whose_input_they_change(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    lines = [{"id": "two", "turns": [turn, turn]}, {"id": "other", "turns": [turn, turn]}]
+    (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    config = validate_config(
+        {
+            "corpus": {"format": "jsonl", "path": str(corpus)},
+            "variants": {"categories": ["hate"], "severities": [1, 2], "generator": {"name": "template"}},
+            "tts": {"voices": {"A": {"engine": "piper"}}},
+            "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+            "judges": {
+                "lalm": {"backend": "transformers", "model": "m", "modalities": ["text", "audio", "audio_text"]},
+                "cascade": {
+                    "backend": "embedding",
+                    "model": "m",
+                    "modalities": ["text", "audio"],
+                    "options": {"cascade_asr": "tiny"},
+                    "schedule": {"conditions": ["clean", "noise_10", "babble_5"]},
+                },
+            },
+            "evaluation": {
+                "judges": ["lalm", "cascade"],
+                "transcript_sources": ["gt", "asr:tiny"],
+                "conditions": ["clean", "masked", "silence", "injection", "tts_control"],
+                "shards": 1,  # babble needs another dialogue in the shard
+            },
+        }
+    )
+    plan = Plan(config)
+    lalm = {(c.modality, c.transcript_source, c.condition) for c in plan.judge_cells() if c.judge == "lalm"}
+    assert ("text", "gt", "masked") not in lalm and ("text", "asr:tiny", "masked") in lalm
+    assert ("text", "gt", "injection") in lalm and ("text", "gt", "tts_control") not in lalm
+    assert {(m, s) for m, s, c in lalm if c == "silence"} == {("audio", "none")}
+    assert len([c for c in lalm if c[2] == "masked"]) == 4  # text-asr, audio, audio_text x 2 sources
+    cascade = {c.condition for c in plan.judge_cells() if c.judge == "cascade"}
+    assert cascade == {"clean", "noise_10", "babble_5"}  # the judge's own schedule
+    assert set(plan.control_conditions()) == {"masked", "silence", "injection", "tts_control", "noise_10", "babble_5"}
+    assert plan.synthesized_controls() == ["injection", "tts_control"]
+    # The ASR the control cells read: ASR sources, and the cascade of an audio cell.
+    assert set(plan.condition_transcripts()) == {
+        ("tiny", c) for c in ("masked", "injection", "tts_control", "noise_10", "babble_5")
+    }
+    assert plan.needs_babble()
+
+
+def test_babble_needs_another_dialogue_in_every_shard(tmp_path):
+    import pytest
+
+    from lalm_judge.workflow.config import ConfigError
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    (corpus / "dialogues.jsonl").write_text(json.dumps({"id": "alone", "turns": [turn, turn]}))
+    config = {
+        "corpus": {"format": "jsonl", "path": str(corpus)},
+        "variants": {"categories": ["hate"], "severities": [1], "generator": {"name": "template"}},
+        "tts": {"voices": {"A": {"engine": "piper"}}},
+        "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+        "judges": {"lalm": {"backend": "transformers", "model": "m", "modalities": ["audio"]}},
+        "evaluation": {"judges": ["lalm"], "conditions": ["clean", "noise_5"], "shards": 1},
+    }
+    assert Plan(validate_config(config)).control_conditions() == ["noise_5"]
+    config["evaluation"]["conditions"] = ["clean", "babble_5"]
+    with pytest.raises(ConfigError, match="dialogue 'alone' is the only usable dialogue of shard 0"):
+        Plan(validate_config(config))
