@@ -75,12 +75,10 @@ def get_prosody_tables():
 
 
 def get_condition_asr_tables(wildcards=None):
-    """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every
-    dialogue, or of the dialogues of one shard when called with a `shard` wildcard."""
-    if wildcards is not None and "shard" in wildcards.keys():
-        dialogues = PLAN.shard_dialogues(int(wildcards.shard))
-    else:
-        dialogues = PLAN.dialogue_ids
+    """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every control
+    dialogue with variants (`controls.dialogues`), or of those of one shard when called with a `shard` wildcard."""
+    shard = int(wildcards.shard) if wildcards is not None and "shard" in wildcards.keys() else None
+    dialogues = [d for d in PLAN.control_dialogues(shard) if PLAN.turns(d)]
     return [
         f"results/asr/{asr}/conditions/{condition}/{d}.parquet"
         for asr, condition in PLAN.condition_transcripts()
@@ -91,6 +89,8 @@ def get_condition_asr_tables(wildcards=None):
 def get_control_tables(wildcards):
     """The TTS control table of a dialogue, when a condition needs re-synthesized turns or injected sentences."""
     if not PLAN.synthesized_controls() or not PLAN.turns(wildcards.dialogue):
+        return []
+    if wildcards.dialogue not in PLAN.control_dialogues():
         return []
     return [f"results/tts/{wildcards.dialogue}/controls.parquet"]
 

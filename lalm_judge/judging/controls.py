@@ -11,7 +11,7 @@ the original turns of the shard's other dialogues.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -32,6 +32,8 @@ class ShardConditions:
     seed: int
     # (ASR model, condition, dialogue) -> condition ASR table (`manifest.build.read_condition_asr_index`).
     transcript_tables: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    # The dialogues the controls are scored on (`controls.dialogues`); None = every dialogue of the shard.
+    dialogues: Collection[str] | None = None
     _pools: dict[str, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
 
     def transcripts(self, condition: str) -> dict[str, dict[str, str]]:
@@ -45,9 +47,10 @@ class ShardConditions:
         return out
 
     def samples(self, condition: str) -> list[ConditionSample]:
-        """The samples of every manifest of the shard under `condition`, manifest by manifest."""
+        """The samples of the shard's control dialogues under `condition`, manifest by manifest."""
         transcripts = self.transcripts(condition)
-        return [item for manifest in self.manifests for item in condition_samples(manifest, condition, transcripts)]
+        manifests = [m for m in self.manifests if self.dialogues is None or m.dialogue_id in self.dialogues]
+        return [item for manifest in manifests for item in condition_samples(manifest, condition, transcripts)]
 
     def babble_pool(self, dialogue_id: str) -> list[np.ndarray]:
         """The original turns of the shard's other dialogues (`manifest.conditions.babble_pool`, once per dialogue)."""

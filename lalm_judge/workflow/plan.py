@@ -102,6 +102,11 @@ class Plan:
         self._shards = {d.dialogue_id: shard_of(d.dialogue_id, self.n_shards) for d in self.dialogues}
         if self.needs_babble():
             self._check_babble()
+        chosen = config["controls"]["dialogues"]
+        unknown = sorted(set(chosen or []) - set(self._turns))
+        if unknown:
+            raise ConfigError(f"controls.dialogues: {unknown} are not dialogues of the corpus")
+        self._control_dialogues = [d for d in self.dialogue_ids if chosen is None or d in chosen]
 
     @property
     def dialogue_ids(self) -> list[str]:
@@ -162,6 +167,11 @@ class Plan:
             if model is not None:
                 pairs.append((str(model).removeprefix("asr:"), cell.condition))
         return list(dict.fromkeys(pairs))
+
+    def control_dialogues(self, shard: int | None = None) -> list[str]:
+        """The dialogues the control conditions are scored on (`controls.dialogues`), of one shard or all."""
+        dialogues = self._control_dialogues
+        return dialogues if shard is None else [d for d in dialogues if self._shards[d] == shard]
 
     def needs_babble(self) -> bool:
         return any(Condition(c).kind == BABBLE for c in self.control_conditions())

@@ -62,3 +62,9 @@ def test_babble_is_made_of_the_other_dialogues_of_the_shard(shard):
     assert len(pool) == 3 and all(len(c) for c in pool)
     assert [len(c) for c in pool] == [len(c) for c in babble_pool(shard.manifests, "a")]
     assert shard.babble_pool("a") is pool  # read once per dialogue
+
+
+def test_only_the_control_dialogues_are_scored_under_a_condition(shard):
+    shard.dialogues = {"b"}
+    assert [i.sample.sample_id for i in shard.samples("silence")] == ["b.t1.original", "b.t1.hate.s1"]
+    assert len(shard.babble_pool("b")) == 3  # babble still comes from every other dialogue of the shard

@@ -139,3 +139,29 @@ def test_babble_needs_another_dialogue_in_every_shard(tmp_path):
     config["evaluation"]["conditions"] = ["clean", "babble_5"]
     with pytest.raises(ConfigError, match="dialogue 'alone' is the only usable dialogue of shard 0"):
         Plan(validate_config(config))
+
+
+def test_the_controls_can_be_limited_to_some_dialogues(tmp_path):
+    import pytest
+
+    from lalm_judge.workflow.config import ConfigError
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    lines = [{"id": name, "turns": [turn, turn]} for name in ("a", "b", "c")]
+    (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    config = {
+        "corpus": {"format": "jsonl", "path": str(corpus)},
+        "variants": {"categories": ["hate"], "severities": [1], "generator": {"name": "template"}},
+        "tts": {"voices": {"A": {"engine": "piper"}}},
+        "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+        "judges": {"lalm": {"backend": "transformers", "model": "m", "modalities": ["audio"]}},
+        "evaluation": {"judges": ["lalm"], "conditions": ["clean", "masked"], "shards": 1},
+        "controls": {"dialogues": ["c", "a"]},
+    }
+    plan = Plan(validate_config(config))
+    assert plan.control_dialogues() == ["a", "c"] and plan.control_dialogues(shard=0) == ["a", "c"]
+    config["controls"]["dialogues"] = ["a", "zzz"]
+    with pytest.raises(ConfigError, match=r"controls.dialogues: \['zzz'\] are not dialogues of the corpus"):
+        Plan(validate_config(config))
