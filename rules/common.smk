@@ -103,6 +103,24 @@ def get_babble_manifests(wildcards):
     return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(shard))
 
 
+def get_control_settings(conditions=True):
+    """The `controls` settings that change what a changed turn sounds like (not which analyses run or on which
+    dialogues); none for a judge without control conditions, so tuning them reruns only the jobs they affect."""
+    if not conditions:
+        return {}
+    return canonical({k: v for k, v in config["controls"].items() if k not in ("prosody", "dialogues")})
+
+
+def get_judge_control_conditions(judge):
+    """The control conditions (all but 'clean') of a judge's cells, in first-use order."""
+    return [c for c in dict.fromkeys(cell.condition for cell in PLAN.judge_cells(judge)) if c != "clean"]
+
+
+def get_judge_control_dialogues(judge):
+    """The dialogues a judge's control cells cover (`controls.dialogues`); none without control conditions."""
+    return PLAN.control_dialogues() if get_judge_control_conditions(judge) else []
+
+
 def get_target_turns(wildcards):
     """The turns of a dialogue that get variants: the target turns of its TTS controls."""
     return PLAN.turns(wildcards.dialogue)

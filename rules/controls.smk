@@ -40,7 +40,7 @@ rule transcribe_condition:
         "logs/asr/{asr}/conditions/{condition}/{dialogue}.log",
     params:
         model_options=get_asr_model_options,
-        controls=canonical(config["controls"]),
+        controls=get_control_settings(),
         seed=SEED,
     threads: get_asr_threads
     resources:

@@ -23,7 +23,8 @@ AUDIO_TEXT = "audio_text"
 MODALITIES = (TEXT, AUDIO, AUDIO_TEXT)
 
 LONG_AUDIO_POLICIES = ("chunk", "truncate", "skip")
-# Conditions implemented by the judge stage; the config schema accepts only these.
+# Conditions a judge cell scores on the manifests' own samples; the controls (`Condition`) score samples of their
+# own with the shard's control inputs (`lalm_judge.judging.controls`).
 CONDITIONS = ("clean",)
 
 _SOURCE = re.compile(r"^(gt|none|asr:[a-z0-9_]+)$")

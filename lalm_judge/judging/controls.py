@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,6 +22,7 @@ from lalm_judge.core.tables import CONDITION_ASR
 from lalm_judge.core.vocabulary import BABBLE, Condition, TranscriptSource
 from lalm_judge.judging.cell import AudioLoader
 from lalm_judge.judging.windows import turn_windows
+from lalm_judge.manifest.build import read_condition_asr_index, read_shard_index
 from lalm_judge.manifest.conditions import ConditionSample, babble_pool, condition_samples, condition_waveform
 from lalm_judge.manifest.samples import Manifest, Sample
 
@@ -34,7 +36,13 @@ class ShardConditions:
     transcript_tables: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
     # The dialogues the controls are scored on (`controls.dialogues`); None = every dialogue of the shard.
     dialogues: Collection[str] | None = None
+    # The control conditions of the judge's cells (anything but 'clean').
+    control_conditions: Collection[str] = ()
     _pools: dict[str, list[np.ndarray]] = field(default_factory=dict, init=False, repr=False)
+
+    def conditions(self) -> list[str]:
+        """The control conditions these inputs serve, validated."""
+        return [Condition(c) for c in self.control_conditions]
 
     def transcripts(self, condition: str) -> dict[str, dict[str, str]]:
         """ASR source -> sample id -> transcript of its target turn under `condition` (every dialogue's table)."""
@@ -71,3 +79,24 @@ class ShardConditions:
             return assembled.waveform, turn_windows(assembled.turn_bounds)
 
         return load
+
+
+def shard_conditions(
+    shard_index: str,
+    control_conditions: Sequence[str],
+    controls: Mapping[str, Any],
+    dialogues: Collection[str] | None,
+    seed: int,
+) -> ShardConditions | None:
+    """The control inputs of a judge job from its shard index (manifests, condition ASR tables) and the
+    `controls` settings; None for a judge without control conditions."""
+    if not control_conditions:
+        return None
+    return ShardConditions(
+        [Manifest.load(path) for path in read_shard_index(shard_index)],
+        ControlSettings.from_config(controls),
+        seed=seed,
+        transcript_tables=read_condition_asr_index(shard_index),
+        dialogues=dialogues,
+        control_conditions=control_conditions,
+    )
