@@ -161,13 +161,18 @@ def test_the_rerun_after_adding_a_prompt_computes_only_its_requests(completed_ru
 
     assert len(rerun) == len(cold) == len(plan_of(workdir, config).shards())
     for before, after in zip(cold, rerun):
-        assert (after["cached"], after["computed"]) == (before["computed"], after["requests"] - before["requests"])
+        # Everything the cold job knew is served from the cache. A control condition's pass also finds what an
+        # earlier pass of the same job computed (e.g. the clean original in an injection cell), so the new
+        # prompt's requests are computed at most once each.
+        assert after["cached"] >= before["cached"] + before["computed"]
+        assert 0 < after["computed"] <= after["requests"] - before["requests"]
         assert after["model_loads"] == 1
         for label, counts in after["cells"].items():
-            new = "/rubric/" in label
-            assert (counts["cached"], counts["computed"]) == (
-                (0, counts["requests"]) if new else (counts["requests"], 0)
-            )
+            if "/rubric/" in label:
+                assert counts["cached"] + counts["computed"] == counts["requests"]
+            else:
+                assert (counts["cached"], counts["computed"]) == (counts["requests"], 0)
+        assert sum(c["computed"] for label, c in after["cells"].items() if "/rubric/" in label) >= after["computed"]
 
 
 def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
