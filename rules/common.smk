@@ -5,7 +5,7 @@ import os
 
 from snakemake.logging import logger
 
-from lalm_judge.core.vocabulary import MODALITIES, TranscriptSource
+from lalm_judge.core.vocabulary import BABBLE, MODALITIES, Condition, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import (
@@ -89,9 +89,56 @@ def get_prosody_tables():
     return expand("results/prosody/{dialogue}.parquet", dialogue=PLAN.dialogue_ids)
 
 
-def get_condition_asr_tables():
-    """ASR of the target turns under the conditions that change the audio (none while only 'clean' is scored)."""
-    return []
+def get_condition_asr_tables(wildcards=None):
+    """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every control
+    dialogue with variants (`controls.dialogues`), or of those of one shard when called with a `shard` wildcard."""
+    shard = int(wildcards.shard) if wildcards is not None and "shard" in wildcards.keys() else None
+    dialogues = [d for d in PLAN.control_dialogues(shard) if PLAN.turns(d)]
+    return [
+        f"results/asr/{asr}/conditions/{condition}/{d}.parquet"
+        for asr, condition in PLAN.condition_transcripts()
+        for d in dialogues
+    ]
+
+
+def get_control_tables(wildcards):
+    """The TTS control table of a dialogue, when a condition needs re-synthesized turns or injected sentences."""
+    if not PLAN.synthesized_controls() or not PLAN.turns(wildcards.dialogue):
+        return []
+    if wildcards.dialogue not in PLAN.control_dialogues():
+        return []
+    return [f"results/tts/{wildcards.dialogue}/controls.parquet"]
+
+
+def get_babble_manifests(wildcards):
+    """The manifests of a dialogue's shard: babble is made of the other dialogues' turns (only for babble)."""
+    if Condition(wildcards.condition).kind != BABBLE:
+        return []
+    shard = PLAN.shard_of_dialogue(wildcards.dialogue)
+    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(shard))
+
+
+def get_control_settings(conditions=True):
+    """The `controls` settings that change what a changed turn sounds like (not which analyses run or on which
+    dialogues); none for a judge without control conditions, so tuning them reruns only the jobs they affect."""
+    if not conditions:
+        return {}
+    return canonical({k: v for k, v in config["controls"].items() if k not in ("prosody", "dialogues")})
+
+
+def get_judge_control_conditions(judge):
+    """The control conditions (all but 'clean') of a judge's cells, in first-use order."""
+    return [c for c in dict.fromkeys(cell.condition for cell in PLAN.judge_cells(judge)) if c != "clean"]
+
+
+def get_judge_control_dialogues(judge):
+    """The dialogues a judge's control cells cover (`controls.dialogues`); none without control conditions."""
+    return PLAN.control_dialogues() if get_judge_control_conditions(judge) else []
+
+
+def get_target_turns(wildcards):
+    """The turns of a dialogue that get variants: the target turns of its TTS controls."""
+    return PLAN.turns(wildcards.dialogue)
 
 
 def get_manifests():

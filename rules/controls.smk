@@ -1,5 +1,58 @@
-# The controls that separate what a judge hears from what it reads (docs/metrics.md, "Controls"): the energy and
-# pitch of every turn, and the control analysis comparing every control cell with its clean cell.
+# The controls that separate what a judge hears from what it reads (docs/metrics.md, "Controls"): the TTS controls
+# and the ASR of the target turns the conditions need, the energy and pitch of every turn, and the control analysis
+# comparing every control cell with its clean cell.
+# Per dialogue, only when a condition needs them: the safe turns re-synthesized ('tts_control') and the sentence
+# of the injection ('injection'), one per target turn, by the voice that speaks the variants.
+rule synthesize_controls:
+    input:
+        dialogue="results/corpus/{dialogue}/dialogue.json",
+    output:
+        table="results/tts/{dialogue}/controls.parquet",
+        clips=directory("results/tts/{dialogue}/controls"),
+    log:
+        "logs/tts/{dialogue}/controls.log",
+    params:
+        turns=get_target_turns,
+        kinds=PLAN.synthesized_controls(),
+        voices=canonical(config["tts"]["voices"]),
+        match_loudness=config["tts"]["match_loudness"],
+        injection_text=config["controls"]["injection"]["text"],
+        seed=SEED,
+    resources:
+        gpu=config["tts"]["gpu"],
+        mem_mb=get_tts_mem_mb(),
+        runtime=60,
+    conda:
+        get_tts_conda_env
+    script:
+        "../workflow_scripts/synthesize_controls.py"
+
+
+# One job per (ASR model, condition, dialogue) a cell reads: the target turn of every sample of the condition, as
+# the judge hears it, transcribed (the cascade's and ASR sources' text under the condition, and its WER).
+rule transcribe_condition:
+    input:
+        manifest="results/manifests/{dialogue}.json",
+        babble=get_babble_manifests,
+    output:
+        table="results/asr/{asr}/conditions/{condition}/{dialogue}.parquet",
+    log:
+        "logs/asr/{asr}/conditions/{condition}/{dialogue}.log",
+    params:
+        model_options=get_asr_model_options,
+        controls=get_control_settings(),
+        seed=SEED,
+    threads: get_asr_threads
+    resources:
+        gpu=get_asr_gpus,
+        mem_mb=get_asr_mem_mb,
+        runtime=120,
+    conda:
+        "../envs/asr.yaml"
+    script:
+        "../workflow_scripts/transcribe_condition.py"
+
+
 rule describe_turns:
     input:
         dialogue="results/corpus/{dialogue}/dialogue.json",

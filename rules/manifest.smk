@@ -3,6 +3,7 @@ rule build_manifest:
         dialogue="results/corpus/{dialogue}/dialogue.json",
         tts=get_tts_tables,
         asr=get_asr_tables,
+        controls=get_control_tables,
     output:
         manifest="results/manifests/{dialogue}.json",
     log:
@@ -59,6 +60,7 @@ rule export_audio:
 rule shard_index:
     input:
         manifests=get_shard_manifests,
+        condition_asr=get_condition_asr_tables,
     output:
         index="results/manifests/shards/shard{shard}.json",
     log:

@@ -7,4 +7,5 @@ with log_to(snakemake.log[0]):
         tts_tables=list(snakemake.input.tts),
         asr_tables=snakemake.params.asr_tables,
         out_path=snakemake.output.manifest,
+        control_tables=list(snakemake.input.controls),
     )

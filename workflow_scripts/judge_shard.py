@@ -1,5 +1,6 @@
 from lalm_judge.core.logs import log_to
 from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.judging.controls import shard_conditions
 from lalm_judge.judging.job import score_judge_shard
 from lalm_judge.manifest.build import read_shard_index
 from lalm_judge.workflow.gpu import job_gpus
@@ -16,4 +17,11 @@ with log_to(snakemake.log.job), job_gpus(snakemake.resources.gpu):
         stats_path=snakemake.log.requests,
         audio_sample_rate=snakemake.params.audio_sample_rate,
         seed=snakemake.params.seed,
+        controls=shard_conditions(
+            snakemake.input.shard_index,
+            snakemake.params.control_conditions,
+            snakemake.params.controls,
+            snakemake.params.control_dialogues,
+            snakemake.params.seed,
+        ),
     )

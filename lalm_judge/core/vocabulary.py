@@ -23,7 +23,8 @@ AUDIO_TEXT = "audio_text"
 MODALITIES = (TEXT, AUDIO, AUDIO_TEXT)
 
 LONG_AUDIO_POLICIES = ("chunk", "truncate", "skip")
-# Conditions implemented by the judge stage; the config schema accepts only these.
+# Conditions a judge cell scores on the manifests' own samples; the controls (`Condition`) score samples of their
+# own with the shard's control inputs (`lalm_judge.judging.controls`).
 CONDITIONS = ("clean",)
 
 _SOURCE = re.compile(r"^(gt|none|asr:[a-z0-9_]+)$")
@@ -161,7 +162,8 @@ AUDIO_TRANSFORMS = (MASKED, SILENCE, *NOISE_KINDS)
 SYNTHESIZED = (TTS_CONTROL, INJECTION)
 
 _PLAIN_CONDITIONS = "|".join((CLEAN, MASKED, SILENCE, TTS_CONTROL, INJECTION))
-_CONDITION = re.compile(rf"^(?:{_PLAIN_CONDITIONS}|(?P<noise>{'|'.join(NOISE_KINDS)})_(?P<snr>\d{{1,2}}))$")
+# No leading zeros, so that every SNR has one spelling; plain groups, so the config schema can use the pattern.
+_CONDITION = re.compile(rf"^({_PLAIN_CONDITIONS}|({'|'.join(NOISE_KINDS)})_(0|[1-9][0-9]?))$")
 
 
 class Condition(str):
@@ -173,8 +175,7 @@ class Condition(str):
     def __new__(cls, label: str) -> Condition:
         if isinstance(label, Condition):
             return label
-        match = _CONDITION.match(label) if isinstance(label, str) else None
-        if not match or (match["snr"] and str(int(match["snr"])) != match["snr"]):
+        if not isinstance(label, str) or not _CONDITION.match(label):
             raise ValueError(
                 f"invalid condition {label!r}: use 'clean', 'masked', 'silence', 'tts_control', 'injection', "
                 "'noise_<snr dB>' or 'babble_<snr dB>' (an integer 0-99 without leading zeros, e.g. noise_10)"
@@ -189,7 +190,7 @@ class Condition(str):
     @property
     def snr_db(self) -> int | None:
         match = _CONDITION.match(self)
-        return int(match["snr"]) if match["snr"] else None
+        return int(match[3]) if match[3] is not None else None
 
     @property
     def transforms_audio(self) -> bool:

@@ -299,6 +299,8 @@ class CachedBackend:
         self.requests_per_call = max(1, int(requests_per_call))
         self.n_cached = self.n_computed = self.n_loads = 0
         self.load_s = self.compute_s = 0.0
+        # Keys this instance computed: a later pass of the same job that finds them in the cache reuses them.
+        self.computed_keys: set[str] = set()
         self._cached_description: dict[str, str] | None = None
         self._provenance: dict[str, Any] | None = None
 
@@ -358,6 +360,7 @@ class CachedBackend:
             ]
             self._store(pairs)
             self.n_computed += len(pairs)
+            self.computed_keys.update(item.key for item, _ in pairs)
             yield from pairs
 
     def _store(self, pairs: Sequence[tuple[KeyedRequest, JudgeOutput]]) -> None:

@@ -11,8 +11,10 @@ original sample's ids. Transforms must be deterministic: the request cache keys 
 inputs, so a condition that leaves a cell's inputs unchanged (an audio control in a text cell) shares the
 clean cell's cached answers, and any other change is a new request.
 
-Only `clean` is implemented (`lalm_judge.core.vocabulary.CONDITIONS` lists what the config accepts); a new
-condition is a transform registered here under the name added there.
+`clean` is the transform here (`lalm_judge.core.vocabulary.CONDITIONS`). The controls (masked, noise, silence,
+the TTS control, the injection) score samples of their own, e.g. the original with one turn masked per target
+turn, so they are not per-sample transforms: `lalm_judge.judging.controls.ShardConditions` gives their samples
+and the audio loader that changes the target turn, and the job scores them with this identity.
 """
 
 from __future__ import annotations

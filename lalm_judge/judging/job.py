@@ -57,6 +57,7 @@ from lalm_judge.judging.cell import (
     scores_frame,
 )
 from lalm_judge.judging.conditions import CONDITION_TRANSFORMS, ConditionTransform, DialogueAudio
+from lalm_judge.judging.controls import ShardConditions
 from lalm_judge.judging.prompts import resolve_prompt_path
 from lalm_judge.judging.windows import AudioPlan
 from lalm_judge.manifest.samples import Manifest, Sample
@@ -115,8 +116,9 @@ class _Slot:
 @dataclass
 class CellCounts:
     requests: int = 0  # windows of this cell's samples (a sample without windows, skipped, has none)
-    cached: int = 0  # served from the cache
+    cached: int = 0  # served from the cache, stored there before this job
     computed: int = 0  # computed by this job (a request equal to one of another cell counts in both)
+    reused: int = 0  # computed by this job for an earlier pass (a request two conditions' sample sets share)
 
 
 @dataclass
@@ -128,8 +130,11 @@ class JobStats:
     samples: int
     requests: int  # all cells' requests
     distinct_requests: int  # distinct keys among them
-    cached: int  # distinct requests served from the cache
+    cached: int  # distinct requests served from the cache, stored there before this job
     computed: int  # distinct requests computed
+    # Distinct requests of a pass served from what an earlier pass of this job computed (a job scores the
+    # manifests' samples, then each control condition's own samples; `_score_conditions`).
+    reused: int
     model_loads: int
     load_s: float
     compute_s: float
@@ -278,15 +283,18 @@ def _score(
             first_of_key.setdefault(slot.key, slot)
     to_compute = list(first_of_key.values())
     distinct = len({slot.key for slot in slots})
+    reused_keys = {slot.key for slot in slots if slot.key in outputs and slot.key in backend.computed_keys}
     logger.info(
-        "judge %s shard %d: %d samples x %d cells = %d requests (%d distinct): %d cached, %d to compute",
+        "judge %s shard %d: %d samples x %d cells = %d requests (%d distinct): %d cached, %d computed by an "
+        "earlier pass, %d to compute",
         spec.name,
         shard,
         len(samples),
         len(cells),
         len(slots),
         distinct,
-        distinct - len(to_compute),
+        distinct - len(to_compute) - len(reused_keys),
+        len(reused_keys),
         len(to_compute),
     )
     computed_keys = {slot.key for slot in to_compute}
@@ -302,6 +310,8 @@ def _score(
         count.requests += 1
         if slot.key in computed_keys:
             count.computed += 1
+        elif slot.key in reused_keys:
+            count.reused += 1
         else:
             count.cached += 1
     described = backend.describe()
@@ -318,8 +328,9 @@ def _score(
         samples=len(samples),
         requests=len(slots),
         distinct_requests=distinct,
-        cached=distinct - len(to_compute),
+        cached=distinct - len(to_compute) - len(reused_keys),
         computed=len(to_compute),
+        reused=len(reused_keys),
         model_loads=backend.n_loads,
         load_s=round(backend.load_s, 3),
         compute_s=round(backend.compute_s, 3),
@@ -344,6 +355,67 @@ def with_backend_limits(
         else dataclasses.replace(cell, max_audio_s=limit)
         for cell in cells
     ]
+
+
+def _score_conditions(
+    manifests: Sequence[Manifest],
+    cells: Sequence[CellSettings],
+    backend: CachedBackend,
+    shard: int,
+    conditions: Mapping[str, ConditionTransform],
+    controls: ShardConditions | None,
+    progress: bool,
+) -> tuple[list[list[dict[str, Any]]], JobStats]:
+    """Rows of every cell (in the order of `cells`) and the job's counts: the cells of the per-sample conditions
+    (`conditions`, e.g. clean) on the manifests' samples, then each control condition's cells on its own samples
+    with its audio (`ShardConditions`), all through one backend, so the model is built at most once."""
+    groups: dict[str, list[int]] = {}
+    for index, cell in enumerate(cells):
+        key = cell.condition if cell.condition not in conditions else ""
+        groups.setdefault(key, []).append(index)
+    rows: list[list[dict[str, Any]]] = [[] for _ in cells]
+    parts: list[JobStats] = []
+    for condition, members in groups.items():
+        if condition == "":
+            samples = [sample for manifest in manifests for sample in manifest.samples()]
+            load_audio, transforms = dialogue_audio, conditions
+        else:
+            assert controls is not None  # cell_settings admits a control condition only with controls
+            items = controls.samples(condition)
+            samples = [item.sample for item in items]
+            load_audio, transforms = controls.audio_loader(condition, items), {condition: conditions["clean"]}
+        group_rows, stats = _score(
+            samples,
+            [cells[i] for i in members],
+            backend,
+            shard=shard,
+            load_audio=load_audio,
+            transforms=transforms,
+            progress=progress,
+        )
+        for index, cell_rows in zip(members, group_rows):
+            rows[index] = cell_rows
+        parts.append(stats)
+    return rows, _merged(parts, backend)
+
+
+def _merged(parts: Sequence[JobStats], backend: CachedBackend) -> JobStats:
+    """The counts of a job scored in several passes (one per sample set) over one backend."""
+    first = parts[0]
+    return JobStats(
+        judge=first.judge,
+        shard=first.shard,
+        samples=sum(p.samples for p in parts),
+        requests=sum(p.requests for p in parts),
+        distinct_requests=sum(p.distinct_requests for p in parts),
+        cached=sum(p.cached for p in parts),
+        computed=sum(p.computed for p in parts),
+        reused=sum(p.reused for p in parts),
+        model_loads=backend.n_loads,
+        load_s=round(backend.load_s, 3),
+        compute_s=round(backend.compute_s, 3),
+        cells={label: counts for p in parts for label, counts in p.cells.items()},
+    )
 
 
 def _cached_backend(
@@ -372,10 +444,12 @@ def score_judge_shard(
     seed: int = 0,
     progress: bool = True,
     conditions: Mapping[str, ConditionTransform] = CONDITION_TRANSFORMS,
+    controls: ShardConditions | None = None,
 ) -> JobResult:
     """Score every cell of one judge on the samples of a shard's manifests; write each cell's table to its
     `out_paths` entry and the counts to `stats_path`. A cell is a mapping with the keys modality,
-    transcript_source, prompt (a name, found among the stems of `prompt_files`) and condition."""
+    transcript_source, prompt (a name, found among the stems of `prompt_files`) and condition; a control
+    condition (`lalm_judge.judging.controls`) needs `controls`, the shard's control inputs."""
     started = time.perf_counter()
     if len(cells) != len(out_paths):
         raise ValueError(f"judge {spec.name}: {len(cells)} cells but {len(out_paths)} output paths")
@@ -392,19 +466,18 @@ def score_judge_shard(
                 prompts[cell["prompt"]],
                 cell["condition"],
                 audio_sample_rate,
-                conditions=conditions,
+                conditions=[*conditions, *(controls.conditions() if controls is not None else ())],
             )
         )
-    samples = [sample for path in manifest_paths for sample in Manifest.load(path).samples()]
     cached = _cached_backend(spec, backend, cache_dir)
-    rows, stats = _score(
-        samples,
+    rows, stats = _score_conditions(
+        [Manifest.load(path) for path in manifest_paths],
         with_backend_limits(settings, backend),
         cached,
-        shard=shard,
-        load_audio=dialogue_audio,
-        transforms=conditions,
-        progress=progress,
+        shard,
+        conditions,
+        controls,
+        progress,
     )
     tables = [scores_frame(cell_rows, cell, seed) for cell, cell_rows in zip(settings, rows)]
     for table, out_path in zip(tables, out_paths):

@@ -165,10 +165,11 @@ def condition_samples(
 
 
 def babble_pool(manifests: Sequence[Manifest], exclude_dialogue: str) -> list[np.ndarray]:
-    """The original turn clips of the other dialogues (at their manifest rate), the material of babble noise."""
+    """The original turn clips of the other dialogues (at their manifest rate, in dialogue id order, so every
+    stage that makes a sample's babble from the same manifests makes the same), the material of babble noise."""
     return [
         waveform.read_audio(turn["clip"], manifest.data["sample_rate"])[0]
-        for manifest in manifests
+        for manifest in sorted(manifests, key=lambda m: m.dialogue_id)
         if manifest.dialogue_id != exclude_dialogue and manifest.usable
         for turn in manifest.data["turns"]
     ]

@@ -26,7 +26,7 @@ from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TranscriptSource
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
-from lalm_judge.workflow.plan import JudgeCell, judge_cells
+from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells  # ConfigError: see workflow.plan
 from lalm_judge.workflow.preference import preference_voices
 
 # Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
@@ -42,10 +42,6 @@ PAIRWISE = "pairwise"
 PREFERENCE = "preference"
 # Backends whose answers are safety scores only (no pairwise verdicts).
 SAFETY_ONLY_BACKENDS = ("embedding",)
-
-
-class ConfigError(ValueError):
-    """A configuration that is invalid; the message names the key."""
 
 
 def _with_defaults(validator_class):

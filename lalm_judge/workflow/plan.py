@@ -13,9 +13,15 @@ from typing import Any
 
 from lalm_judge.core.dialogue import SourceDialogue
 from lalm_judge.core.files import shard_of
-from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
+from lalm_judge.core.vocabulary import AUDIO, BABBLE, CLEAN, Condition, TranscriptSource, condition_cell_error
 from lalm_judge.data.corpus import list_source_dialogues
 from lalm_judge.workflow.preference import preference_voices, speak_gpus
+
+
+class ConfigError(ValueError):
+    """A configuration that is invalid; the message names the key. Defined here because the plan checks the
+    config against the corpus (babble needs two dialogues per shard); `lalm_judge.workflow.config`, which plans
+    the judge cells to check them, exports it."""
 
 
 @dataclass(frozen=True)
@@ -56,11 +62,15 @@ def judge_cells(config: dict[str, Any], judge: str | None = None) -> list[JudgeC
         modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
         prompts = schedule.get("prompts") or evaluation["prompts"]
         sources = schedule.get("transcript_sources") or evaluation["transcript_sources"]
+        conditions = schedule.get("conditions") or evaluation["conditions"]
         for modality in modalities:
             for source in [TranscriptSource.NONE] if modality == AUDIO else sources:
+                source = TranscriptSource(source)
                 for prompt in prompts:
-                    for condition in evaluation["conditions"]:
-                        cells.append(JudgeCell(name, modality, TranscriptSource(source), prompt, condition))
+                    for condition in conditions:
+                        # A condition gets only the cells whose input it changes (core.vocabulary).
+                        if condition_cell_error(condition, modality, source) is None:
+                            cells.append(JudgeCell(name, modality, source, prompt, condition))
     return cells
 
 
@@ -91,6 +101,13 @@ class Plan:
         # Input functions run once per job: everything they look up is indexed here, once per parse.
         self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
         self._shards = {d.dialogue_id: shard_of(d.dialogue_id, self.n_shards) for d in self.dialogues}
+        if self.needs_babble():
+            self._check_babble()
+        chosen = config["controls"]["dialogues"]
+        unknown = sorted(set(chosen or []) - set(self._turns))
+        if unknown:
+            raise ConfigError(f"controls.dialogues: {unknown} are not dialogues of the corpus")
+        self._control_dialogues = [d for d in self.dialogue_ids if chosen is None or d in chosen]
 
     @property
     def dialogue_ids(self) -> list[str]:
@@ -130,6 +147,50 @@ class Plan:
     def judge_cells(self, judge: str | None = None) -> list[JudgeCell]:
         """The judge cells of every judge of the evaluation, or of one judge."""
         return judge_cells(self.config, judge)
+
+    def control_conditions(self) -> list[str]:
+        """The conditions other than 'clean' of any judge cell, in first-use order."""
+        return list(dict.fromkeys(c.condition for c in self.judge_cells() if c.condition != CLEAN))
+
+    def synthesized_controls(self) -> list[str]:
+        """The TTS controls ('tts_control', 'injection') the cells' conditions need, sorted."""
+        return sorted({c for c in self.control_conditions() if Condition(c).needs_synthesis})
+
+    def condition_transcripts(self) -> list[tuple[str, str]]:
+        """(ASR model, condition) of every control cell that reads an ASR transcript of the audio it is given:
+        an ASR transcript source, or the cascade of an audio cell."""
+        pairs = []
+        for cell in self.judge_cells():
+            if cell.condition == CLEAN:
+                continue
+            cascade = self.config["judges"][cell.judge]["options"].get("cascade_asr")
+            model = cell.transcript_source.asr_model or (cascade if cell.modality == AUDIO else None)
+            if model is not None:
+                pairs.append((str(model).removeprefix("asr:"), cell.condition))
+        return list(dict.fromkeys(pairs))
+
+    def control_dialogues(self, shard: int | None = None) -> list[str]:
+        """The dialogues the control conditions are scored on (`controls.dialogues`), of one shard or all."""
+        dialogues = self._control_dialogues
+        return dialogues if shard is None else [d for d in dialogues if self._shards[d] == shard]
+
+    def needs_babble(self) -> bool:
+        return any(Condition(c).kind == BABBLE for c in self.control_conditions())
+
+    def shard_of_dialogue(self, dialogue_id: str) -> int:
+        return self._shards[dialogue_id]
+
+    def _check_babble(self) -> None:
+        """Babble is made of the turns of the other dialogues of a shard: every shard with variants needs two
+        dialogues that are long enough to be used."""
+        for shard in self.shards():
+            usable = [d for d in self.shard_dialogues(shard) if self._turns[d]]
+            if len(usable) == 1:
+                raise ConfigError(
+                    f"evaluation.conditions: babble needs the turns of other dialogues of the judge shard, but "
+                    f"dialogue {usable[0]!r} is the only usable dialogue of shard {shard}; lower evaluation.shards "
+                    f"({self.n_shards}) or use white noise (noise_<snr>)"
+                )
 
 
 def export_checkout_to_jobs(checkout: str) -> None:

@@ -86,6 +86,7 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     write_corpus(workdir, dialogue_ids=(DIALOGUE,), extra=())
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     config["evaluation"]["transcript_sources"] = ["gt"]
+    config["controls"]["dialogues"] = [DIALOGUE]  # the test config's controls, on the one dialogue
     config["metrics"].update(bootstrap=50, folds=2)
     gpu_judge = (slurm_cluster / "etc" / "gpu_count").read_text().strip() != "0"
     if gpu_judge:  # the same embedding model, registered as a judge that asks for one GPU
@@ -143,10 +144,14 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, tmp_path):
     assert len(grouped_ids) == 1
     others = Counter(v for k, v in ids.items() if k not in prep_logs)
     assert grouped_ids.isdisjoint(others) and set(others.values()) == {1}
-    n_turns = len([k for k in ids if k.startswith(f"tts/{DIALOGUE}/")])
+    n_turns = len([k for k in ids if re.fullmatch(rf"tts/{DIALOGUE}/t\d+\.log", k)])
     assert n_turns == len([k for k in prep_logs if k.startswith("variants/")]) >= 2
     n_judge_jobs = 1 + gpu_judge  # one per judge and shard (one shard): minilm (text-gt and audio), minilm_gpu
     per_dialogue = n_turns + 1 + 1 + 1  # TTS per turn, ASR, manifest, turn energy and pitch
+    # The controls of minilm: its TTS controls, and Whisper on the changed turn its audio cascade reads under
+    # masked, noise_10, tts_control, silence and injection (the text cells read the ground truth here).
+    per_dialogue += 1 + 5
+    assert len([k for k in ids if k.startswith("asr/whisper_tiny_en/conditions/")]) == 5
     aggregates = ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures"]
     assert len(others) == per_dialogue + n_judge_jobs + len([*aggregates, "control_figures", "report"])
 

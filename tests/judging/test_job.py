@@ -208,3 +208,25 @@ def test_a_ready_backends_own_audio_window_windows_the_audio(manifests, lalm_spe
     sent = [r for call in windowed.calls for r in call]
     assert all(len(r.audio[0]) / r.audio[1] <= windowed.max_audio_s for r in sent)
     assert any("#w1" in r.request_id for r in sent), "the longest dialogues became two windows"
+
+
+def test_control_conditions_score_their_own_samples_with_the_same_model_load(manifests, lalm_spec, tmp_path):
+    from lalm_judge.audio.controls import ControlSettings
+    from lalm_judge.judging.controls import ShardConditions
+
+    loaded = [Manifest.load(path) for path in manifests]
+    controls = ShardConditions(loaded, ControlSettings(), seed=0, control_conditions=["masked", "silence"])
+    cells = cells_of([("audio", "none")], ["basic"], ["clean", "masked", "silence"])
+    build = CountingBuilds(lalm_spec)
+    result = run_job(manifests, lalm_spec, cells, tmp_path, backend=build, controls=controls)
+    assert build.builds == 1 and result.stats.model_loads == 1
+    clean, masked, silence = result.tables
+    expected = [item.sample.sample_id for item in controls.samples("masked")]
+    assert masked["variant_id"].to_list() == expected and silence["variant_id"].to_list() == expected
+    safe = masked.filter(masked["severity"] == 0)
+    # The safe reference of a control is the original with the same target turn changed, one per target turn.
+    assert safe["variant_id"].str.contains(r"\.t\d+\.original$").all() and safe["turn_index"].is_not_null().all()
+    assert set(masked["condition"]) == {"masked"} and clean.height == sum(1 for m in loaded for _ in m.samples())
+    assert result.stats.cells["audio-none/basic/masked"].computed == masked.height
+    with pytest.raises(ValueError, match="unknown condition 'masked'"):
+        run_job(manifests, lalm_spec, cells, tmp_path / "without", backend=build)

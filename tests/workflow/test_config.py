@@ -241,7 +241,7 @@ def paper_config():
         (
             lambda j: j["llama31_8b"].update(modalities=["text", "audio"]),
             r"judges\.llama31_8b\.modalities: \['audio'\] need audio input, but Llama-3\.1-Instruct is a text model; "
-            r"cells audio-none/basic/clean, audio-none/cot/clean",
+            r"cells audio-none/basic/clean, audio-none/basic/masked, .* cannot be served; keep only 'text'",
         ),
         (
             lambda j: j["audio_flamingo_3"].update(capabilities={"prompt_format": "minicpmo"}),
@@ -259,7 +259,9 @@ def test_the_calibrated_cells_of_a_judge_without_logprobs_are_routed_with_a_note
     notes = check_config(validate_config(paper_config))
     (routed,) = [note for note in notes if "calibrated" in note]
     assert routed.startswith(
-        "judge gemini_25_flash, cells text-gt/calibrated/clean, text-asr:whisper_large_v3/calibrated"
+        # Under clean and the injection, the only control that changes a text cell with the ground truth.
+        "judge gemini_25_flash, cells text-gt/calibrated/clean, text-gt/calibrated/injection, "
+        "text-asr:whisper_large_v3/calibrated/clean"
     )
     assert "scored from its parsed SAFETY_SCORE line (score_source 'parsed')" in routed
     unpinned = [note for note in notes if "revision is 'main'" in note]

@@ -35,9 +35,15 @@ PAPER = ROOT / "configs" / "paper.yaml"
 PAPER_CONFIG = yaml.safe_load(PAPER.read_text())
 GPU_JUDGES = {"qwen2_audio_7b", "audio_flamingo_3", "meralion2_10b", "llama31_8b", "qwen25_omni_7b", "minicpm_o"}
 JUDGES = GPU_JUDGES | {"gemini_25_flash"}
-# Cells per judge: 3 modalities x (3 transcript sources for text and audio_text, none for audio) = 7, Llama text only
-# = 3, each x 5 prompts x 1 condition.
-CELLS = {judge: 7 * 5 for judge in JUDGES} | {"llama31_8b": 3 * 5}
+# Cells per judge and prompt under 'clean': 3 modalities x (3 transcript sources for text and audio_text, none for
+# audio) = 7, Llama text only = 3. The study's controls get the cells whose input they change: 'injection' all of
+# them; 'masked', the four noise levels and 'tts_control' all but text with the ground truth (6, Llama 2);
+# 'silence' the audio modality (1, Llama none). Each x 5 prompts.
+CLEAN_CELLS = {judge: 7 for judge in JUDGES} | {"llama31_8b": 3}
+AUDIO_CHANGING = ("masked", "noise_20", "noise_10", "noise_5", "noise_0", "tts_control")
+CELLS = {judge: 5 * (2 * n + len(AUDIO_CHANGING) * (n - 1) + (n > 3)) for judge, n in CLEAN_CELLS.items()}
+# The conditions whose cells read an ASR transcript of the changed turn: each needs that ASR per dialogue.
+ASR_READ_CONDITIONS = (*AUDIO_CHANGING, "injection")
 DIALOGUE_IDS = [
     f"{configuration.removeprefix('dialogues_')}_{name}".lower().replace("-", "_")
     for configuration, name, _ in HUB_DIALOGUES
@@ -74,7 +80,7 @@ def plan(checkout):
 
 def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
     result, _ = plan
-    assert sum(CELLS.values()) == 225
+    assert sum(CLEAN_CELLS.values()) * 5 == 225 and sum(CELLS.values()) == 1620
     assert scheduled_jobs(result) == {
         "ingest_dialogue": len(DIALOGUE_IDS),
         "rewrite_turn": N_TURNS,
@@ -82,6 +88,9 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
         "describe_turns": len(DIALOGUE_IDS),
         "transcribe_dialogue": 2 * len(DIALOGUE_IDS),
         "build_manifest": len(DIALOGUE_IDS),
+        # The controls: TTS controls per dialogue, ASR of the changed turns per (ASR model, condition, dialogue).
+        "synthesize_controls": len(DIALOGUE_IDS),
+        "transcribe_condition": 2 * len(ASR_READ_CONDITIONS) * len(DIALOGUE_IDS),
         "audio_accounting": 1,
         "shard_index": len(SHARDS),
         # One job per (judge, shard): each judge's model loads once per shard, for all its cells.
@@ -110,7 +119,7 @@ def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
 def test_every_gpu_stage_requests_a_gpu(plan):
     _, jobs = plan
     for job in jobs:
-        if job.rule in ("synthesize_variants", "transcribe_dialogue"):
+        if job.rule in ("synthesize_variants", "transcribe_dialogue", "synthesize_controls", "transcribe_condition"):
             assert job.resource("gpu") == "1", job
         elif job.rule.startswith("judge_"):
             judge = job.rule.removeprefix("judge_")

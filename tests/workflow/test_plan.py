@@ -79,3 +79,99 @@ def test_gpu_requests_of_the_preference_builder():
     assert requests["preference:tts"] == 1 and requests["preference:asr"] == 1
     demo = validate_config(yaml.safe_load((root / "configs/pairwise_demo.yaml").read_text()))
     assert not any(stage.startswith("preference:") for stage in gpu_requests(demo))  # Piper, espeak-ng, CPU Whisper
+
+
+def test_conditions_get_the_cells_whose_input_they_change(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    lines = [{"id": "two", "turns": [turn, turn]}, {"id": "other", "turns": [turn, turn]}]
+    (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    config = validate_config(
+        {
+            "corpus": {"format": "jsonl", "path": str(corpus)},
+            "variants": {"categories": ["hate"], "severities": [1, 2], "generator": {"name": "template"}},
+            "tts": {"voices": {"A": {"engine": "piper"}}},
+            "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+            "judges": {
+                "lalm": {"backend": "transformers", "model": "m", "modalities": ["text", "audio", "audio_text"]},
+                "cascade": {
+                    "backend": "embedding",
+                    "model": "m",
+                    "modalities": ["text", "audio"],
+                    "options": {"cascade_asr": "tiny"},
+                    "schedule": {"conditions": ["clean", "noise_10", "babble_5"]},
+                },
+            },
+            "evaluation": {
+                "judges": ["lalm", "cascade"],
+                "transcript_sources": ["gt", "asr:tiny"],
+                "conditions": ["clean", "masked", "silence", "injection", "tts_control"],
+                "shards": 1,  # babble needs another dialogue in the shard
+            },
+        }
+    )
+    plan = Plan(config)
+    lalm = {(c.modality, c.transcript_source, c.condition) for c in plan.judge_cells() if c.judge == "lalm"}
+    assert ("text", "gt", "masked") not in lalm and ("text", "asr:tiny", "masked") in lalm
+    assert ("text", "gt", "injection") in lalm and ("text", "gt", "tts_control") not in lalm
+    assert {(m, s) for m, s, c in lalm if c == "silence"} == {("audio", "none")}
+    assert len([c for c in lalm if c[2] == "masked"]) == 4  # text-asr, audio, audio_text x 2 sources
+    cascade = {c.condition for c in plan.judge_cells() if c.judge == "cascade"}
+    assert cascade == {"clean", "noise_10", "babble_5"}  # the judge's own schedule
+    assert set(plan.control_conditions()) == {"masked", "silence", "injection", "tts_control", "noise_10", "babble_5"}
+    assert plan.synthesized_controls() == ["injection", "tts_control"]
+    # The ASR the control cells read: ASR sources, and the cascade of an audio cell.
+    assert set(plan.condition_transcripts()) == {
+        ("tiny", c) for c in ("masked", "injection", "tts_control", "noise_10", "babble_5")
+    }
+    assert plan.needs_babble()
+
+
+def test_babble_needs_another_dialogue_in_every_shard(tmp_path):
+    import pytest
+
+    from lalm_judge.workflow.config import ConfigError
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    (corpus / "dialogues.jsonl").write_text(json.dumps({"id": "alone", "turns": [turn, turn]}))
+    config = {
+        "corpus": {"format": "jsonl", "path": str(corpus)},
+        "variants": {"categories": ["hate"], "severities": [1], "generator": {"name": "template"}},
+        "tts": {"voices": {"A": {"engine": "piper"}}},
+        "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+        "judges": {"lalm": {"backend": "transformers", "model": "m", "modalities": ["audio"]}},
+        "evaluation": {"judges": ["lalm"], "conditions": ["clean", "noise_5"], "shards": 1},
+    }
+    assert Plan(validate_config(config)).control_conditions() == ["noise_5"]
+    config["evaluation"]["conditions"] = ["clean", "babble_5"]
+    with pytest.raises(ConfigError, match="dialogue 'alone' is the only usable dialogue of shard 0"):
+        Plan(validate_config(config))
+
+
+def test_the_controls_can_be_limited_to_some_dialogues(tmp_path):
+    import pytest
+
+    from lalm_judge.workflow.config import ConfigError
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    turn = {"speaker": "A", "text": "hi", "emotion": "happy"}
+    lines = [{"id": name, "turns": [turn, turn]} for name in ("a", "b", "c")]
+    (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    config = {
+        "corpus": {"format": "jsonl", "path": str(corpus)},
+        "variants": {"categories": ["hate"], "severities": [1], "generator": {"name": "template"}},
+        "tts": {"voices": {"A": {"engine": "piper"}}},
+        "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+        "judges": {"lalm": {"backend": "transformers", "model": "m", "modalities": ["audio"]}},
+        "evaluation": {"judges": ["lalm"], "conditions": ["clean", "masked"], "shards": 1},
+        "controls": {"dialogues": ["c", "a"]},
+    }
+    plan = Plan(validate_config(config))
+    assert plan.control_dialogues() == ["a", "c"] and plan.control_dialogues(shard=0) == ["a", "c"]
+    config["controls"]["dialogues"] = ["a", "zzz"]
+    with pytest.raises(ConfigError, match=r"controls.dialogues: \['zzz'\] are not dialogues of the corpus"):
+        Plan(validate_config(config))

@@ -78,9 +78,10 @@ def test_scores_have_the_documented_columns_and_provenance(finished_run):
     ):
         assert column in scores.columns, column
     # 2 usable dialogues (3 + 4 turns) x 1 category x 2 severities + 2 originals = 16 samples per cell
-    per_cell = scores.group_by("judge", "modality", "transcript_source", "prompt").len()
+    clean = scores.filter(pl.col("condition") == "clean")
+    per_cell = clean.group_by("judge", "modality", "transcript_source", "prompt").len()
     assert set(per_cell["len"]) == {16}
-    originals = scores.filter(pl.col("severity") == 0)
+    originals = clean.filter(pl.col("severity") == 0)
     assert originals["turn_index"].is_null().all()
     minilm = scores.filter((pl.col("judge") == "minilm") & (pl.col("modality") == "text"))
     assert (minilm["parse_status"] == "ok").all()
@@ -139,7 +140,10 @@ def test_every_metric_column_is_filled_where_it_should_be(finished_run):
         assert scored[column].is_not_null().all(), column
     for i in (2, 3, 4):  # severities the config does not generate
         assert cells[f"delta_{i}"].is_null().all()
-    assert (scored["n_severities"] == 2).all() and (scored["n_dialogues"] == 2).all()
+    assert (scored["n_severities"] == 2).all()
+    clean = scored["condition"] == "clean"
+    assert (scored.filter(clean)["n_dialogues"] == 2).all()
+    assert (scored.filter(~clean)["n_dialogues"] == 1).all(), "the test config's controls.dialogues: one dialogue"
     for row in unscored.iter_rows(named=True):
         assert row["sensitivity"] is None and row["specificity"] is None, row
         assert row["reason"].startswith(("no safe original", "no parsed variant")), row
@@ -282,6 +286,30 @@ def test_energy_and_pitch_of_every_turn_feed_the_control_tables_and_the_report(f
     assert prosody["f0_median_hz"].is_not_null().all()  # spoken turns are voiced
     correlation = pl.read_parquet(workdir / "results/metrics/controls/prosody_correlation.parquet")
     assert {"rms_db_mean", "f0_median_hz"} <= set(correlation["feature"])
-    assert set(correlation["condition"]) == {"clean"}
+    assert "clean" in set(correlation["condition"])  # and the control cells, with the clean turn's features
     page = (workdir / "results/report/index.html").read_text()
     assert '<section id="controls">' in page and "Energy and pitch of the unsafe turn" in page
+
+
+def test_every_control_runs_end_to_end_and_the_report_shows_it(finished_run):
+    workdir, _ = finished_run
+    scores = pl.concat(
+        [pl.read_parquet(p) for p in sorted((workdir / "results/scores").rglob("*.parquet"))], how="diagonal"
+    )
+    controls = scores.filter(pl.col("condition") != "clean")
+    assert set(controls["condition"]) == {"masked", "noise_10", "tts_control", "silence", "injection"}
+    # The controls cover controls.dialogues only: demo_travel, 4 turns x 2 variants and a safe sample per turn.
+    assert set(controls["dialogue_id"]) == {"demo_travel"}
+    masked = controls.filter((pl.col("condition") == "masked") & (pl.col("judge") == "minilm"))
+    assert masked.group_by("modality", "transcript_source").len()["len"].to_list() == [12, 12]
+    tts = controls.filter(pl.col("condition") == "tts_control")
+    assert (tts["severity"] == 0).all() and tts["variant_id"].str.ends_with(".tts_control").all()
+    assert set(controls.filter(pl.col("condition") == "silence")["modality"]) == {"audio"}
+    wer = pl.read_parquet(workdir / "results/metrics/controls/condition_wer.parquet")
+    masked_wer = wer.filter(pl.col("condition") == "masked").row(0, named=True)
+    assert masked_wer["wer"] > masked_wer["wer_clean"] + 0.5  # masking destroys the words
+    flags = pl.read_parquet(workdir / "results/metrics/controls/flags.parquet")
+    assert {"ignores_audio", "reacts_to_synthesis", "injection_susceptible"} <= set(flags["check"])
+    page = (workdir / "results/report/index.html").read_text()
+    section = page[page.index('<section id="controls">') :]
+    assert "Not run" not in section[: section.index("</section>")]

@@ -1,0 +1,16 @@
+from lalm_judge.audio.synthesis import synthesize_dialogue_controls
+from lalm_judge.core.logs import log_to
+from lalm_judge.workflow.gpu import job_gpus
+
+with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
+    synthesize_dialogue_controls(
+        snakemake.input.dialogue,
+        turns=snakemake.params.turns,
+        kinds=snakemake.params.kinds,
+        clips_dir=snakemake.output.clips,
+        out_table=snakemake.output.table,
+        voices=snakemake.params.voices,
+        match_loudness=snakemake.params.match_loudness,
+        injection_text=snakemake.params.injection_text,
+        seed=snakemake.params.seed,
+    )
