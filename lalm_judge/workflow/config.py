@@ -22,11 +22,11 @@ from typing import Any
 import jsonschema
 import yaml
 
-from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TranscriptSource
+from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, CLEAN, Condition, TranscriptSource
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
-from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells  # ConfigError: see workflow.plan
+from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
 from lalm_judge.workflow.preference import preference_voices
 
 # Accepting the Coqui Public Model License of XTTS-v2 without coqui-tts asking on stdin (which hangs or
@@ -454,6 +454,8 @@ def _check_imported(config: dict[str, Any]) -> None:
             f"variants.generator: unused when variants.source is {IMPORTED!r} (the benchmark's variants are "
             "judged as released); remove it"
         )
+    if imported:
+        _check_imported_controls(config)
     for name, entry in (config["asr"]["models"] if "asr" in config else {}).items():
         if entry["model"] == IMPORTED and not imported:
             raise ConfigError(
@@ -466,6 +468,26 @@ def _check_imported(config: dict[str, Any]) -> None:
             raise ConfigError(
                 f"pairwise.transcript_sources: asr:{model} has released transcripts of the safety benchmark only; "
                 "the pairwise track needs a model that recognizes its audio"
+            )
+
+
+def _check_imported_controls(config: dict[str, Any]) -> None:
+    """A control of an imported benchmark makes new audio from the released one: one that speaks (tts_control,
+    injection) needs TTS voices, one whose changed turn is transcribed needs an ASR model that hears it."""
+    cells = judge_cells(config)
+    speaking = sorted({c.condition for c in cells if Condition(c.condition).needs_synthesis})
+    if speaking and not config["tts"]["voices"]:
+        raise ConfigError(
+            f"evaluation.conditions / judges.*.schedule.conditions: {speaking} speak new turns, but tts.voices is "
+            "empty (an imported benchmark brings no voices); configure voices or judge the other conditions"
+        )
+    for cell in cells:
+        model = transcript_model(config, cell)
+        if cell.condition != CLEAN and model is not None and config["asr"]["models"][model]["model"] == IMPORTED:
+            raise ConfigError(
+                f"judges.{cell.judge}: the {cell.condition!r} cell {cell.label} reads a transcript of the changed "
+                f"turn, but asr.models.{model} has only the released transcripts of the unchanged turns; use an ASR "
+                "model that recognizes audio, or judge the clean condition only"
             )
 
 

@@ -51,6 +51,13 @@ class JudgeCell:
         }
 
 
+def transcript_model(config: dict[str, Any], cell: JudgeCell) -> str | None:
+    """The ASR model whose transcript a cell reads: its ASR transcript source, or the cascade of an audio cell."""
+    cascade = config["judges"][cell.judge]["options"].get("cascade_asr")
+    model = cell.transcript_source.asr_model or (cascade if cell.modality == AUDIO else None)
+    return None if model is None else str(model).removeprefix("asr:")
+
+
 def judge_cells(config: dict[str, Any], judge: str | None = None) -> list[JudgeCell]:
     """Every judge cell of a validated config, or of one judge: each judge's modalities x transcript sources x
     prompts x conditions."""
@@ -161,12 +168,9 @@ class Plan:
         an ASR transcript source, or the cascade of an audio cell."""
         pairs = []
         for cell in self.judge_cells():
-            if cell.condition == CLEAN:
-                continue
-            cascade = self.config["judges"][cell.judge]["options"].get("cascade_asr")
-            model = cell.transcript_source.asr_model or (cascade if cell.modality == AUDIO else None)
-            if model is not None:
-                pairs.append((str(model).removeprefix("asr:"), cell.condition))
+            model = transcript_model(self.config, cell)
+            if cell.condition != CLEAN and model is not None:
+                pairs.append((model, cell.condition))
         return list(dict.fromkeys(pairs))
 
     def control_dialogues(self, shard: int | None = None) -> list[str]:

@@ -67,7 +67,7 @@ CONFIG_CASES = {
     ),
     "unknown_condition": (
         lambda c: c["evaluation"].update(conditions=["clean", "underwater"]),
-        r"evaluation\.conditions\.1: 'underwater' is not one of",
+        r"evaluation\.conditions\.1: 'underwater' does not match",
     ),
     "unknown_category": (
         lambda c: c["variants"].update(categories=["harassment", "weapons"]),

@@ -19,6 +19,7 @@ import yaml
 
 from lalm_judge.cli import main as lalm_judge
 from lalm_judge.core.tables import EFFORT_COLUMNS, SCORES
+from lalm_judge.workflow.config import ConfigError, validate_config
 from tests.support.workflow import load_test_config, scheduled_jobs, snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
@@ -44,6 +45,26 @@ def _imported_config() -> dict:
     return config
 
 
+def _clean_only(config: dict) -> dict:
+    """The released benchmark judged as released: no control makes new audio (no voices, no ASR that hears)."""
+    config["evaluation"]["conditions"] = ["clean"]
+    for entry in config["judges"].values():
+        entry.get("schedule", {}).pop("conditions", None)
+    return config
+
+
+def test_controls_of_an_imported_benchmark_need_voices_and_an_asr_that_hears():
+    config = _imported_config()
+    with pytest.raises(ConfigError, match=r"\['injection', 'tts_control'\] speak new turns, but tts.voices is empty"):
+        validate_config(config)
+    config["evaluation"]["conditions"] = ["clean", "masked"]
+    for entry in config["judges"].values():
+        entry.get("schedule", {}).pop("conditions", None)
+    with pytest.raises(ConfigError, match=r"'masked' cell .* asr.models.whisper_tiny_en has only the released"):
+        validate_config(config)
+    validate_config(_clean_only(config))
+
+
 def _scores(shards) -> pl.DataFrame:
     scores = SCORES.read(shards).drop(EFFORT_COLUMNS, strict=False)
     return scores.sort("judge", "modality", "transcript_source", "prompt", "variant_id")
@@ -67,7 +88,7 @@ def test_export_load_import_and_judge_give_the_same_scores(finished_run, tmp_pat
     assert lalm_judge(["import", "--format", "hf", str(dataset), "--out", str(judged / "benchmark")]) == 0
     hint = capsys.readouterr().out
     assert "format: hf_benchmark" in hint and "whisper_tiny_en: {model: imported}" in hint
-    imported = write_config(judged, _imported_config())
+    imported = write_config(judged, _clean_only(_imported_config()))
     assert yaml.safe_load(imported.read_text())["variants"]["source"] == "imported"
 
     originals = {cell: sorted((workdir / "results/scores" / cell).glob("shard*.parquet")) for cell in CELLS}

@@ -108,16 +108,18 @@ def test_severity_5_rewrites_score_below_the_safe_originals(finished_run):
     rewrites clearly lower scores than the safe dialogues, with the whole interval above 0."""
     workdir, _ = finished_run
     cells = metric_table(workdir, "cells")
-    minilm = cells.filter(
-        pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
+    clean_minilm_text = (
+        (pl.col("judge") == "minilm")
+        & (pl.col("modality") == "text")
+        & (pl.col("transcript_source") == "gt")
+        & (pl.col("condition") == "clean")
     )
-    cell = minilm.row(0, named=True)
+    (cell,) = cells.filter(clean_minilm_text).iter_rows(named=True)
     assert cell["delta_5"] > 0.2 and cell["delta_5_lo"] > 0.1, cell  # measured: 0.28, interval 0.18 to 0.36
     assert cell["delta_1"] < cell["delta_5"]
     assert cell["specificity"] == 1.0  # severity 1 scores above severity 5
-    curve = metric_table(workdir, "severity_curve").filter(
-        pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
-    )
+    curve = metric_table(workdir, "severity_curve").filter(clean_minilm_text)
+    assert curve["severity"].is_unique().all()
     means = dict(zip(curve["severity"], curve["mean_score"]))
     assert means[0] > means[1] > means[5]
 
