@@ -47,7 +47,7 @@ from lalm_judge.analysis.engine import (
     resample_groups,
     slice_statistics,
 )
-from lalm_judge.analysis.inputs import read_scores
+from lalm_judge.analysis.inputs import read_scores, read_table_set
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import ASR, CONDITION_ASR, PROSODY, PROSODY_FEATURES
 from lalm_judge.core.taxonomy import clean_reference_id
@@ -507,10 +507,4 @@ def run_controls(
 
 def read_control_tables(controls_dir: str | os.PathLike) -> ControlTables:
     """The tables written by `run_controls` under controls_dir."""
-    tables = {}
-    for name in ControlTables.__dataclass_fields__:
-        path = Path(controls_dir) / f"{name}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"control table {path} is missing; run the control analysis")
-        tables[name] = pl.read_parquet(path)
-    return ControlTables(**tables)
+    return read_table_set(ControlTables, controls_dir, "run the control analysis")

@@ -36,7 +36,7 @@ from lalm_judge.analysis.engine import (
     slice_statistics,
     with_cell_keys,
 )
-from lalm_judge.analysis.inputs import read_scores
+from lalm_judge.analysis.inputs import read_scores, read_table_set
 from lalm_judge.analysis.position import position_bias
 from lalm_judge.analysis.selection import pareto_table, prompt_selection_table
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
@@ -146,13 +146,7 @@ def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: Me
 
 def read_metric_tables(metrics_dir: str | os.PathLike) -> MetricTables:
     """The tables written by `write_metrics` under metrics_dir."""
-    tables = {}
-    for name in MetricTables.__dataclass_fields__:
-        path = Path(metrics_dir) / f"{name}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"metric table {path} is missing; run the metrics stage (`lalm-judge metrics`)")
-        tables[name] = pl.read_parquet(path)
-    return MetricTables(**tables)
+    return read_table_set(MetricTables, metrics_dir, "run the metrics stage (`lalm-judge metrics`)")
 
 
 def run_metrics(

@@ -9,8 +9,11 @@ these says anything about the request, so the clients retry them like a 5xx (`MA
 
 from __future__ import annotations
 
+import hashlib
 import json
 from typing import Any
+
+from lalm_judge.core.files import stable_hash
 
 
 class MalformedCompletion(ValueError):
@@ -36,3 +39,10 @@ def first_choice(completion: Any) -> Any:
 def redact(text: str, secret: str | None) -> str:
     """`text` with every occurrence of `secret` replaced (error bodies of some servers quote the key back)."""
     return text.replace(secret, "***") if secret else text
+
+
+def chat_request_key(fields: dict[str, Any], messages: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
+    """Stable cache key of one chat request: its identifying fields plus a hash of the exact messages (which cover
+    the prompt text and the content); returns the key and the fields it was computed from."""
+    keyed = {**fields, "messages_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()}
+    return stable_hash(keyed, length=32), keyed

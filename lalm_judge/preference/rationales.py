@@ -17,8 +17,6 @@ it never substitutes the template silently.
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +26,7 @@ from typing import Any
 import openai
 import yaml
 
-from lalm_judge.core.files import stable_hash
+from lalm_judge.core.endpoints import chat_request_key
 from lalm_judge.core.vocabulary import TIE
 from lalm_judge.data.generators import GeneratorConfigError
 from lalm_judge.data.generators.llm import (
@@ -165,9 +163,8 @@ class LLMRationales:
             "seed": self.seed,
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
-            "messages_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
         }
-        return stable_hash(fields, length=32), fields
+        return chat_request_key(fields, messages)
 
     def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
         return asyncio.run(self._rewrite_all(list(pairs)))

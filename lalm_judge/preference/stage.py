@@ -145,49 +145,35 @@ def write_rationales(
 # --- export ---------------------------------------------------------------------------------------------------
 def item_rows(pairs: pl.DataFrame, acoustic: pl.DataFrame, root: str) -> list[dict[str, Any]]:
     """Pairwise item-table rows of the usable semantic pairs and of the acoustic pairs."""
-    rows = []
-    for row in pairs.filter(pl.col("rationale_status") == OK).iter_rows(named=True):
-        aspect_text = ASPECTS.get(row["aspect"], row["aspect"])
-        rows.append(
-            {
-                "item_id": row["item_id"],
-                "aspect": row["aspect"],
-                "aspect_text": aspect_text,
-                "query": row["query"],
-                "response1_audio": row["response1_audio"],
-                "response2_audio": row["response2_audio"],
-                "audio_root": root,
-                "label": row["label"],
-                "rationale": row["rationale"],
-                "response1_text": row["response1_text"],
-                "response2_text": row["response2_text"],
-                "source_format": SOURCE_FORMAT,
-                "source_file": SEMANTIC,
-                "source_instruction": sagelm_instruction(aspect_text, row["query"]),
-                "source_extra": "{}",
-            }
-        )
-    for row in acoustic.iter_rows(named=True):
-        aspect_text = ASPECTS[row["aspect"]]
-        rows.append(
-            {
-                "item_id": row["item_id"],
-                "aspect": row["aspect"],
-                "aspect_text": aspect_text,
-                "query": row["query"],
-                "response1_audio": row["response1_audio"],
-                "response2_audio": row["response2_audio"],
-                "audio_root": root,
-                "label": row["label"],
-                "rationale": row["rationale"],
-                "response1_text": row["response_text"],
-                "response2_text": row["response_text"],
-                "source_format": SOURCE_FORMAT,
-                "source_file": ACOUSTIC,
-                "source_instruction": sagelm_instruction(aspect_text, row["query"]),
-                "source_extra": "{}",
-            }
-        )
+
+    def item(row: dict[str, Any], aspect_text: str, texts: tuple[str, str], source_file: str) -> dict[str, Any]:
+        return {
+            "item_id": row["item_id"],
+            "aspect": row["aspect"],
+            "aspect_text": aspect_text,
+            "query": row["query"],
+            "response1_audio": row["response1_audio"],
+            "response2_audio": row["response2_audio"],
+            "audio_root": root,
+            "label": row["label"],
+            "rationale": row["rationale"],
+            "response1_text": texts[0],
+            "response2_text": texts[1],
+            "source_format": SOURCE_FORMAT,
+            "source_file": source_file,
+            "source_instruction": sagelm_instruction(aspect_text, row["query"]),
+            "source_extra": "{}",
+        }
+
+    rows = [
+        item(row, ASPECTS.get(row["aspect"], row["aspect"]), (row["response1_text"], row["response2_text"]), SEMANTIC)
+        for row in pairs.filter(pl.col("rationale_status") == OK).iter_rows(named=True)
+    ]
+    # An acoustic pair speaks one text twice, in two styles.
+    rows += [
+        item(row, ASPECTS[row["aspect"]], (row["response_text"], row["response_text"]), ACOUSTIC)
+        for row in acoustic.iter_rows(named=True)
+    ]
     for index, row in enumerate(rows):
         row["source_row"] = index
     check_unique_rows(rows)

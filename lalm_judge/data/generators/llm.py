@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import hashlib
 import json
 import logging
 import os
@@ -39,8 +38,8 @@ import jsonschema
 import openai
 import yaml
 
-from lalm_judge.core.endpoints import MALFORMED_RESPONSE, first_choice, redact
-from lalm_judge.core.files import read_json, stable_hash, write_json
+from lalm_judge.core.endpoints import MALFORMED_RESPONSE, chat_request_key, first_choice, redact
+from lalm_judge.core.files import read_json, write_json
 from lalm_judge.core.taxonomy import EMOTIONS
 from lalm_judge.data.generators import (
     GeneratorConfigError,
@@ -429,9 +428,8 @@ class LLMGenerator:
             "seed": request.seed,
             "temperature": self.settings.temperature,
             "max_tokens": self.settings.max_tokens,
-            "messages_sha256": hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest(),
         }
-        return stable_hash(fields_, length=32), fields_
+        return chat_request_key(fields_, messages)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]:
         return asyncio.run(self._rewrite_all(list(requests)))
