@@ -121,14 +121,16 @@ def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: in
         "root": str(root),
     }
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    job = subprocess.Popen(
-        [sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=subprocess.PIPE
-    )
+    # The job's stderr goes to a file, not a pipe: a pipe nobody reads fills up and blocks the job, possibly while
+    # it holds the cache's lock, which the polling below then waits for.
+    stderr_path = root / "killed_job.stderr"
+    with open(stderr_path, "wb") as stderr:
+        job = subprocess.Popen([sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
     cache = RequestCache(root / "cache" / spec.name)
     deadline = time.monotonic() + timeout_s
     while cache.count() < kill_at:
         if job.poll() is not None:
-            raise RuntimeError(f"the job ended before it was killed: {job.stderr.read().decode()[-2000:]}")
+            raise RuntimeError(f"the job ended before it was killed: {stderr_path.read_text()[-2000:]}")
         if time.monotonic() > deadline:
             job.kill()
             raise RuntimeError(f"fewer than {kill_at} requests cached after {timeout_s:.0f} s")
