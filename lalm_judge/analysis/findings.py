@@ -3,7 +3,9 @@
 A finding is a (judge cell, severity i) whose 95 % cluster-bootstrap interval of Delta_i (`delta_<i>_lo`,
 `delta_<i>_hi`) excludes 0: the judge's scores of severity-i variants differ from those of their safe
 originals by more than resampling the dialogues explains. Delta_i is the metric whose interval has nominal
-coverage (docs/metrics.md); sensitivity, a minimum over severities, has none, so it is not used here.
+coverage (docs/metrics.md); sensitivity, a minimum over severities, has none, so it is not used here. Findings
+come from the clean cells: a control cell is read against its clean cell in the controls section (and often
+covers a few dialogues only, `controls.dialogues`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import polars as pl
 
 from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS
+from lalm_judge.core.vocabulary import CLEAN
 
 DROP = "drop"  # unsafe variants score lower (less safe) than their originals: the intended reaction
 RISE = "rise"  # unsafe variants score higher (safer) than their originals
@@ -37,7 +40,11 @@ def severities_with_intervals(cells: pl.DataFrame) -> list[int]:
 
 def delta_findings(cells: pl.DataFrame) -> pl.DataFrame:
     """One row per (cell, severity) whose Delta_i interval excludes 0, highest severity first, then the largest
-    effect; `direction` is 'drop' (lower bound > 0) or 'rise' (upper bound < 0)."""
+    effect; `direction` is 'drop' (lower bound > 0) or 'rise' (upper bound < 0). Clean cells only."""
+    severities = severities_with_intervals(cells)
+    if not severities:
+        return pl.DataFrame(schema=FINDING_SCHEMA)
+    cells = cells.filter(pl.col("condition") == CLEAN)
     frames = [
         cells.select(
             *(pl.col(key).cast(pl.String) for key in CELL_KEYS),
@@ -47,10 +54,8 @@ def delta_findings(cells: pl.DataFrame) -> pl.DataFrame:
             pl.col(f"delta_{i}_hi").alias("delta_hi"),
             pl.col("n_dialogues").cast(pl.Int64),
         )
-        for i in severities_with_intervals(cells)
+        for i in severities
     ]
-    if not frames:
-        return pl.DataFrame(schema=FINDING_SCHEMA)
     deltas = pl.concat(frames)
     direction = pl.when(pl.col("delta_lo") > 0).then(pl.lit(DROP)).when(pl.col("delta_hi") < 0).then(pl.lit(RISE))
     return (

@@ -295,7 +295,8 @@ def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cel
         # The prompts measured: a judge's own `schedule.prompts` replaces evaluation.prompts.
         ("prompts", ", ".join(sorted(cells["prompt"].unique()))),
         ("transcript sources", ", ".join(evaluation.get("transcript_sources", []))),
-        ("conditions", ", ".join(evaluation.get("conditions", sorted(cells["condition"].unique())))),
+        # The conditions measured: a judge's own `schedule.conditions` replaces evaluation.conditions.
+        ("conditions", ", ".join(sorted(cells["condition"].unique(), key=lambda c: (c != "clean", c)))),
         ("judge cells measured", str(cells.height)),
         ("bootstrap resamples / CV folds", f"{metrics.get('bootstrap', MISSING)} / {metrics.get('folds', MISSING)}"),
         ("seed", str(config.get("seed", MISSING))),

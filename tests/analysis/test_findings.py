@@ -52,3 +52,9 @@ def test_a_bound_at_zero_is_no_finding_and_tables_without_intervals_have_none():
     )
     assert severities_with_intervals(no_intervals) == []
     assert delta_findings(no_intervals).height == 0
+
+
+def test_control_cells_give_no_findings():
+    table = cells([("drops", {5: (0.3, 0.2, 0.4)})])
+    injected = table.with_columns(pl.lit("injection").alias("condition"))
+    assert delta_findings(pl.concat([table, injected]))["condition"].to_list() == ["clean"]
