@@ -23,7 +23,8 @@ next open), and lookups are indexed. Each connection lives for one transaction, 
 `locking_mode=EXCLUSIVE`: SQLite then keeps the WAL index in process memory instead of a shared-memory file,
 which is what makes a database safe to use from different hosts of a cluster one after the other (WAL's
 shared memory does not work across hosts of a network file system). Processes on one host that write the same
-database at once take turns (busy timeout). In the workflow a partition is written by one job at a time: a
+database at once take turns (busy timeout; a connection that meets another while setting up starts again,
+`RequestCache._open`). In the workflow a partition is written by one job at a time: a
 dialogue belongs to one shard, and Snakemake never runs two jobs of one judge and shard at once.
 """
 
@@ -33,6 +34,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import random
 import re
 import sqlite3
 import time
@@ -54,6 +56,7 @@ logger = logging.getLogger(__name__)
 FORMAT_VERSION = 1
 KEY_LENGTH = 40
 BUSY_TIMEOUT_S = 300.0
+SETUP_BUSY_TIMEOUT_S = 1.0  # waiting of one attempt to set a connection up (`RequestCache._open`)
 LOOKUP_CHUNK = 500  # keys per SELECT (SQLite bounds the number of bound parameters)
 FAILED_FINISH_REASONS = frozenset({"abort", "error"})
 _PARTITION = re.compile(r"^[A-Za-z0-9_.\-]+$")
@@ -176,16 +179,39 @@ class RequestCache:
             yield None
             return
         path.parent.mkdir(parents=True, exist_ok=True)
-        connection = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+        connection = self._open(path)
         try:
-            # Before the first access: no shared-memory WAL index (see the module docstring).
-            connection.execute("PRAGMA locking_mode=EXCLUSIVE")
-            self._retry_busy(lambda: connection.execute("PRAGMA journal_mode=WAL"), path)
-            connection.execute("PRAGMA synchronous=FULL")
-            self._retry_busy(lambda: self._prepare(connection, path), path)
             yield connection
         finally:
             connection.close()
+
+    def _open(self, path: Path) -> sqlite3.Connection:
+        """A connection set up for one transaction. In exclusive locking mode a connection keeps every lock it
+        took until it closes, so two processes setting up one database at once (a new file, still in rollback
+        mode) can each hold the shared lock the other needs to switch it to WAL, and would wait for each other
+        forever. A setup that finds the database busy therefore closes its connection, letting its locks go,
+        and starts again after a random pause (so the two do not meet again)."""
+        deadline = time.monotonic() + BUSY_TIMEOUT_S
+        while True:
+            connection = sqlite3.connect(path, timeout=SETUP_BUSY_TIMEOUT_S, isolation_level=None)
+            try:
+                # Before the first access: no shared-memory WAL index (see the module docstring).
+                connection.execute("PRAGMA locking_mode=EXCLUSIVE")
+                connection.execute("PRAGMA journal_mode=WAL")
+                connection.execute("PRAGMA synchronous=FULL")
+                self._prepare(connection, path)
+                connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
+                return connection
+            except sqlite3.OperationalError as err:
+                connection.close()
+                if not _is_busy(err):
+                    raise RuntimeError(f"request cache {path}: {err}") from err
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"request cache {path} stayed locked for {BUSY_TIMEOUT_S:.0f} s") from err
+                time.sleep(random.uniform(0.01, 0.2))
+            except BaseException:
+                connection.close()
+                raise
 
     @staticmethod
     def _prepare(connection: sqlite3.Connection, path: Path) -> None:
@@ -201,20 +227,6 @@ class RequestCache:
                 f"request cache {path} has format {version}, this code reads format {FORMAT_VERSION}; "
                 "point evaluation.cache_dir elsewhere or delete the file"
             )
-
-    @staticmethod
-    def _retry_busy(action: Callable[[], Any], path: Path) -> Any:
-        """Run `action`, waiting while another process holds the database (some statements do not wait)."""
-        deadline = time.monotonic() + BUSY_TIMEOUT_S
-        while True:
-            try:
-                return action()
-            except sqlite3.OperationalError as err:
-                if "locked" not in str(err) and "busy" not in str(err):
-                    raise RuntimeError(f"request cache {path}: {err}") from err
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"request cache {path} stayed locked for {BUSY_TIMEOUT_S:.0f} s") from err
-                time.sleep(0.05)
 
     def lookup(self, partition: str, keys: Iterable[str]) -> dict[str, CachedEntry]:
         """The servable entries of `keys` found in the partition."""
@@ -242,7 +254,7 @@ class RequestCache:
         stamped = json.dumps({**provenance, "created": datetime.now(UTC).isoformat(timespec="seconds")})
         with self._connect(partition, create=True) as connection:
             assert connection is not None
-            self._retry_busy(lambda: connection.execute("BEGIN IMMEDIATE"), self.path(partition))
+            connection.execute("BEGIN IMMEDIATE")
             try:
                 before = connection.total_changes
                 connection.executemany(
@@ -264,6 +276,10 @@ class RequestCache:
                 if connection is not None:
                     total += connection.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
         return total
+
+
+def _is_busy(err: sqlite3.OperationalError) -> bool:
+    return "locked" in str(err) or "busy" in str(err)
 
 
 class KeyedRequest(NamedTuple):

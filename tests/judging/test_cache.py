@@ -149,20 +149,30 @@ def integrity(path) -> str:
         return connection.execute("PRAGMA integrity_check").fetchone()[0]
 
 
-def _write_many(root: str, tag: str, n_transactions: int) -> None:
+def _write_many(root: str, tag: str, n_transactions: int, start) -> None:
     cache = RequestCache(root)
+    start.wait()
     for i in range(n_transactions):
         cache.store("shared", [(f"{tag}-{i}-{j}", output(f"SAFETY_SCORE: 0.{j}")) for j in range(5)], {"writer": tag})
 
 
 def test_two_processes_writing_one_database_at_once(tmp_path):
+    # Both start on the same new database at the same moment: each sets it up while the other does.
     context = multiprocessing.get_context("spawn")
-    writers = [context.Process(target=_write_many, args=(str(tmp_path), tag, 40)) for tag in ("a", "b")]
-    for writer in writers:
-        writer.start()
-    for writer in writers:
-        writer.join(timeout=120)
-    assert [writer.exitcode for writer in writers] == [0, 0]
+    start = context.Barrier(2)
+    writers = [
+        context.Process(target=_write_many, args=(str(tmp_path), tag, 40, start), daemon=True) for tag in ("a", "b")
+    ]
+    try:
+        for writer in writers:
+            writer.start()
+        deadline = time.monotonic() + 60
+        for writer in writers:
+            writer.join(timeout=max(0.0, deadline - time.monotonic()))
+        assert [writer.exitcode for writer in writers] == [0, 0]
+    finally:
+        for writer in writers:
+            writer.kill()
     cache = RequestCache(tmp_path)
     assert cache.count("shared") == 2 * 40 * 5
     assert integrity(cache.path("shared")) == "ok"
