@@ -134,6 +134,25 @@ def _tiny(dims: dict[str, Any], **tiny: Any) -> dict[str, Any]:
     return {**tiny, **dims}
 
 
+def _decoder(
+    tokenizer: Any, dims: dict[str, Any], *, hidden_size: int, layers: int, heads: int, kv_heads: int, **extra: Any
+) -> dict[str, Any]:
+    """A tiny text decoder's config: the tokenizer's vocabulary and end/pad ids, an MLP twice as wide as the model,
+    `extra` settings; overridden by `dims`."""
+    return _tiny(
+        dims,
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        **extra,
+    )
+
+
 def _finish(model: Any, tokenizer: Any) -> Any:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -158,20 +177,17 @@ def qwen2audio_parts(text: dict | None = None, audio: dict | None = None) -> tup
             num_mel_bins=128,
             max_source_positions=1500,
         ),
-        text_config=_tiny(
+        text_config=_decoder(
+            tokenizer,
             text or {},
-            model_type="qwen2",
-            vocab_size=len(tokenizer),
             hidden_size=64,
-            intermediate_size=128,
-            num_hidden_layers=2,
-            num_attention_heads=4,
-            num_key_value_heads=2,
+            layers=2,
+            heads=4,
+            kv_heads=2,
+            model_type="qwen2",
             max_position_embeddings=4096,
             tie_word_embeddings=True,
             bos_token_id=tokenizer.bos_token_id,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
         ),
         audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
     )
@@ -199,18 +215,7 @@ def audioflamingo3_parts(text: dict | None = None, audio: dict | None = None, te
             num_mel_bins=128,
             max_source_positions=1500,
         ),
-        text_config=_tiny(
-            text or {},
-            model_type="qwen2",
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            eos_token_id=tokenizer.eos_token_id,
-            pad_token_id=tokenizer.pad_token_id,
-        ),
+        text_config=_decoder(tokenizer, text or {}, hidden_size=32, layers=1, heads=2, kv_heads=1, model_type="qwen2"),
         audio_token_id=tokenizer.convert_tokens_to_ids("<sound>"),
     )
     return config, processor
@@ -228,18 +233,15 @@ def qwen25omni_thinker_parts(
         tokenizer, WhisperFeatureExtractor(feature_size=128), template or chat_template("Qwen-Qwen2.5-Omni-3B")
     )
     ids = tokenizer.convert_tokens_to_ids
-    text = _tiny(
+    text = _decoder(
+        tokenizer,
         text or {},
-        vocab_size=len(tokenizer),
         hidden_size=64,
-        intermediate_size=128,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        layers=2,
+        heads=4,
+        kv_heads=2,
         max_position_embeddings=4096,
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
     )
     config = Qwen2_5OmniThinkerConfig(
         audio_config=_tiny(
@@ -311,17 +313,17 @@ def build_tiny_llama(out_dir: str | os.PathLike, *, hidden_size: int = 64, num_l
     tokenizer = build_tokenizer("<|begin_of_text|>", "<|im_end|>")
     tokenizer.chat_template = _LLAMA_CHAT_TEMPLATE
     config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=num_layers,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=2048,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        tie_word_embeddings=True,
+        **_decoder(
+            tokenizer,
+            {},
+            hidden_size=hidden_size,
+            layers=num_layers,
+            heads=4,
+            kv_heads=2,
+            max_position_embeddings=2048,
+            tie_word_embeddings=True,
+            bos_token_id=tokenizer.bos_token_id,
+        )
     )
     return _save(out, _finish(_seeded_model(LlamaForCausalLM, config, seed), tokenizer), tokenizer)
 

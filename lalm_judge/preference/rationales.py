@@ -11,19 +11,18 @@ An answer is used when it is a JSON object with a non-empty `rationale` that doe
 label by `lalm_judge.pairwise.consistency`'s rules; otherwise the endpoint is asked again with the problem
 stated, up to `max_retries` times. A pair that ends without a usable rationale keeps its status
 (`invalid_json`, `inconsistent`, `refusal`, `error`) and no rationale: the export leaves it out and counts it,
-it never substitutes the template silently.
+it never substitutes the template silently. Requests the endpoint never answers (its retries spent) fail the
+job once the others are answered and cached, so a rerun asks only those.
 """
 
 from __future__ import annotations
 
-import asyncio
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import openai
 import yaml
 
 from lalm_judge.core.endpoints import chat_request_key
@@ -32,8 +31,9 @@ from lalm_judge.data.generators import GeneratorConfigError
 from lalm_judge.data.generators.llm import (
     ChatEndpoint,
     LLMSettings,
+    Question,
     ResponseCache,
-    ask_until_usable,
+    ask_all_cached,
     decode_json,
     looks_like_refusal,
 )
@@ -167,37 +167,21 @@ class LLMRationales:
         return chat_request_key(fields, messages)
 
     def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
-        return asyncio.run(self._rewrite_all(list(pairs)))
-
-    async def _rewrite_all(self, pairs: list[PairNotes]) -> list[RationaleResult]:
-        semaphore = asyncio.Semaphore(self.settings.concurrency)
-        async with self.endpoint.client() as client:
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(self._rewrite_one(client, semaphore, notes)) for notes in pairs]
-            except ExceptionGroup as failures:
-                raise failures.exceptions[0] from None
-        return [task.result() for task in tasks]
-
-    async def _rewrite_one(
-        self, client: openai.AsyncOpenAI, semaphore: asyncio.Semaphore, notes: PairNotes
-    ) -> RationaleResult:
-        messages = self.prompt.messages(notes)
-        key, key_fields = self.cache_key(notes, messages)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        result = await ask_until_usable(
+        return ask_all_cached(
             self.endpoint,
-            client,
-            semaphore,
+            self.cache,
+            [self._question(notes) for notes in pairs],
+            reask=self.prompt.reask_message,
+            failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
+            what="rationale",
+        )
+
+    def _question(self, notes: PairNotes) -> Question:
+        messages = self.prompt.messages(notes)
+        return Question(
+            *self.cache_key(notes, messages),
             messages,
             seed=self.seed,
             label=notes.key,
             interpret=lambda reply: interpret_answer(reply.text, notes.label, reply.finish_reason),
-            reask=self.prompt.reask_message,
-            failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
         )
-        if result.status != "error":
-            self.cache.put(key, key_fields, result)
-        return result

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from lalm_judge.data.generators.llm import MissingAPIKey
+from lalm_judge.data.generators.llm import EndpointUnavailable, MissingAPIKey
 from lalm_judge.preference.rationales import LLMRationales, PairNotes, RationalePrompt, interpret_answer
 from tests.support.openai_standin import Reply, StandInServer, serving
 
@@ -88,6 +88,18 @@ def test_a_rerun_reads_the_cache(server, tmp_path):
     sent = server.total
     again = rewriter(server, tmp_path).rewrite([notes("a", "1"), notes("b", "1")])
     assert server.total == sent == 2 and again == first
+
+
+def test_an_endpoint_that_keeps_failing_fails_the_job_after_the_others_are_cached(server, tmp_path):
+    server.script = lambda key, nth: Reply(status=503) if key == "down" else answer("Response 1 is better.")
+    pairs = [notes("a", "1"), notes("down", "1"), notes("b", "1")]
+    with pytest.raises(EndpointUnavailable, match=r"did not answer 1 of 3 rationale requests \(down: .*HTTP 503"):
+        rewriter(server, tmp_path).rewrite(pairs)
+    assert server.per_cell["down",] == 3 and len(list((tmp_path / "cache").glob("*.json"))) == 2
+    server.script = lambda key, nth: answer("Response 1 is better.")
+    sent = server.total
+    assert [r.status for r in rewriter(server, tmp_path).rewrite(pairs)] == ["ok"] * 3
+    assert server.total == sent + 1, "the rerun asks only the unanswered request"
 
 
 def test_the_key_comes_from_the_environment(server, tmp_path, monkeypatch):

@@ -393,6 +393,82 @@ async def ask_until_usable(
     return result
 
 
+@dataclass(frozen=True)
+class Question:
+    """One request for `ask_all_cached`: its cache key and the fields it hashes, the messages, the seed, a label
+    for the log, and how a reply becomes a result (`interpret`, as in `ask_until_usable`)."""
+
+    key: str
+    key_fields: dict[str, Any]
+    messages: list[dict[str, str]]
+    seed: int
+    label: str
+    interpret: Callable[[ChatReply], Any]
+
+
+def ask_all_cached(
+    endpoint: ChatEndpoint,
+    cache: ResponseCache,
+    questions: Sequence[Question],
+    *,
+    reask: Callable[[str], dict[str, str]],
+    failure: Callable[[str, str, int], Any],
+    what: str,
+) -> list[Any]:
+    """The result of every question, in order: from `cache`, or asked by `ask_until_usable`, at most
+    `concurrency` at once over one client, and cached unless it ended in an endpoint error (a rerun asks those
+    again). The first exception raised cancels the other requests and is raised. Questions the endpoint never
+    answered fail the call once all the others are answered and cached (`EndpointUnavailable`, naming `what`
+    the requests were)."""
+    return asyncio.run(_ask_all_cached(endpoint, cache, list(questions), reask, failure, what))
+
+
+async def _ask_all_cached(
+    endpoint: ChatEndpoint,
+    cache: ResponseCache,
+    questions: list[Question],
+    reask: Callable[[str], dict[str, str]],
+    failure: Callable[[str, str, int], Any],
+    what: str,
+) -> list[Any]:
+    semaphore = asyncio.Semaphore(endpoint.settings.concurrency)
+    unavailable: list[GiveUp] = []
+
+    async def ask(client: openai.AsyncOpenAI, question: Question) -> Any:
+        cached = cache.get(question.key)
+        if cached is not None:
+            return cached
+        result = await ask_until_usable(
+            endpoint,
+            client,
+            semaphore,
+            question.messages,
+            seed=question.seed,
+            label=question.label,
+            interpret=question.interpret,
+            reask=reask,
+            failure=failure,
+            unavailable=unavailable,
+        )
+        if result.status != "error":
+            cache.put(question.key, question.key_fields, result)
+        return result
+
+    async with endpoint.client() as client:
+        try:
+            async with asyncio.TaskGroup() as group:
+                tasks = [group.create_task(ask(client, question)) for question in questions]
+        except ExceptionGroup as failures:
+            raise failures.exceptions[0] from None
+    if unavailable:
+        raise EndpointUnavailable(
+            f"the endpoint {endpoint.url} did not answer {len(unavailable)} of {len(questions)} {what} "
+            f"requests ({unavailable[0]}); the {len(questions) - len(unavailable)} answered ones are cached in "
+            f"{cache.root}: rerun when the endpoint is reachable"
+        )
+    return [task.result() for task in tasks]
+
+
 class LLMGenerator:
     name = "llm"
 
@@ -432,52 +508,24 @@ class LLMGenerator:
         return chat_request_key(fields_, messages)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]:
-        return asyncio.run(self._rewrite_all(list(requests)))
-
-    async def _rewrite_all(self, requests: list[RewriteRequest]) -> list[RewriteResult]:
-        semaphore = asyncio.Semaphore(self.settings.concurrency)
-        unavailable: list[GiveUp] = []
-        async with self.endpoint.client() as client:
-            try:
-                async with asyncio.TaskGroup() as group:
-                    tasks = [group.create_task(self._rewrite_one(client, semaphore, r, unavailable)) for r in requests]
-            except ExceptionGroup as failures:
-                raise failures.exceptions[0] from None
-        if unavailable:
-            raise EndpointUnavailable(
-                f"the endpoint {self.endpoint.url} did not answer {len(unavailable)} of {len(requests)} rewrite "
-                f"requests ({unavailable[0]}); the {len(requests) - len(unavailable)} answered ones are cached in "
-                f"{self.cache.root}: rerun when the endpoint is reachable"
-            )
-        return [task.result() for task in tasks]
-
-    async def _rewrite_one(
-        self,
-        client: openai.AsyncOpenAI,
-        semaphore: asyncio.Semaphore,
-        request: RewriteRequest,
-        unavailable: list[GiveUp],
-    ) -> RewriteResult:
-        messages = self.prompt.messages(request)
-        key, key_fields = self.cache_key(request, messages)
-        cached = self.cache.get(key)
-        if cached is not None:
-            return cached
-        result = await ask_until_usable(
+        return ask_all_cached(
             self.endpoint,
-            client,
-            semaphore,
+            self.cache,
+            [self._question(request) for request in requests],
+            reask=self.prompt.reask_message,
+            failure=lambda status, error, attempts: RewriteResult(status, attempts=attempts, error=error),
+            what="rewrite",
+        )
+
+    def _question(self, request: RewriteRequest) -> Question:
+        messages = self.prompt.messages(request)
+        return Question(
+            *self.cache_key(request, messages),
             messages,
             seed=request.seed,
             label=request.key.variant_id,
             interpret=lambda reply: interpret_reply(reply.text, self.prompt.response_schema, reply.finish_reason),
-            reask=self.prompt.reask_message,
-            failure=lambda status, error, attempts: RewriteResult(status, attempts=attempts, error=error),
-            unavailable=unavailable,
         )
-        if result.status != "error":  # endpoint errors are asked again by the rerun
-            self.cache.put(key, key_fields, result)
-        return result
 
 
 def _mentions_content_policy(err: Any) -> bool:
