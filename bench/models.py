@@ -153,6 +153,21 @@ def _decoder(
     )
 
 
+def _whisper_encoder(dims: dict[str, Any], **extra: Any) -> dict[str, Any]:
+    """A tiny Whisper-style audio encoder's config over 128 mel bins and 30 s windows, with `extra` settings;
+    overridden by `dims`."""
+    return _tiny(
+        dims,
+        d_model=64,
+        encoder_layers=2,
+        encoder_attention_heads=4,
+        encoder_ffn_dim=128,
+        num_mel_bins=128,
+        max_source_positions=1500,
+        **extra,
+    )
+
+
 def _finish(model: Any, tokenizer: Any) -> Any:
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
@@ -167,16 +182,7 @@ def qwen2audio_parts(text: dict | None = None, audio: dict | None = None) -> tup
     tokenizer = build_tokenizer("<|im_start|>", "<|im_end|>")
     processor = Qwen2AudioProcessor(feature_extractor=WhisperFeatureExtractor(feature_size=128), tokenizer=tokenizer)
     config = Qwen2AudioConfig(
-        audio_config=_tiny(
-            audio or {},
-            model_type="qwen2_audio_encoder",
-            d_model=64,
-            encoder_layers=2,
-            encoder_attention_heads=4,
-            encoder_ffn_dim=128,
-            num_mel_bins=128,
-            max_source_positions=1500,
-        ),
+        audio_config=_whisper_encoder(audio or {}, model_type="qwen2_audio_encoder"),
         text_config=_decoder(
             tokenizer,
             text or {},
@@ -244,17 +250,7 @@ def qwen25omni_thinker_parts(
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
     )
     config = Qwen2_5OmniThinkerConfig(
-        audio_config=_tiny(
-            audio or {},
-            d_model=64,
-            encoder_layers=2,
-            encoder_attention_heads=4,
-            encoder_ffn_dim=128,
-            num_mel_bins=128,
-            max_source_positions=1500,
-            n_window=100,
-            output_dim=text["hidden_size"],
-        ),
+        audio_config=_whisper_encoder(audio or {}, n_window=100, output_dim=text["hidden_size"]),
         vision_config=_tiny(
             vision or {},
             depth=1,

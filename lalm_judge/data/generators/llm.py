@@ -420,19 +420,9 @@ def ask_all_cached(
     again). The first exception raised cancels the other requests and is raised. Questions the endpoint never
     answered fail the call once all the others are answered and cached (`EndpointUnavailable`, naming `what`
     the requests were)."""
-    return asyncio.run(_ask_all_cached(endpoint, cache, list(questions), reask, failure, what))
-
-
-async def _ask_all_cached(
-    endpoint: ChatEndpoint,
-    cache: ResponseCache,
-    questions: list[Question],
-    reask: Callable[[str], dict[str, str]],
-    failure: Callable[[str, str, int], Any],
-    what: str,
-) -> list[Any]:
-    semaphore = asyncio.Semaphore(endpoint.settings.concurrency)
+    questions = list(questions)
     unavailable: list[GiveUp] = []
+    semaphore = asyncio.Semaphore(endpoint.settings.concurrency)
 
     async def ask(client: openai.AsyncOpenAI, question: Question) -> Any:
         cached = cache.get(question.key)
@@ -454,12 +444,15 @@ async def _ask_all_cached(
             cache.put(question.key, question.key_fields, result)
         return result
 
-    async with endpoint.client() as client:
-        try:
-            async with asyncio.TaskGroup() as group:
-                tasks = [group.create_task(ask(client, question)) for question in questions]
-        except ExceptionGroup as failures:
-            raise failures.exceptions[0] from None
+    async def ask_all() -> list[asyncio.Task]:
+        async with endpoint.client() as client:
+            try:
+                async with asyncio.TaskGroup() as group:
+                    return [group.create_task(ask(client, question)) for question in questions]
+            except ExceptionGroup as failures:
+                raise failures.exceptions[0] from None
+
+    tasks = asyncio.run(ask_all())
     if unavailable:
         raise EndpointUnavailable(
             f"the endpoint {endpoint.url} did not answer {len(unavailable)} of {len(questions)} {what} "
