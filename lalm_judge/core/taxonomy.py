@@ -61,6 +61,12 @@ def validate_dialogue_id(dialogue_id: str) -> str:
     return dialogue_id
 
 
+def slug(text: str) -> str:
+    """The lowercase letters and digits of `text`, each run of anything else one underscore, none at the ends
+    ('' when nothing is left): the readable part of a file name or an item id."""
+    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
+
+
 def slugify(name: str) -> str:
     """Turn a free-form name (e.g. a DeepDialogue folder 'art_22_4') into a valid dialogue id."""
     slug = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_")

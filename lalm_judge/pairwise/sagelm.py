@@ -39,6 +39,7 @@ import polars as pl
 
 from lalm_judge.core.files import stable_hash, write_json
 from lalm_judge.core.tables import PAIRWISE_ITEMS
+from lalm_judge.core.taxonomy import slug
 from lalm_judge.core.vocabulary import VERDICTS
 from lalm_judge.pairwise.items import ASPECTS, ItemError, ItemSummary, check_unique_rows, with_durations
 
@@ -56,7 +57,7 @@ _INSTRUCTION = re.compile(
     re.S,
 )
 # Acoustic aspect words -> slug; semantic aspects keep their words (they are slugs already).
-_ACOUSTIC_SLUGS = {text: slug for slug, text in ASPECTS.items() if slug != "implicit_emotion" and " " in text}
+_ACOUSTIC_SLUGS = {text: aspect for aspect, text in ASPECTS.items() if aspect != "implicit_emotion" and " " in text}
 IMPLICIT_EMOTION_FOLDER = "Implicit-Emotion"
 # The dataset_info.json entry LLaMA-Factory needs for an alpaca file with audios.
 DATASET_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "audios": "audios"}
@@ -78,8 +79,8 @@ def parse_instruction(instruction: str) -> tuple[str, str, str] | None:
 
 def aspect_slug(aspect_text: str, audios: Sequence[str]) -> str:
     if aspect_text in _ACOUSTIC_SLUGS:
-        slug = _ACOUSTIC_SLUGS[aspect_text]
-        return "implicit_emotion" if slug == "emotion" and IMPLICIT_EMOTION_FOLDER in audios[0] else slug
+        aspect = _ACOUSTIC_SLUGS[aspect_text]
+        return "implicit_emotion" if aspect == "emotion" and IMPLICIT_EMOTION_FOLDER in audios[0] else aspect
     return re.sub(r"[^a-z0-9_]+", "_", aspect_text.lower()).strip("_")
 
 
@@ -102,8 +103,7 @@ def join_output(label: str | None, rationale: str | None) -> str:
 
 def item_id_of(query: str, audios: Sequence[str]) -> str:
     """A readable, stable id: the first response file's stem, then a hash of the query and both files."""
-    stem = re.sub(r"[^a-z0-9]+", "_", Path(audios[0]).stem.lower()).strip("_") or "item"
-    return f"{stem}_{stable_hash([query, list(audios)], length=8)}"
+    return f"{slug(Path(audios[0]).stem) or 'item'}_{stable_hash([query, list(audios)], length=8)}"
 
 
 def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:

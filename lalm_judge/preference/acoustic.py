@@ -28,7 +28,6 @@ and what each response does, then the comparison (it argues for its own label by
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import PREFERENCE_ACOUSTIC
+from lalm_judge.core.taxonomy import slug
 from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
 from lalm_judge.preference.render import CLIP_LEVEL_DB
 
@@ -199,10 +199,6 @@ def _draw(
     return requested, (first, second), label
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "_", text.lower()).strip("_")
-
-
 def acoustic_pairs(
     texts_path: str | os.PathLike,
     category: str,
@@ -233,7 +229,7 @@ def acoustic_pairs(
                 voice, SynthesisRequest(text.words, emotion=rendering.style if category == "emotion" else None)
             )
             audio, _ = waveform.match_level(waveform.resample(audio, rate, sample_rate), sample_rate, CLIP_LEVEL_DB)
-            name = f"{_SHORT[text.task_format]}{text.index}-{_slug(rendering.style)}-v{rendering.variant}.wav"
+            name = f"{_SHORT[text.task_format]}{text.index}-{slug(rendering.style)}-v{rendering.variant}.wav"
             relative = f"acoustic/{category}/{name}"
             waveform.write_wav(Path(root) / relative, audio, sample_rate)
             spoken[key] = relative

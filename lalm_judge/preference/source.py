@@ -40,6 +40,7 @@ import polars as pl
 
 from lalm_judge.core.files import shard_of, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import PREFERENCE_COMPLETIONS, PREFERENCE_RATINGS
+from lalm_judge.core.taxonomy import slug
 from lalm_judge.preference.render import speakable_text
 
 SEMANTIC_ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
@@ -139,8 +140,7 @@ def _completion(raw: Any, where: str) -> Completion:
 
 
 def item_id_of(source: str, instruction: str) -> str:
-    slug = re.sub(r"[^a-z0-9]+", "_", source.lower()).strip("_") or "item"
-    return f"{slug}_{stable_hash(instruction, length=10)}"
+    return f"{slug(source) or 'item'}_{stable_hash(instruction, length=10)}"
 
 
 def read_items(path: str | os.PathLike) -> list[PreferenceItem]:

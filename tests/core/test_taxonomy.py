@@ -4,6 +4,7 @@ from lalm_judge.core.taxonomy import (
     InvalidIdentifier,
     VariantKey,
     clean_reference_id,
+    slug,
     slugify,
     turn_safe_id,
     validate_dialogue_id,
@@ -30,6 +31,11 @@ def test_malformed_variant_ids_are_rejected(bad):
 
 def test_slugify_deepdialogue_folder_names():
     assert slugify("Social-Media_15_6") == "social_media_15_6"
+
+
+def test_a_slug_keeps_letters_and_digits_joined_by_single_underscores():
+    assert slug("  Evol-Instruct__v2 (GPT-4) ") == "evol_instruct_v2_gpt_4"
+    assert slug("¿¡!") == ""
 
 
 def test_safe_samples_of_a_target_turn_are_compared_with_the_original():
