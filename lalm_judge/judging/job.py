@@ -284,6 +284,7 @@ def _score(
     to_compute = list(first_of_key.values())
     distinct = len({slot.key for slot in slots})
     reused_keys = {slot.key for slot in slots if slot.key in outputs and slot.key in backend.computed_keys}
+    n_cached = distinct - len(to_compute) - len(reused_keys)
     logger.info(
         "judge %s shard %d: %d samples x %d cells = %d requests (%d distinct): %d cached, %d computed by an "
         "earlier pass, %d to compute",
@@ -293,7 +294,7 @@ def _score(
         len(cells),
         len(slots),
         distinct,
-        distinct - len(to_compute) - len(reused_keys),
+        n_cached,
         len(reused_keys),
         len(to_compute),
     )
@@ -328,7 +329,7 @@ def _score(
         samples=len(samples),
         requests=len(slots),
         distinct_requests=distinct,
-        cached=distinct - len(to_compute) - len(reused_keys),
+        cached=n_cached,
         computed=len(to_compute),
         reused=len(reused_keys),
         model_loads=backend.n_loads,
@@ -484,12 +485,13 @@ def score_judge_shard(
         write_parquet(out_path, table)
     stats.wall_s = round(time.perf_counter() - started, 3)
     logger.info(
-        "judge %s shard %d: computed %d and reused %d distinct requests; model built %d time(s) in %.1f s, "
-        "computing %.1f s, job %.1f s",
+        "judge %s shard %d: %d distinct requests computed, %d served from the cache, %d reused from an earlier "
+        "pass; model built %d time(s) in %.1f s, computing %.1f s, job %.1f s",
         spec.name,
         shard,
         stats.computed,
         stats.cached,
+        stats.reused,
         stats.model_loads,
         stats.load_s,
         stats.compute_s,
