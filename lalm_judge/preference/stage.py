@@ -63,14 +63,14 @@ def pair_shard(
         (r["item_id"], r["completion"], r["aspect"]): (r["rating"], r["rationale"])
         for r in ratings.iter_rows(named=True)
     }
+    # item -> completion -> the engines whose clip of it passed the filters
+    engines: dict[str, dict[int, set[str]]] = {}
+    for clip_item, completion, engine in clips:
+        engines.setdefault(clip_item, {}).setdefault(completion, set()).add(engine)
     pairs_settings = settings["pairs"]
     rows = []
     for item_id in sorted(items):
-        engines: dict[int, set[str]] = {}
-        for clip_item, completion, engine in clips:
-            if clip_item == item_id:
-                engines.setdefault(completion, set()).add(engine)
-        candidates = [Candidate(c, frozenset(e)) for c, e in sorted(engines.items())]
+        candidates = [Candidate(c, frozenset(e)) for c, e in sorted(engines.get(item_id, {}).items())]
         for pair in draw_pairs(item_id, candidates, pairs_settings["pairs_per_item"], seed):
             first, second = (texts[item_id, c] for c in pair.completions)
             both = {
