@@ -251,7 +251,9 @@ def render_pairwise_html(
             "Verdict statuses and length policy",
             paragraph(
                 "Rows per verdict status for each order (forward, swapped, combined), and per length-policy action "
-                "(order 'long_audio')."
+                "(order 'long_audio'). malformed = no verdict under the cell's rule (an echo of the prompt included), "
+                "ambiguous = two verdicts named, truncated = cut at the token limit before the verdict line ended, "
+                "filtered = withheld or cut by a content filter."
             ),
             html_table(statuses_display(tables.statuses)),
         ),
