@@ -9,8 +9,8 @@ A value is ONE number in one of these forms, and nothing else:
   0.3), or `on a scale of 0 to N` right after the number (divided by N).
 Any other integer (`7`) is not rescaled (a `7` could be 7/10 or 7/100): it is `out_of_range`, like `1.7`, `-0.2`
 or `120%`. What a judge wrote in another form is never read as a number it did not write: a decimal comma
-(`0,95`), a second decimal point (`0.2.5`), scientific notation (`1e-3`; the prompts ask for a decimal, and
-reading its mantissa `1` was the old misreading) and a ratio of decimals (`0.7/0.9`) are `malformed`.
+(`0,95`), a second decimal point (`0.2.5`), scientific notation (`1e-3`: the prompts ask for a decimal, and its
+mantissa `1` would be the opposite verdict) and a ratio of decimals (`0.7/0.9`) are `malformed`.
 
 Where the value is read, first match wins:
 1. Empty or whitespace-only output -> `missing`.
