@@ -58,6 +58,7 @@ rule pairwise_judge:
         spec=get_judge_spec,
         length=canonical(config["pairwise"]["long_audio"]),
         sample_rate=config["pairwise"]["audio_sample_rate"],
+        verdict_rule=config["pairwise"]["verdict_rule"],
         seed=SEED,
     threads: get_judge_resource("threads")
     resources:

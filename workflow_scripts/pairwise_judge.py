@@ -15,4 +15,5 @@ with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
         sample_rate=snakemake.params.sample_rate,
         transcript_paths=list(snakemake.input.transcripts),
         seed=snakemake.params.seed,
+        verdict_rule=snakemake.params.verdict_rule,
     )

@@ -350,6 +350,8 @@ PAIRWISE_PREDICTIONS = TableSchema(
         "verdict_swapped_status": pl.String,
         "verdict_combined": pl.String,
         "verdict_combined_status": pl.String,
+        # How the answers were read: 'sagelm' (SageLM's first-character rule) or 'lenient' (docs/metrics.md).
+        "verdict_rule": pl.String,
         "rationale": pl.String,
         "rationale_swapped": pl.String,
         # Combined full duration of both responses (before any cut), and each response's.

@@ -5,8 +5,8 @@
   `none` for the audio modality, which shows the judge no transcript. `TranscriptSource` is that one type.
 - Parse statuses of a judge output (`ParseStatus`); every status but `ok` carries no score.
 - Audio inputs of a judge cell (`audio_input_label`): what the judge took in place of the dialogue audio.
-- The pairwise track's verdict labels, the statuses a verdict can take, its length policies and the names
-  of its judging modes (audio-native, cascade, ...).
+- The pairwise track's verdict labels, the statuses a verdict can take, the rules that read a verdict, its
+  length policies and the names of its judging modes (audio-native, cascade, ...).
 - Long-audio policies, and the conditions a judge cell is scored under (`Condition`): `clean`, and the
   controls that separate what a judge hears from what it reads (which samples each one changes, and how, is
   defined in `lalm_judge.manifest.conditions`; the audio transforms are in `lalm_judge.audio.controls`).
@@ -84,6 +84,13 @@ class ParseStatus(StrEnum):
     MISSING = "missing"
     REFUSAL = "refusal"
     MALFORMED = "malformed"
+    # The answer states more than one value: a second number on the contract line, a range, a hedge ("0.7 or
+    # maybe 0.9"), two verdicts ("1 or 2").
+    AMBIGUOUS = "ambiguous"
+    # Generation stopped at its token limit (`finish_reason` "length") before the answer's contract line was
+    # complete, or the provider withheld or cut the answer ("content_filter"): no score, whatever the text says.
+    TRUNCATED = "truncated"
+    FILTERED = "filtered"
     SKIPPED_LONG_AUDIO = "skipped_long_audio"
     # The answer words carry too little probability for P(safe) to mean anything (`judging.scoring`).
     LOW_ANSWER_MASS = "low_answer_mass"
@@ -92,6 +99,12 @@ class ParseStatus(StrEnum):
 
 
 PARSE_STATUSES = tuple(status.value for status in ParseStatus)
+
+# Why a generation stopped (`JudgeOutput.finish_reason`, normalized by the backends): an end token or stop string,
+# the token limit, or the provider's content filter. The parsers turn the last two into TRUNCATED and FILTERED.
+FINISH_STOP = "stop"
+FINISH_LENGTH = "length"
+FINISH_CONTENT_FILTER = "content_filter"
 
 
 # The pairwise track (lalm_judge.pairwise): which of two responses is better, in the numbering the judge saw.
@@ -105,8 +118,16 @@ VERDICT_STATUSES = (
     ParseStatus.MISSING.value,
     ParseStatus.REFUSAL.value,
     ParseStatus.MALFORMED.value,
+    ParseStatus.AMBIGUOUS.value,
+    ParseStatus.TRUNCATED.value,
+    ParseStatus.FILTERED.value,
     ParseStatus.SKIPPED_LONG_AUDIO.value,
 )
+# How a pairwise answer is read (`lalm_judge.pairwise.parsing`): `sagelm`, SageLM's evaluator (the first character
+# is the verdict), or `lenient`, which also reads a prefixed first line and labelled statements.
+SAGELM_RULE = "sagelm"
+LENIENT_RULE = "lenient"
+VERDICT_RULES = (SAGELM_RULE, LENIENT_RULE)
 # Per response: cut it to the first `max_response_s` seconds, or leave the item unjudged.
 PAIRWISE_LENGTH_POLICIES = ("truncate", "skip")
 # How a pairwise judge cell meets the two responses, by (modality, transcript source).

@@ -11,7 +11,10 @@ for it, so a rerun computes only new requests and a killed job resumes where it 
   transaction per `store`, so a process killed at any point leaves every committed entry intact and none half
   written. An output that carries neither text nor P(safe), or that its backend reports as failed
   (`FAILED_FINISH_REASONS`), is never stored and never served; nor is an entry stored before `JudgeOutput`
-  gained a field it now has.
+  gained a field it now has. Every entry carries a checksum of its key and value, checked on read; a database
+  that fails a check (SQLite's `quick_check` at its first open in a process, or an entry's checksum) is moved
+  aside as `<file>.corrupt-<UTC time>` with a warning naming it, and its requests are computed again into a new
+  database. Nothing is written into a database that failed a check.
 - `CachedBackend`: any `JudgeBackend` behind a `RequestCache`. Cached requests are answered from it; the others
   go to the backend `requests_per_call` at a time, and each call's outputs are stored as soon as it returns
   (finished outputs of a failed call too, `PartialGenerationError`). The backend is built, and its model
@@ -24,8 +27,16 @@ next open), and lookups are indexed. Each connection lives for one transaction, 
 which is what makes a database safe to use from different hosts of a cluster one after the other (WAL's
 shared memory does not work across hosts of a network file system). Processes on one host that write the same
 database at once take turns (busy timeout; a connection that meets another while setting up starts again,
-`RequestCache._open`). In the workflow a partition is written by one job at a time: a
-dialogue belongs to one shard, and Snakemake never runs two jobs of one judge and shard at once.
+`RequestCache._open`).
+
+Requests in flight are not claimed across processes, by design: in the workflow a partition is written by one
+job only (a dialogue belongs to one shard, a judge's partitions are its own folder, and Snakemake never runs two
+jobs of one judge and shard at once), so no request is ever sent twice there. Two processes outside the workflow
+that share a cache folder and judge the same dialogues at once (two `lalm-judge score` runs, or two checkouts with
+one `cache_dir`) each send the requests they found missing at their lookup: up to every shared request twice.
+The first answer stored wins (`INSERT OR IGNORE`), both processes write equal score rows for equal answers, and
+the cost is the duplicated calls; a claim table would add a lock round trip to every call for a case the
+workflow does not have (docs/reliability.md).
 """
 
 from __future__ import annotations
@@ -53,7 +64,8 @@ from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeReq
 
 logger = logging.getLogger(__name__)
 
-FORMAT_VERSION = 1
+# 2: every entry carries a checksum of its key and value (`entry_checksum`).
+FORMAT_VERSION = 2
 KEY_LENGTH = 40
 BUSY_TIMEOUT_S = 300.0
 SETUP_BUSY_TIMEOUT_S = 1.0  # waiting of one attempt to set a connection up (`RequestCache._open`)
@@ -158,11 +170,51 @@ class CachedEntry:
     provenance: dict[str, Any]
 
 
+def entry_checksum(key: str, output: str, provenance: str) -> str:
+    """sha256 of one stored entry: its key and its value (the encoded output and provenance), as stored."""
+    return hashlib.sha256(json.dumps([key, output, provenance]).encode()).hexdigest()
+
+
+_ENTRY = "key, output, provenance, checksum"
+
+
+def _verified(path: Path, rows: Iterable[tuple[str, str, str, str]]) -> Iterator[tuple[str, str, str]]:
+    """(key, output, provenance) of each stored row whose checksum matches; `_FailedCheck` at the first that does
+    not."""
+    for key, output, provenance, checksum in rows:
+        if entry_checksum(key, output, provenance) != checksum:
+            raise _FailedCheck(path, f"the entry {key} does not match its checksum")
+        yield key, output, provenance
+
+
+class _FailedCheck(Exception):
+    """A database that failed a check (`RequestCache`): the reason, for the message that names the file."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _is_corruption(err: sqlite3.DatabaseError) -> bool:
+    """SQLite's verdict that a file is damaged or not a database (not a busy database or a failing disk)."""
+    name = getattr(err, "sqlite_errorname", "")
+    return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "malformed" in str(err) or "not a database" in str(err)
+
+
 class RequestCache:
-    """A folder of SQLite databases of judge outputs, one per partition (see the module docstring)."""
+    """A folder of SQLite databases of judge outputs, one per partition (see the module docstring).
+
+    Integrity: every entry carries `entry_checksum` of its key and value. The first time a process opens a
+    database it runs SQLite's `quick_check` and verifies every entry's checksum; each read verifies the entries it
+    returns. A database that fails (a damaged file, truncated at or inside a page, an entry whose bytes changed, a
+    file that is not a database) is moved aside as `<file>.corrupt-<UTC time>` with a warning naming both files,
+    and its requests count as not cached, so they are computed again and stored in a new database: nothing is
+    ever written into a database that failed a check. `moved_aside` lists the files moved by this instance."""
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        self.moved_aside: list[Path] = []
+        self._checked: set[Path] = set()
 
     def path(self, partition: str) -> Path:
         if not _PARTITION.match(partition):
@@ -182,6 +234,10 @@ class RequestCache:
         connection = self._open(path)
         try:
             yield connection
+        except sqlite3.DatabaseError as err:
+            if _is_corruption(err):
+                raise _FailedCheck(path, str(err)) from err
+            raise
         finally:
             connection.close()
 
@@ -205,62 +261,114 @@ class RequestCache:
             except sqlite3.OperationalError as err:
                 connection.close()
                 if not _is_busy(err):
+                    if _is_corruption(err):
+                        raise _FailedCheck(path, str(err)) from err
                     raise RuntimeError(f"request cache {path}: {err}") from err
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"request cache {path} stayed locked for {BUSY_TIMEOUT_S:.0f} s") from err
                 time.sleep(random.uniform(0.01, 0.2))
+            except sqlite3.DatabaseError as err:
+                connection.close()
+                if _is_corruption(err):
+                    raise _FailedCheck(path, str(err)) from err
+                raise
             except BaseException:
                 connection.close()
                 raise
 
-    @staticmethod
-    def _prepare(connection: sqlite3.Connection, path: Path) -> None:
+    def _prepare(self, connection: sqlite3.Connection, path: Path) -> None:
         version = connection.execute("PRAGMA user_version").fetchone()[0]
         if version == 0:
             connection.execute(
-                "CREATE TABLE IF NOT EXISTS outputs ("
-                "key TEXT PRIMARY KEY, output TEXT NOT NULL, provenance TEXT NOT NULL) WITHOUT ROWID"
+                "CREATE TABLE IF NOT EXISTS outputs (key TEXT PRIMARY KEY, output TEXT NOT NULL, "
+                "provenance TEXT NOT NULL, checksum TEXT NOT NULL) WITHOUT ROWID"
             )
             connection.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
+        elif version < FORMAT_VERSION:
+            raise _FailedCheck(path, f"format {version}, from before entry checksums (format {FORMAT_VERSION})")
         elif version != FORMAT_VERSION:
             raise RuntimeError(
                 f"request cache {path} has format {version}, this code reads format {FORMAT_VERSION}; "
                 "point evaluation.cache_dir elsewhere or delete the file"
             )
+        if path not in self._checked:
+            self._check(connection, path)
+            self._checked.add(path)
+
+    @staticmethod
+    def _check(connection: sqlite3.Connection, path: Path) -> None:
+        """SQLite's structural check, then every entry's checksum."""
+        problems = [row[0] for row in connection.execute("PRAGMA quick_check")]
+        if problems != ["ok"]:
+            raise _FailedCheck(path, f"SQLite quick_check: {'; '.join(problems[:3])}")
+        for _ in _verified(path, connection.execute(f"SELECT {_ENTRY} FROM outputs")):
+            pass
+
+    def _move_aside(self, failed: _FailedCheck) -> None:
+        path = failed.path
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+        target, n = path.with_name(f"{path.name}.corrupt-{stamp}"), 1
+        while target.exists():
+            target, n = path.with_name(f"{path.name}.corrupt-{stamp}-{n}"), n + 1
+        path.rename(target)
+        for suffix in ("-wal", "-shm", "-journal"):
+            sidecar = path.with_name(path.name + suffix)
+            if sidecar.exists():
+                sidecar.rename(target.with_name(target.name + suffix))
+        self._checked.discard(path)
+        self.moved_aside.append(target)
+        logger.warning(
+            "request cache %s failed its check (%s): moved to %s; its requests are computed again",
+            path,
+            failed.reason,
+            target.name,
+        )
 
     def lookup(self, partition: str, keys: Iterable[str]) -> dict[str, CachedEntry]:
-        """The servable entries of `keys` found in the partition."""
+        """The servable entries of `keys` found in the partition (none when its database fails a check)."""
+        try:
+            return self._lookup(partition, list(dict.fromkeys(keys)))
+        except _FailedCheck as failed:
+            self._move_aside(failed)
+            return {}
+
+    def _lookup(self, partition: str, keys: list[str]) -> dict[str, CachedEntry]:
         found: dict[str, CachedEntry] = {}
-        keys = list(dict.fromkeys(keys))
         with self._connect(partition, create=False) as connection:
             if connection is None:
                 return found
             for start in range(0, len(keys), LOOKUP_CHUNK):
                 chunk = keys[start : start + LOOKUP_CHUNK]
                 rows = connection.execute(
-                    f"SELECT key, output, provenance FROM outputs WHERE key IN ({','.join('?' * len(chunk))})", chunk
+                    f"SELECT {_ENTRY} FROM outputs WHERE key IN ({','.join('?' * len(chunk))})", chunk
                 ).fetchall()
-                for key, output, provenance in rows:
+                for key, output, provenance in _verified(self.path(partition), rows):
                     decoded = _decode_output(output)
                     if decoded is not None and is_servable(decoded):
                         found[key] = CachedEntry(decoded, json.loads(provenance))
         return found
 
     def store(self, partition: str, outputs: Sequence[tuple[str, JudgeOutput]], provenance: Mapping[str, Any]) -> int:
-        """Add the servable outputs in one transaction (a key already present keeps its entry); how many were new."""
+        """Add the servable outputs in one transaction (a key already present keeps its entry); how many were new.
+        A database that fails a check is moved aside first, and the outputs go to a new one."""
         rows = [(key, _encode_output(output)) for key, output in outputs if is_servable(output)]
         if not rows:
             return 0
         stamped = json.dumps({**provenance, "created": datetime.now(UTC).isoformat(timespec="seconds")})
+        entries = [(key, output, stamped, entry_checksum(key, output, stamped)) for key, output in rows]
+        try:
+            return self._insert(partition, entries)
+        except _FailedCheck as failed:
+            self._move_aside(failed)
+            return self._insert(partition, entries)
+
+    def _insert(self, partition: str, entries: list[tuple[str, str, str, str]]) -> int:
         with self._connect(partition, create=True) as connection:
             assert connection is not None
             connection.execute("BEGIN IMMEDIATE")
             try:
                 before = connection.total_changes
-                connection.executemany(
-                    "INSERT OR IGNORE INTO outputs (key, output, provenance) VALUES (?, ?, ?)",
-                    [(key, output, stamped) for key, output in rows],
-                )
+                connection.executemany(f"INSERT OR IGNORE INTO outputs ({_ENTRY}) VALUES (?, ?, ?, ?)", entries)
                 added = connection.total_changes - before
                 connection.execute("COMMIT")
             except BaseException:
@@ -269,12 +377,15 @@ class RequestCache:
         return added
 
     def count(self, partition: str | None = None) -> int:
-        """Entries in one partition, or in all of them."""
+        """Entries in one partition, or in all of them (a database that fails a check is moved aside: 0)."""
         total = 0
         for name in [partition] if partition is not None else self.partitions():
-            with self._connect(name, create=False) as connection:
-                if connection is not None:
-                    total += connection.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
+            try:
+                with self._connect(name, create=False) as connection:
+                    if connection is not None:
+                        total += connection.execute("SELECT COUNT(*) FROM outputs").fetchone()[0]
+            except _FailedCheck as failed:
+                self._move_aside(failed)
         return total
 
 

@@ -1,8 +1,16 @@
-"""Judge prompts: the versioned YAML templates in `prompts/` and the construction of judge requests.
+"""Judge prompts: the one loader of versioned YAML prompt templates (the safety track's in `prompts/`, the
+pairwise track's in `prompts/pairwise/`, `lalm_judge.pairwise.prompts`), and the construction of safety requests.
 
-A prompt file `prompts/<strategy>.yaml` holds:
+The loader (`read_prompt_file`) checks what every kind of prompt file shares, before any request is built: the
+file exists (an unknown name lists the known ones), is a YAML mapping with the kind's keys and no others, and its
+templates are valid format strings that use only the kind's placeholders and every placeholder the kind's cells
+need. Each error names the file and the key or placeholder. The kinds (`PromptKind`):
+
+A safety prompt file `prompts/<strategy>.yaml` holds:
 - `version` (e.g. "basic-v1"; bumped whenever any text changes), `description`;
 - `system` and `user` templates with the format fields {instructions}, {transcript}, {examples}, {rubric};
+  {transcript} (the dialogue of text cells) and {instructions} (what each modality's cell is given: the
+  transcript, the audio or both) are required, since every prompt serves every modality;
 - `instructions`: one line per modality (text: judge the transcript; audio: listen to the dialogue;
   audio_text: both), filled into {instructions};
 - `transcript_heading`: the line above the speaker-labelled turns ("Speaker LLM1: ...") that fill
@@ -13,8 +21,12 @@ A prompt file `prompts/<strategy>.yaml` holds:
   `JudgeRequest.answer_tokens`; a backend that exposes token probabilities returns
   `JudgeOutput.p_safe = P(safe) / (P(safe) + P(unsafe))` at the first generated token, and
   `lalm_judge.judging.scoring.resolve_score` uses p_safe when present, else the parsed SAFETY_SCORE.
+A safety template has no audio slot: a request carries one dialogue audio, and where it goes is the judge's
+prompt format (the chat templates: before the text; MERaLiON-2: after its "follow the text instruction based on
+the following audio" line; MiniCPM-o: first), so a template cannot leave it out; `{audio}` is refused as an
+unknown field. The two-audio pairwise prompts place theirs with an audio slot per response.
 
-Every prompt asks for the same output contract, a final line `SAFETY_SCORE: <number in [0,1]>` with
+Every safety prompt asks for the same output contract, a final line `SAFETY_SCORE: <number in [0,1]>` with
 1 = completely safe and 0 = clearly unsafe; `lalm_judge.judging.scoring` parses it.
 """
 
@@ -37,13 +49,103 @@ from lalm_judge.manifest.samples import Sample
 
 PROMPTS_DIR = Path(__file__).resolve().parents[2] / "prompts"
 CONTRACT_KEY = "SAFETY_SCORE"
-TEMPLATE_FIELDS = ("instructions", "transcript", "examples", "rubric")
-REQUIRED_KEYS = ("version", "system", "user", "instructions", "transcript_heading")
-OPTIONAL_KEYS = ("description", "examples", "rubric", "answer_tokens")
 
 
 class PromptError(ValueError):
-    """A prompt file that cannot be used; the message names the file and the key."""
+    """A prompt file that cannot be used; the message names the file and the key or placeholder."""
+
+
+@dataclass(frozen=True)
+class PromptKind:
+    """What one kind of prompt file holds: its keys, its templates and the placeholders they may and must use.
+
+    `needed`: (placeholders, why) pairs; the templates must use at least one of each pair's placeholders, or
+    the cells that need it would be asked about something they are never shown."""
+
+    noun: str
+    directory: Path
+    required_keys: tuple[str, ...]
+    optional_keys: tuple[str, ...]
+    fields: tuple[str, ...]
+    needed: tuple[tuple[tuple[str, ...], str], ...]
+    templates: tuple[str, ...] = ("system", "user")
+    # Required keys that may hold an empty text (a prompt without a system message).
+    may_be_empty: tuple[str, ...] = ()
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return self.required_keys + self.optional_keys
+
+
+@dataclass(frozen=True)
+class PromptFile:
+    """A prompt file that passed the loader's checks: its path, its raw mapping and the placeholders it uses."""
+
+    path: Path
+    raw: Mapping[str, Any]
+    used: frozenset[str]
+
+
+SAFETY_PROMPTS = PromptKind(
+    noun="prompt",
+    directory=PROMPTS_DIR,
+    required_keys=("version", "system", "user", "instructions", "transcript_heading"),
+    optional_keys=("description", "examples", "rubric", "answer_tokens"),
+    fields=("instructions", "transcript", "examples", "rubric"),
+    needed=(
+        (("transcript",), "text and audio_text cells are shown the dialogue there"),
+        (("instructions",), "each modality's cell is told there what it is given: transcript, audio or both"),
+    ),
+)
+
+
+def template_fields(where: str, key: str, template: str, allowed: Sequence[str]) -> set[str]:
+    """The placeholders of one template; PromptError naming `where` and `key` for an invalid template or a
+    placeholder outside `allowed` (positional `{}`, attribute access and unknown names included)."""
+    try:
+        fields = {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
+    except ValueError as err:
+        raise PromptError(f"{where}: key {key!r} is not a valid format template ({err})") from err
+    unknown = sorted(fields - set(allowed))
+    if unknown:
+        raise PromptError(f"{where}: key {key!r} uses unknown fields {unknown}; allowed: {sorted(allowed)}")
+    return fields
+
+
+def resolve_prompt_path(name_or_path: str | Path, kind: PromptKind = SAFETY_PROMPTS) -> Path:
+    """A prompt name ('cot') resolves to `<kind's folder>/cot.yaml`; anything ending in .yaml/.yml is a path."""
+    text = str(name_or_path)
+    path = Path(text) if text.endswith((".yaml", ".yml")) else kind.directory / f"{text}.yaml"
+    if not path.is_file():
+        known = ", ".join(sorted(p.stem for p in kind.directory.glob("*.yaml")))
+        raise PromptError(f"{kind.noun} {text!r}: file {path} does not exist; known prompts: {known}")
+    return path
+
+
+def read_prompt_file(name_or_path: str | Path, kind: PromptKind) -> PromptFile:
+    """Read a prompt file of `kind` and check its keys and templates (see the module docstring)."""
+    path = resolve_prompt_path(name_or_path, kind)
+    where = f"{kind.noun} file {path}"
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        raise PromptError(f"{where}: invalid YAML ({err})") from err
+    if not isinstance(raw, Mapping):
+        raise PromptError(f"{where}: expected a mapping of keys {kind.required_keys}")
+    missing = [k for k in kind.required_keys if raw.get(k) is None or (k not in kind.may_be_empty and raw[k] == "")]
+    if missing:
+        raise PromptError(f"{where}: missing key {missing[0]!r}" + (f" (and {missing[1:]})" if missing[1:] else ""))
+    unknown = sorted(set(raw) - set(kind.keys))
+    if unknown:
+        raise PromptError(f"{where}: unknown keys {unknown}; allowed: {kind.keys}")
+    used: set[str] = set()
+    for key in kind.templates:
+        used |= template_fields(where, key, str(raw[key]), kind.fields)
+    for placeholders, why in kind.needed:
+        if not used & set(placeholders):
+            names = " or ".join(f"{{{name}}}" for name in placeholders)
+            raise PromptError(f"{where}: the templates ({', '.join(kind.templates)}) never use {names}; {why}")
+    return PromptFile(path, raw, frozenset(used))
 
 
 @dataclass(frozen=True)
@@ -103,10 +205,6 @@ def _tidy(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
-def _fields(template: str) -> set[str]:
-    return {name for _, name, _, _ in string.Formatter().parse(template) if name is not None}
-
-
 def _unit_score(value: Any, where: str) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0.0 <= value <= 1.0:
         raise PromptError(f"{where}: score must be a number in [0, 1], got {value!r}")
@@ -150,65 +248,33 @@ def _answer_tokens(raw: Any, where: str) -> tuple[str, str]:
     return raw["safe"], raw["unsafe"]
 
 
-def resolve_prompt_path(name_or_path: str | Path) -> Path:
-    """A prompt name ('cot') resolves to `prompts/cot.yaml`; anything ending in .yaml/.yml is a path."""
-    text = str(name_or_path)
-    path = Path(text) if text.endswith((".yaml", ".yml")) else PROMPTS_DIR / f"{text}.yaml"
-    if not path.is_file():
-        known = ", ".join(sorted(p.stem for p in PROMPTS_DIR.glob("*.yaml")))
-        raise PromptError(f"prompt {text!r}: file {path} does not exist; known prompts: {known}")
-    return path
-
-
 def load_prompt(name_or_path: str | Path) -> Prompt:
-    """Load and validate a prompt YAML; errors name the file and the offending key."""
-    path = resolve_prompt_path(name_or_path)
-    where = f"prompt file {path}"
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except yaml.YAMLError as err:
-        raise PromptError(f"{where}: invalid YAML ({err})") from err
-    if not isinstance(raw, Mapping):
-        raise PromptError(f"{where}: expected a mapping of keys {REQUIRED_KEYS}")
-    for key in REQUIRED_KEYS:
-        if key not in raw or raw[key] in (None, ""):
-            raise PromptError(f"{where}: missing key {key!r}")
-    unknown = sorted(set(raw) - set(REQUIRED_KEYS) - set(OPTIONAL_KEYS))
-    if unknown:
-        raise PromptError(f"{where}: unknown keys {unknown}; allowed: {REQUIRED_KEYS + OPTIONAL_KEYS}")
+    """Load and validate a safety prompt YAML; errors name the file and the offending key or placeholder."""
+    loaded = read_prompt_file(name_or_path, SAFETY_PROMPTS)
+    raw, where = loaded.raw, f"prompt file {loaded.path}"
     instructions = raw["instructions"]
     if not isinstance(instructions, Mapping):
         raise PromptError(f"{where}: key 'instructions' must map each modality {MODALITIES} to a text")
     for modality in MODALITIES:
         if not instructions.get(modality):
             raise PromptError(f"{where}: missing key 'instructions.{modality}'")
-    used: set[str] = set()
-    for key in ("system", "user"):
-        try:
-            fields = _fields(raw[key])
-        except ValueError as err:
-            raise PromptError(f"{where}: key {key!r} is not a valid format template ({err})") from err
-        unknown_fields = sorted(fields - set(TEMPLATE_FIELDS))
-        if unknown_fields:
-            raise PromptError(f"{where}: key {key!r} uses unknown fields {unknown_fields}; allowed: {TEMPLATE_FIELDS}")
-        used |= fields
     if CONTRACT_KEY not in raw["user"]:
         raise PromptError(
             f"{where}: key 'user' must ask for the output contract line '{CONTRACT_KEY}: <number in [0,1]>'"
         )
     for field_name in ("examples", "rubric"):
-        if (field_name in used) != bool(raw.get(field_name)):
+        if (field_name in loaded.used) != bool(raw.get(field_name)):
             raise PromptError(
                 f"{where}: key {field_name!r} must be given exactly when a template uses {{{field_name}}}"
             )
     return Prompt(
-        name=path.stem,
+        name=loaded.path.stem,
         version=str(raw["version"]),
         system=raw["system"],
         user=raw["user"],
         instructions={m: str(instructions[m]) for m in MODALITIES},
         transcript_heading=str(raw["transcript_heading"]),
-        path=str(path),
+        path=str(loaded.path),
         content_hash=stable_hash(raw),
         description=str(raw.get("description", "")),
         examples=_examples(raw["examples"], where) if raw.get("examples") else (),

@@ -47,7 +47,14 @@ from lalm_judge.core.vocabulary import (
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.pairwise.items import ItemError, ItemSummary, read_items, response_paths
-from lalm_judge.pairwise.parsing import ParsedVerdict, combine_verdicts, parse_swapped_verdict, parse_verdict
+from lalm_judge.pairwise.parsing import (
+    DEFAULT_VERDICT_RULE,
+    ParsedVerdict,
+    check_verdict_rule,
+    combine_verdicts,
+    parse_swapped_verdict,
+    parse_verdict,
+)
 from lalm_judge.pairwise.prompts import PairwisePrompt, load_pairwise_prompt
 
 # Backends whose answers are not pairwise verdicts.
@@ -75,6 +82,8 @@ class PairwiseCell:
     prompt: PairwisePrompt
     length: LengthPolicy
     sample_rate: int
+    # How answers become verdicts (`lalm_judge.pairwise.parsing`), recorded in every row.
+    verdict_rule: str = DEFAULT_VERDICT_RULE
 
     @property
     def hears_audio(self) -> bool:
@@ -92,6 +101,7 @@ def pairwise_cell(
     prompt: PairwisePrompt | str | os.PathLike,
     length: LengthPolicy = LengthPolicy(),
     sample_rate: int = 16000,
+    verdict_rule: str = DEFAULT_VERDICT_RULE,
 ) -> PairwiseCell:
     """Validate a pairwise judge cell: a pairwise-capable backend, a modality the judge supports, a source
     that fits the modality."""
@@ -104,7 +114,7 @@ def pairwise_cell(
     if problem:
         raise ValueError(f"judge {spec.name!r}: {problem}")
     loaded = prompt if isinstance(prompt, PairwisePrompt) else load_pairwise_prompt(prompt)
-    return PairwiseCell(spec, modality, source, loaded, length, sample_rate)
+    return PairwiseCell(spec, modality, source, loaded, length, sample_rate, check_verdict_rule(verdict_rule))
 
 
 def load_backend(spec: JudgeSpec) -> JudgeBackend:
@@ -212,7 +222,8 @@ def _row(
         forward, back, answers = skipped, skipped, (None, None)
     else:
         answers = (outputs[0].text, outputs[1].text)
-        forward, back = parse_verdict(answers[0]), parse_swapped_verdict(answers[1])
+        forward = parse_verdict(answers[0], cell.verdict_rule, outputs[0].finish_reason)
+        back = parse_swapped_verdict(answers[1], cell.verdict_rule, outputs[1].finish_reason)
     combined, combined_status = combine_verdicts(forward, back)
     durations = (row["response1_duration_s"], row["response2_duration_s"])
     return {
@@ -232,6 +243,7 @@ def _row(
         "verdict_swapped_status": str(back.status),
         "verdict_combined": combined,
         "verdict_combined_status": str(combined_status),
+        "verdict_rule": cell.verdict_rule,
         "rationale": forward.rationale,
         "rationale_swapped": back.rationale,
         "duration_s": None if None in durations else float(sum(durations)),
@@ -313,6 +325,7 @@ def config_hash(cell: PairwiseCell, seed: int) -> str:
             "transcript_source": cell.transcript_source,
             "length": dataclasses.asdict(cell.length),
             "sample_rate": cell.sample_rate,
+            "verdict_rule": cell.verdict_rule,
             "seed": seed,
         }
     )
@@ -332,9 +345,10 @@ def judge_cell(
     backend: JudgeBackend | None = None,
     seed: int = 0,
     progress: bool = True,
+    verdict_rule: str = DEFAULT_VERDICT_RULE,
 ) -> pl.DataFrame:
     """Judge an item table with one pairwise cell in both orders; write and return the predictions table."""
-    cell = pairwise_cell(spec, modality, transcript_source, prompt_path, length, sample_rate)
+    cell = pairwise_cell(spec, modality, transcript_source, prompt_path, length, sample_rate, verdict_rule)
     transcripts, asr_model = read_transcripts(transcript_paths) if cell.transcript_source.is_asr else (None, None)
     items = read_items(items_path)
     backend = backend if backend is not None else load_backend(spec)

@@ -3,8 +3,9 @@
 Input: a predictions table (JSONL or parquet) with `item_id`, `aspect`, `label` (1, 2 or Tie),
 `prediction` (the judge's raw answer, or just its label) and optionally `prediction_swapped` (the raw
 answer with the two responses shown in swapped order, so that its "1" names response 2) and `duration_s`
-(combined duration of both responses). Answers are read by `lalm_judge.pairwise.parsing.parse_verdict`;
-an unreadable answer counts as wrong everywhere and is counted in `parse_failure_rate`.
+(combined duration of both responses). Answers are read by `lalm_judge.pairwise.parsing.parse_verdict`, with the
+row's `verdict_rule` and finish reasons where the table has them (the judge stage records both), else SageLM's
+rule; an unreadable answer counts as wrong everywhere and is counted in `parse_failure_rate`.
 
 Per row, with f the forward verdict, b the swapped verdict mapped back and c = combine(f, b):
 - accuracy = [f == label]; agreement = 1 if f == label, 0.5 if exactly one of them is Tie, else 0
@@ -46,11 +47,12 @@ from lalm_judge.core.tables import (
 from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
 from lalm_judge.pairwise.consistency import contradicts
 from lalm_judge.pairwise.parsing import (
+    DEFAULT_VERDICT_RULE,
+    VERDICT_READING_COLUMNS,
     agreement,
     combine_verdicts,
     normalize_label,
-    parse_swapped_verdict,
-    parse_verdict,
+    row_verdicts,
 )
 
 SINGLE_ORDER_METRICS = ("accuracy", "agreement", "parse_failure_rate")
@@ -161,15 +163,14 @@ def row_indicators(frame: pl.DataFrame) -> RowIndicators:
     swapped = "prediction_swapped" in frame.columns
     names = SINGLE_ORDER_METRICS + RATIONALE_METRICS + (BOTH_ORDER_METRICS if swapped else ())
     values, forward_labels = [], []
-    columns = ["label", "prediction", *(["prediction_swapped"] if swapped else [])]
-    for row in frame.select(columns).iter_rows():
-        label, forward = row[0], parse_verdict(row[1])
+    optional = [c for c in ("prediction_swapped", *VERDICT_READING_COLUMNS) if c in frame.columns]
+    for row in frame.select("label", "prediction", *optional).iter_rows(named=True):
+        label, (forward, back) = row["label"], row_verdicts(row)
         forward_labels.append(forward.label)
         indicators = [float(forward.label == label), agreement(forward.label, label), float(not forward.ok)]
         contradiction = contradicts(forward.label, forward.rationale) if forward.ok else None
         indicators += [float(contradiction is True), float(contradiction is not None)]
-        if swapped:
-            back = parse_swapped_verdict(row[2])
+        if back is not None:
             combined, _ = combine_verdicts(forward, back)
             consistent = forward.ok and back.ok and forward.label == back.label
             indicators += [float(consistent), float(combined == label), agreement(combined, label), float(not back.ok)]
@@ -455,6 +456,14 @@ def cell_label(keys: Mapping[str, Any]) -> str:
     return f"{keys['judge']}/{keys['modality']}-{keys['transcript_source']}/{keys['prompt']}"
 
 
+def verdict_rule(predictions: pl.DataFrame) -> str:
+    """The rule a cell's answers were read with (`verdict_rule` column; a table without one: the default)."""
+    if "verdict_rule" not in predictions.columns:
+        return DEFAULT_VERDICT_RULE
+    rules = sorted(set(predictions["verdict_rule"].drop_nulls().to_list())) or [DEFAULT_VERDICT_RULE]
+    return ", ".join(rules)
+
+
 def status_rows(predictions: pl.DataFrame, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Verdict statuses of each order and the length-policy actions of one cell's prediction table."""
     rows = []
@@ -531,7 +540,7 @@ def compute_pairwise_stage(
         cells.append((keys, cell))
         metric_rows += metrics_rows(cell, keys)
         mode = pairwise_mode(keys["modality"], keys["transcript_source"])
-        documents.append({**keys, "mode": mode, **metrics_document(cell)})
+        documents.append({**keys, "mode": mode, "verdict_rule": verdict_rule(frame), **metrics_document(cell)})
         statuses += status_rows(frame, keys)
     return PairwiseStageTables(
         metrics=PAIRWISE_METRICS.frame(metric_rows),

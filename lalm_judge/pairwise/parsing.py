@@ -2,19 +2,42 @@
 of both orders.
 
 Every pairwise prompt asks for the verdict (`1`, `2` or `Tie`) on the first line and the rationale below
-it, as SageLM's records do. `parse_verdict` reads an answer with these rules, first match wins:
+it, as SageLM's records do. Two documented rules read an answer (`pairwise.verdict_rule`, recorded per row;
+docs/metrics.md has the table of examples the tests check):
 
+`sagelm` (the default): SageLM's evaluator (`judge-eval/eval_compare_1_aspect_with_args.py` of its LLaMA-Factory
+fork) takes the first character of the answer: `1`, `2` or `T` (Tie); anything else is a wrong format. Here:
 1. Empty or whitespace-only answer -> `missing`.
-2. The first non-empty line is a verdict: the label alone, optionally in markdown/brackets/quotes, after a
+2. The answer, leading whitespace removed, starts with `1` or `2` (not followed by another digit or by a decimal
+   point and a digit: `12`, `1.5 s`) or with the word `Tie` (any case): that is the verdict, and the rest of the
+   answer (separators after the verdict dropped) is the rationale. Two deviations from SageLM's script, both
+   on answers it would misread: a `T` that does not begin the word `Tie` ("The first response ...") is not a
+   Tie, and a first line naming two verdicts (`1 or 2`, `Tie/2`) is `ambiguous`. On answers of SageLM's format
+   (label, line break, rationale) the two read the same.
+3. Anything else -> `refusal` when the answer declines the task (`lalm_judge.core.refusals`), else `malformed`:
+   markdown around the label (`**2**`), a prefix (`Verdict: 1`), an echo of the prompt's scaffold
+   (`### Response 1:` and the echoed response) are not verdicts under this rule.
+
+`lenient`: for judges that decorate their answers; it reads more, never an echo of the scaffold.
+1. Empty or whitespace-only answer -> `missing`.
+2. A first line naming two verdicts (`1 or 2`) -> `ambiguous`.
+3. The first non-empty line is a verdict: the label alone, optionally in markdown/brackets/quotes, after a
    prefix such as `Verdict:`, `Answer:`, `Better response:` or `Response`, and followed by nothing or by
    punctuation (`1.`, `**Tie**`, `[[2]]`, `Verdict: Response 1 -`). The rationale is the rest of the
-   answer. (SageLM's own evaluator reads only the first character; on answers of its format both agree.)
-3. Labelled statements anywhere (`verdict: 2`, `final answer = Tie`, `better response: Response 1`): the
+   answer. A first line `Response 1:` / `### Response 2:` / `Instruction:` is the prompt's own heading echoed,
+   not a verdict (a colon right after `Response N` makes it a heading).
+4. Labelled statements anywhere (`verdict: 2`, `final answer = Tie`, `better response: Response 1`): the
    LAST one decides (answers often think aloud before concluding). The rationale is the whole answer.
    Labelled statements whose value is not a label (`Verdict: both`, `Answer: 3`) -> `malformed`.
-4. The answer declines the task (`I can't compare audio`) -> `refusal`.
-5. Anything else -> `missing`. Words such as "Response 1 is better" in free prose are not read: they are
-   too often half of a comparison ("... but Response 2 is better overall").
+5. The answer declines the task (`I can't compare audio`) -> `refusal`.
+6. An answer that opens with an echo of the scaffold -> `malformed`; anything else -> `missing`. Words such as
+   "Response 1 is better" in free prose are not read: they are too often half of a comparison ("... but
+   Response 2 is better overall").
+
+Both rules take the completion status (`finish_reason`, as the backend normalized it): `content_filter` ->
+`filtered`; `length` (cut at the token limit) -> `truncated`, unless the verdict line was complete before the
+cut: the verdict came from the first line and a line break follows it (a verdict from a labelled statement, or
+a first line still being written, is `truncated`).
 
 Labels are case-insensitive on input (`tie`, `TIE`) and spelled `1`, `2`, `Tie` on output. Only `ok`
 carries a label; every other status has label None, and a missing label counts as wrong in the metrics.
@@ -30,9 +53,24 @@ combined status is that failure (the forward order's first).
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE, VERDICTS, ParseStatus
+from lalm_judge.core.refusals import states_refusal
+from lalm_judge.core.vocabulary import (
+    FINISH_CONTENT_FILTER,
+    FINISH_LENGTH,
+    RESPONSE_1,
+    RESPONSE_2,
+    SAGELM_RULE,
+    TIE,
+    VERDICT_RULES,
+    VERDICTS,
+    ParseStatus,
+)
+
+DEFAULT_VERDICT_RULE = SAGELM_RULE
 
 _LABEL = r"(?P<label>1|2|tie)"
 _PREFIX = (
@@ -42,6 +80,12 @@ _PREFIX = (
 _RESPONSE_WORD = r"(?:(?:response|audio|answer)\s*#?\s*)?"
 # A first line that is only a verdict: the label then nothing, or a separator before any further text.
 _VERDICT_LINE = re.compile(rf"^{_PREFIX}{_RESPONSE_WORD}{_LABEL}(?:$|\s*[.:;,)\]!\-–—](?:\s+(?P<rest>.*))?$)", re.I)
+# The prompts' own headings ("### Response 1:", "Instruction:"), echoed by a judge that continues the prompt.
+_SCAFFOLD_HEADING = re.compile(r"^(?:(?:response|audio|answer)\s*#?\s*[12]\s*:|instruction\s*:)", re.I)
+# A first line naming two verdicts: a hedge, not a verdict.
+_TWO_VERDICTS = re.compile(r"^\W*(?:1|2|tie)\s*(?:or|/|and|vs\.?|,|-|–)\s*(?:1|2|tie)\b", re.I)
+_SAGELM_VERDICT = re.compile(r"^(?:(?P<digit>[12])(?!\d|[.,]\d)|(?P<tie>tie)(?![a-z]))", re.I)
+_LEADING_SEPARATORS = re.compile(r"^[\s.:;,)\]!\-–—]*")
 _DECORATION = re.compile(r"[*_`#>\"'\[\](){}]+")
 _STATEMENT = re.compile(
     r"\b(?:final\s+)?(?:verdict|answer|judge?ment|decision|label|choice|winner|better\s+response|"
@@ -49,12 +93,6 @@ _STATEMENT = re.compile(
     re.I,
 )
 _STATEMENT_VALUE = re.compile(rf"^{_RESPONSE_WORD}{_LABEL}[.,;:!]?$", re.I)
-_REFUSAL = re.compile(
-    r"\b(?:I\s*(?:can(?:'|’)?t|cannot|can\s+not|won(?:'|’)?t|am\s+(?:not\s+able|unable)|'m\s+(?:not\s+able|unable))"
-    r"\s+(?:to\s+)?(?:compare|judge|evaluate|determine|decide|choose|listen|hear|access|process|help|assist|"
-    r"provide|play)|as\s+an\s+AI\b[^.\n]{0,40}\b(?:cannot|can't|unable)|sorry,?\s+(?:but\s+)?I\s+(?:can(?:'|’)?t|cannot))",
-    re.I,
-)
 
 
 @dataclass(frozen=True)
@@ -70,6 +108,13 @@ class ParsedVerdict:
         return self.status == ParseStatus.OK
 
 
+@dataclass(frozen=True)
+class _Reading:
+    verdict: ParsedVerdict
+    # The verdict came from a first line that a line break ends (so a cut after it did not touch it).
+    complete: bool = False
+
+
 def _canonical_label(text: str) -> str:
     return TIE if text.lower() == "tie" else text
 
@@ -79,26 +124,73 @@ def _rationale(text: str) -> str | None:
     return text or None
 
 
-def parse_verdict(answer: str | None) -> ParsedVerdict:
-    """The verdict, rationale and status of one answer (rules in the module docstring)."""
-    if answer is None or not answer.strip():
-        return ParsedVerdict(None, None, ParseStatus.MISSING)
+def _failed(answer: str, status: ParseStatus) -> _Reading:
+    return _Reading(ParsedVerdict(None, _rationale(answer), status))
+
+
+def _read_sagelm(answer: str) -> _Reading:
+    text = answer.lstrip()
+    first_line = text.split("\n", 1)[0]
+    if _TWO_VERDICTS.match(first_line):
+        return _failed(answer, ParseStatus.AMBIGUOUS)
+    match = _SAGELM_VERDICT.match(text)
+    if match is None:
+        return _failed(answer, ParseStatus.REFUSAL if states_refusal(answer) else ParseStatus.MALFORMED)
+    label = match["digit"] or TIE
+    rest = _LEADING_SEPARATORS.sub("", text[match.end() :])
+    return _Reading(ParsedVerdict(label, _rationale(rest), ParseStatus.OK), complete="\n" in text)
+
+
+def _read_lenient(answer: str) -> _Reading:
     lines = answer.strip().splitlines()
     first = _DECORATION.sub(" ", lines[0]).strip()
-    match = _VERDICT_LINE.match(first)
+    if _TWO_VERDICTS.match(first):
+        return _failed(answer, ParseStatus.AMBIGUOUS)
+    echo = bool(_SCAFFOLD_HEADING.match(first))
+    match = None if echo else _VERDICT_LINE.match(first)
     if match:
         rest = "\n".join([match.group("rest") or "", *lines[1:]])
-        return ParsedVerdict(_canonical_label(match.group("label")), _rationale(rest), ParseStatus.OK)
+        verdict = ParsedVerdict(_canonical_label(match.group("label")), _rationale(rest), ParseStatus.OK)
+        return _Reading(verdict, complete=len(lines) > 1)
     statements = [m.group("value") for m in _STATEMENT.finditer(answer)]
     if statements:
         values = [_STATEMENT_VALUE.match(_DECORATION.sub(" ", value).strip()) for value in statements]
         readable = [value for value in values if value]
         if readable:
-            return ParsedVerdict(_canonical_label(readable[-1].group("label")), _rationale(answer), ParseStatus.OK)
-        return ParsedVerdict(None, _rationale(answer), ParseStatus.MALFORMED)
-    if _REFUSAL.search(answer):
-        return ParsedVerdict(None, _rationale(answer), ParseStatus.REFUSAL)
-    return ParsedVerdict(None, _rationale(answer), ParseStatus.MISSING)
+            label = _canonical_label(readable[-1].group("label"))
+            return _Reading(ParsedVerdict(label, _rationale(answer), ParseStatus.OK))
+        return _failed(answer, ParseStatus.MALFORMED)
+    if states_refusal(answer):
+        return _failed(answer, ParseStatus.REFUSAL)
+    return _failed(answer, ParseStatus.MALFORMED if echo else ParseStatus.MISSING)
+
+
+_READERS = {"sagelm": _read_sagelm, "lenient": _read_lenient}
+
+
+def check_verdict_rule(rule: str) -> str:
+    if rule not in VERDICT_RULES:
+        raise ValueError(f"unknown verdict rule {rule!r}; use one of {VERDICT_RULES} (docs/metrics.md)")
+    return rule
+
+
+def parse_verdict(
+    answer: str | None, rule: str = DEFAULT_VERDICT_RULE, finish_reason: str | None = None
+) -> ParsedVerdict:
+    """The verdict, rationale and status of one answer under `rule`, given why its generation stopped (rules in
+    the module docstring)."""
+    reader = _READERS[check_verdict_rule(rule)]
+    text = answer or ""
+    if finish_reason == FINISH_CONTENT_FILTER:
+        return _failed(text, ParseStatus.FILTERED).verdict
+    if not text.strip():
+        return ParsedVerdict(
+            None, None, ParseStatus.TRUNCATED if finish_reason == FINISH_LENGTH else ParseStatus.MISSING
+        )
+    reading = reader(text)
+    if finish_reason == FINISH_LENGTH and not reading.complete:
+        return _failed(text, ParseStatus.TRUNCATED).verdict
+    return reading.verdict
 
 
 def swap_verdict(label: str | None) -> str | None:
@@ -110,10 +202,28 @@ def swap_verdict(label: str | None) -> str | None:
     return {RESPONSE_1: RESPONSE_2, RESPONSE_2: RESPONSE_1}.get(label, TIE)
 
 
-def parse_swapped_verdict(answer: str | None) -> ParsedVerdict:
+def parse_swapped_verdict(
+    answer: str | None, rule: str = DEFAULT_VERDICT_RULE, finish_reason: str | None = None
+) -> ParsedVerdict:
     """The verdict of an answer given with the responses swapped, in the item's numbering."""
-    parsed = parse_verdict(answer)
+    parsed = parse_verdict(answer, rule, finish_reason)
     return ParsedVerdict(swap_verdict(parsed.label), parsed.rationale, parsed.status)
+
+
+# Columns of a predictions table that say how its answers are read (optional: a table without them is read with
+# the default rule, every answer taken as finished).
+VERDICT_READING_COLUMNS = ("verdict_rule", "finish_reason", "finish_reason_swapped")
+
+
+def row_verdicts(row: Mapping[str, Any]) -> tuple[ParsedVerdict, ParsedVerdict | None]:
+    """The forward and swapped-back verdicts of one predictions row (`prediction`, optional `prediction_swapped`),
+    read with the row's own `verdict_rule` and finish reasons (`finish_reason`, `finish_reason_swapped`) where the
+    table records them, else with the default rule."""
+    rule = row.get("verdict_rule") or DEFAULT_VERDICT_RULE
+    forward = parse_verdict(row["prediction"], rule, row.get("finish_reason"))
+    if "prediction_swapped" not in row:
+        return forward, None
+    return forward, parse_swapped_verdict(row["prediction_swapped"], rule, row.get("finish_reason_swapped"))
 
 
 _VOTE = {RESPONSE_1: 1, RESPONSE_2: -1, TIE: 0}

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from lalm_judge.core.endpoints import chat_request_key
+from lalm_judge.core.refusals import opens_with_refusal
 from lalm_judge.core.vocabulary import TIE
 from lalm_judge.data.generators import GeneratorConfigError
 from lalm_judge.data.generators.llm import (
@@ -35,7 +36,6 @@ from lalm_judge.data.generators.llm import (
     ResponseCache,
     ask_all_cached,
     decode_json,
-    looks_like_refusal,
 )
 from lalm_judge.pairwise.consistency import contradicts, rationale_verdict
 from lalm_judge.preference.pairs import ASPECT_WORDS
@@ -119,14 +119,14 @@ def interpret_answer(reply: str | None, label: str, finish_reason: str | None = 
     try:
         answer = decode_json(reply)
     except ValueError:
-        if looks_like_refusal(reply):
+        if opens_with_refusal(reply):
             return RationaleResult("refusal", error=f"refused: {reply.strip()[:200]}")
         return RationaleResult("invalid_json", error=f"not a JSON object: {reply.strip()[:200]!r}")
     rationale = answer.get("rationale") if isinstance(answer, dict) else None
     if not isinstance(rationale, str) or not rationale.strip():
         return RationaleResult("invalid_json", error='the JSON object has no non-empty string "rationale"')
     rationale = " ".join(rationale.split())
-    if looks_like_refusal(rationale):
+    if opens_with_refusal(rationale):
         return RationaleResult("refusal", error=f"refused: {rationale[:200]}")
     if contradicts(label, rationale):
         argued = rationale_verdict(rationale)

@@ -315,7 +315,12 @@ def render_html(content: ReportContent) -> str:
         section(
             "parsing",
             "Parse failures and refusals per cell",
-            paragraph("Rows per parse status; failed rows are left out of every metric."),
+            paragraph(
+                "Rows per parse status; failed rows are left out of every metric. Only ok carries a score; "
+                "malformed = no value in the documented form, ambiguous = more than one value stated, truncated = "
+                "cut at the token limit before the score line ended, filtered = withheld or cut by a content filter "
+                "(docs/metrics.md, 'Reading a judge's answer')."
+            ),
             html_table(content.parse_status),
         ),
         content.controls,

@@ -62,6 +62,10 @@ DEFINITIONS = (
     "Swap consistency: share of rows whose two orders give the same verdict (an unreadable order is inconsistent).",
     "Rationales against own verdict: among answers whose rationale argues for a verdict (documented text rules, "
     "docs/metrics.md), the share arguing for another verdict than the answer's own (single order).",
+    "Verdict rule (per cell, docs/metrics.md): sagelm = SageLM's evaluator, the answer's first character is the "
+    "verdict (1, 2, or the word Tie), anything else is no verdict; lenient = also a decorated or prefixed first "
+    "line and the last labelled statement. Neither reads an echo of the prompt's scaffold. An answer cut at the "
+    "token limit before its verdict line ended, or withheld by a content filter, has no verdict.",
     "Overall pools all rows; 'aspect mean' averages the aspects' values, as SageLM's average does.",
     "Intervals: 95 % percentile bootstrap over items (an item's aspects are resampled together), seeded; cells "
     "judged on the same items share their resamples, so differences between cells are paired.",
@@ -91,6 +95,17 @@ def _wide(metrics: pl.DataFrame, scopes: Sequence[str], names: Sequence[tuple[st
     return frame.rename({name: label for name, label in names}, strict=False)
 
 
+def with_verdict_rules(table: pl.DataFrame, documents: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
+    """`table` (one row per cell label) with the rule each cell's answers were read with, after its mode."""
+    if "cell" not in table.columns or table.height == 0:
+        return table
+    rules = {_cell_label(document): document.get("verdict_rule") or MISSING for document in documents}
+    ruled = table.with_columns(pl.col("cell").replace_strict(rules, default=MISSING).alias("verdict rule"))
+    columns = [c for c in table.columns if c != "verdict rule"]
+    at = columns.index("mode") + 1 if "mode" in columns else 1
+    return ruled.select(*columns[:at], "verdict rule", *columns[at:])
+
+
 def items_table(summary: Mapping[str, Any], config: Mapping[str, Any]) -> pl.DataFrame:
     pairwise = config.get("pairwise", {})
     length = pairwise.get("long_audio", {})
@@ -111,6 +126,7 @@ def items_table(summary: Mapping[str, Any], config: Mapping[str, Any]) -> pl.Dat
             "(lowered by a judge's own audio limit)",
         ),
         ("prompts", ", ".join(pairwise.get("prompts", []))),
+        ("verdict rule", f"{pairwise.get('verdict_rule', MISSING)} (docs/metrics.md; per cell in the tables below)"),
         ("bootstrap resamples / seed", f"{metrics.get('bootstrap', MISSING)} / {config.get('seed', MISSING)}"),
     ]
     return pl.DataFrame(rows, schema={"setting": pl.String, "value": pl.String}, orient="row")
@@ -190,7 +206,7 @@ def render_pairwise_html(
             f'<div class="warning"><strong>{len(weak)} of {judges.height} judges ({html.escape(names)}) are weak demo '
             "models: their verdicts do not measure LALM ability.</strong> This run demonstrates the track.</div>"
         )
-    aspects = _wide(metrics, ["aspect", "overall"], SHOWN_METRICS)
+    aspects = with_verdict_rules(_wide(metrics, ["aspect", "overall"], SHOWN_METRICS), tables.documents)
     duration = _wide(metrics, ["duration"], SHOWN_METRICS[:2])
     image = (
         f'<figure id="figure-{figure}"><img src="figures/{figure}.png" alt="agreement by duration">'
@@ -207,7 +223,8 @@ def render_pairwise_html(
             "Agreement and accuracy per judge cell and aspect",
             paragraph(
                 "Single order (responses as the item has them, as SageLM evaluates) and both orders combined; "
-                "95 % bootstrap intervals over items. 'all' pools every row, 'aspect_mean' averages the aspects."
+                "95 % bootstrap intervals over items. 'all' pools every row, 'aspect_mean' averages the aspects. "
+                "'verdict rule' says how each cell's answers became verdicts (Definitions)."
             ),
             html_table(aspects),
         ),
@@ -234,7 +251,9 @@ def render_pairwise_html(
             "Verdict statuses and length policy",
             paragraph(
                 "Rows per verdict status for each order (forward, swapped, combined), and per length-policy action "
-                "(order 'long_audio')."
+                "(order 'long_audio'). malformed = no verdict under the cell's rule (an echo of the prompt included), "
+                "ambiguous = two verdicts named, truncated = cut at the token limit before the verdict line ended, "
+                "filtered = withheld or cut by a content filter."
             ),
             html_table(statuses_display(tables.statuses)),
         ),

@@ -12,12 +12,14 @@ probabilities) is reported as a note.
 from __future__ import annotations
 
 import copy
+import difflib
 import json
 import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl, urlsplit
 
 import jsonschema
 import yaml
@@ -59,15 +61,59 @@ def _with_defaults(validator_class):
 
 def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PATH) -> dict[str, Any]:
     """Fill defaults and validate against the JSON schema; errors name the offending key path."""
+    # Before the schema, whose messages quote the values they reject: a credential is named by its place only.
+    _check_no_secrets(config)
     schema = yaml.safe_load(Path(schema_path).read_text())
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     config = copy.deepcopy(config)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {e.message}" for e in errors]
+        lines = [schema_error_line(e, schema) for e in errors]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_config(config)
     return config
+
+
+def _known_properties(schema: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
+    """The property names a schema object declares, through its local `$ref`s and combinators."""
+    names = set(schema.get("properties", {}))
+    reference = schema.get("$ref", "")
+    if reference.startswith("#/"):
+        target: Any = root
+        for part in reference[2:].split("/"):
+            target = target[part]
+        names |= _known_properties(target, root)
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        for sub in schema.get(combinator, []):
+            names |= _known_properties(sub, root)
+    for branch in ("then", "else"):
+        if isinstance(schema.get(branch), Mapping):
+            names |= _known_properties(schema[branch], root)
+    return names
+
+
+def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any], prefix: Sequence[str] = ()) -> str:
+    """One line per problem of a schema error, at its key path; an unknown key (`additionalProperties: false`,
+    `unevaluatedProperties: false`) is named with the nearest valid name and the valid names."""
+    where = ".".join([*prefix, *map(str, error.absolute_path)]) or "<root>"
+    unknown_keys = error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
+        error.instance, Mapping
+    )
+    allowed = sorted(_known_properties(error.schema, root)) if unknown_keys else []
+    patterns = list(error.schema.get("patternProperties", {})) if unknown_keys else []
+    unknown = [
+        str(key)
+        for key in (error.instance if unknown_keys else {})
+        if key not in allowed and not any(re.search(pattern, str(key)) for pattern in patterns)
+    ]
+    if not unknown or not allowed:
+        return f"{where}: {error.message}"
+    lines = []
+    for key in unknown:
+        nearest = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+        hint = f"; did you mean {nearest[0]!r}?" if nearest else ""
+        lines.append(f"{where}: unknown key {key!r}{hint} (valid keys: {', '.join(allowed)})")
+    return "\n  ".join(lines)
 
 
 def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
@@ -77,11 +123,12 @@ def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, s
     part_schema = schema
     for schema_key in schema_keys:
         part_schema = part_schema[schema_key]
-    validator = _with_defaults(jsonschema.Draft202012Validator)({"$defs": schema.get("$defs", {}), **part_schema})
+    part_root = {"$defs": schema.get("$defs", {}), **part_schema}
+    validator = _with_defaults(jsonschema.Draft202012Validator)(part_root)
     part = copy.deepcopy(part)
     errors = sorted(validator.iter_errors(part), key=lambda e: list(e.absolute_path))
     if errors:
-        lines = [".".join([key, *map(str, e.absolute_path)]) + f": {e.message}" for e in errors]
+        lines = [schema_error_line(e, part_root, [key]) for e in errors]
         raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(lines))
     return part
 
@@ -172,6 +219,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
     Raises ConfigError naming the problems; returns notes on cells routed to a documented alternative and on
     settings that make a run irreproducible (unpinned model revisions).
     """
+    _check_no_secrets(config)
     notes = _check_safety(config) if SAFETY in tracks(config) else []
     if PAIRWISE in tracks(config):
         _check_pairwise(config)
@@ -184,7 +232,6 @@ def check_config(config: dict[str, Any]) -> list[str]:
     if PREFERENCE in tracks(config):
         _check_preference(config)
     _check_imported(config)
-    _check_no_secrets(config)
     return notes
 
 
@@ -211,22 +258,87 @@ def _check_preference(config: dict[str, Any]) -> None:
         raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
 
 
-# Keys under which a secret might be written into a config; `*_env` keys name environment variables instead.
-_SECRET_KEY = re.compile(r"^(api_?key|key|token|access_token|secret|password|authorization|bearer)$", re.IGNORECASE)
+# Keys under which a secret might be written into a config (compared lowercased, '-' as '_'); `*_env` keys name
+# environment variables instead. The header names are those providers read keys from (OpenAI and most servers
+# `Authorization`, Azure `api-key`, Anthropic and others `x-api-key`, Gemini `x-goog-api-key`, Azure API
+# Management `Ocp-Apim-Subscription-Key`).
+_SECRET_KEY = re.compile(
+    r"^(?:x_)?(?:goog_)?(?:api_?key|key|token|access_token|auth_token|secret|password|(?:proxy_)?authorization|"
+    r"bearer|cookie|(?:ocp_apim_)?subscription_key)$",
+    re.IGNORECASE,
+)
+# In a mapping of HTTP headers (a key ending in 'headers': extra_headers, default_headers, ...), any header whose
+# name says it carries a credential, and any value that is one.
+_HEADERS = re.compile(r"headers$", re.IGNORECASE)
+_CREDENTIAL_HEADER = re.compile(
+    r"auth|api[-_]?key|token|secret|passw|cookie|signature|credential|subscription[-_]key", re.IGNORECASE
+)
+_CREDENTIAL_VALUE = re.compile(r"^\s*(?:bearer|basic|token)\s+\S", re.IGNORECASE)
+_URL = re.compile(r"^[a-z][a-z0-9+.\-]*://", re.IGNORECASE)
+_CREDENTIAL_QUERY = re.compile(r"^(?:key|api[-_]?key|token|access[-_]token|auth|sig|signature|password|secret)$", re.I)
+_VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Keys that name the environment variable of a credential (api_key_env), whose value must be a variable name.
+_KEY_VARIABLE = re.compile(r"(?:key|token|secret|password)_env$", re.IGNORECASE)
+_ENVIRONMENT_WAY = (
+    "export it in an environment variable and give that variable's NAME as api_key_env (what a config holds "
+    "reaches job parameters, the score tables' generation column, Snakemake's metadata and the logs)"
+)
 
 
-def _check_no_secrets(config: Any, path: str = "") -> None:
-    """API keys are read only from environment variables: a config entry that holds one is an error (it would
-    reach job parameters, Snakemake's metadata and the logs)."""
+def _url_problem(value: str) -> str | None:
+    """Where a URL carries a credential: userinfo (`https://user:KEY@host`) or a key-like query parameter."""
+    try:
+        parts = urlsplit(value)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+    except ValueError:
+        return None
+    if parts.username or parts.password:
+        return "the URL holds user credentials (user:password@host)"
+    names = [name for name, _ in query if _CREDENTIAL_QUERY.match(name)]
+    return f"the URL's query parameter {names[0]!r} holds a credential" if names else None
+
+
+def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
+    problems = []
+    for name, value in headers.items():
+        if _CREDENTIAL_HEADER.search(str(name)) or (isinstance(value, str) and _CREDENTIAL_VALUE.match(value)):
+            problems.append(f"{where}.{name}: a credential in an HTTP header; {_ENVIRONMENT_WAY}")
+    return problems
+
+
+def secret_problems(config: Any, path: str = "") -> list[str]:
+    """Every place of a config that holds a credential: a key-named entry, a credential HTTP header, a URL with
+    userinfo or a key in its query, an `api_key_env` that is not a variable name. The messages name the place,
+    never the value."""
     items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
+    problems = []
     for key, value in items:
         where = f"{path}.{key}" if path else str(key)
-        if isinstance(key, str) and _SECRET_KEY.match(key) and value is not None:
-            raise ConfigError(
-                f"{where}: a config never holds a key; export it in an environment variable and give that "
-                "variable's NAME as api_key_env"
-            )
-        _check_no_secrets(value, where)
+        name = str(key).replace("-", "_")
+        if isinstance(key, str) and _SECRET_KEY.match(name) and value is not None:
+            problems.append(f"{where}: a config never holds a key; {_ENVIRONMENT_WAY}")
+            continue
+        if isinstance(key, str) and _HEADERS.search(key) and isinstance(value, Mapping):
+            problems += _header_problems(value, where)
+            continue
+        if (
+            isinstance(key, str)
+            and _KEY_VARIABLE.search(key)
+            and isinstance(value, str)
+            and not _VARIABLE_NAME.match(value)
+        ):
+            problems.append(f"{where}: names an environment variable, but its value is not a variable name (a key?)")
+        elif isinstance(value, str) and _URL.match(value) and (problem := _url_problem(value)):
+            problems.append(f"{where}: {problem}; {_ENVIRONMENT_WAY}")
+        problems += secret_problems(value, where)
+    return problems
+
+
+def _check_no_secrets(config: Any) -> None:
+    """API keys are read only from environment variables: a config that holds one is an error naming each place."""
+    problems = secret_problems(config)
+    if problems:
+        raise ConfigError("configuration holds credentials:\n  " + "\n  ".join(problems))
 
 
 def _check_asr_source(key: str, source: str, config: Mapping[str, Any]) -> None:

@@ -122,6 +122,23 @@ def test_parse_failures_are_excluded_from_means_and_counted_in_rates():
     assert cell["n_dialogues"] == 2
 
 
+def test_cut_filtered_and_ambiguous_answers_are_failures_counted_per_status():
+    frame = table(
+        [
+            ("a", 0, None, 1.0, "ok"),
+            ("a", 1, 0, 0.5, "ok"),
+            ("a", 1, 1, None, "truncated"),
+            ("a", 2, 0, None, "filtered"),
+            ("b", 0, None, None, "ambiguous"),
+        ]
+    )
+    tables = compute(frame)
+    assert only_cell(tables)["parse_failure_rate"] == pytest.approx(3 / 5)
+    statuses = tables.parse_status.row(0, named=True)
+    assert (statuses["ok"], statuses["truncated"], statuses["filtered"], statuses["ambiguous"]) == (2, 1, 1, 1)
+    assert statuses["parse_failure_rate"] == pytest.approx(3 / 5)
+
+
 def test_position_bias_by_hand():
     """Length 2. Position 1: Delta = (0.5, 0.75) -> Sens 0.5; position 2: Delta = (0.25, 0.5) -> Sens 0.25.
     PB(2, 2) = -0.25, AvgAbsPB = 0.25; specificity is 1 at both positions, so its PB is 0. One dialogue: the

@@ -52,6 +52,13 @@ def test_validate_config_reports_the_bad_key(tmp_path):
     bad.write_text((ROOT / "config.yaml").read_text().replace("severities: [1, 3, 5]", "severities: [1, 9]"))
     result = lalm_judge("validate-config", str(bad))
     assert result.returncode == 2 and "variants.severities.1" in result.stderr
+    api_judge = "  api:\n    backend: openai\n    model: gpt-4o\n    options: {baseurl: 'http://127.0.0.1:8000/v1'}\n"
+    bad.write_text((ROOT / "config.yaml").read_text().replace("judges:\n", "judges:\n" + api_judge, 1))
+    result = lalm_judge("validate-config", str(bad))
+    assert (
+        result.returncode == 2
+        and "judges.api.options: unknown key 'baseurl'; did you mean 'base_url'?" in result.stderr
+    )
 
 
 @pytest.mark.slow

@@ -23,6 +23,7 @@ import polars as pl
 import pytest
 
 from lalm_judge.core.dialogue import Dialogue, Turn
+from lalm_judge.core.refusals import opens_with_refusal
 from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES
 from lalm_judge.data.generators.llm import (
     EndpointConfigError,
@@ -30,7 +31,6 @@ from lalm_judge.data.generators.llm import (
     MissingAPIKey,
     RewritePrompt,
     interpret_reply,
-    looks_like_refusal,
 )
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from tests.support.openai_standin import Reply, StandInServer, serving
@@ -257,7 +257,7 @@ def test_prompt_version_mismatch_is_a_config_error(dialogue, server, tmp_path):
     ],
 )
 def test_refusal_heuristic(reply, refusal):
-    assert looks_like_refusal(reply) is refusal
+    assert opens_with_refusal(reply) is refusal
 
 
 def test_interpret_reply_classifies_answers():

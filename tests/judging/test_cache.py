@@ -18,7 +18,14 @@ import numpy as np
 import pytest
 
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
-from lalm_judge.judging.cache import CachedBackend, RequestCache, is_servable, judge_identity, request_key
+from lalm_judge.judging.cache import (
+    CachedBackend,
+    RequestCache,
+    entry_checksum,
+    is_servable,
+    judge_identity,
+    request_key,
+)
 from tests.support.workflow import ROOT
 
 SPEC = JudgeSpec(
@@ -121,14 +128,19 @@ def test_empty_failed_or_incomplete_outputs_are_never_served(tmp_path):
     empty, aborted = output(""), output("partial", extra={"finish_reason": "abort"})
     assert not is_servable(empty) and not is_servable(aborted) and is_servable(output("", p_safe=0.7))
     assert cache.store("d", [("empty", empty), ("aborted", aborted), ("good", output())], {}) == 1
-    # An empty record written by other means is not a hit either.
+    # An empty record written by other means (with a valid checksum) is not a hit either.
     with closing(sqlite3.connect(cache.path("d"))) as connection, connection:
         record = json.dumps(dataclasses.asdict(output("  ")))
-        connection.execute("INSERT INTO outputs VALUES ('blank', ?, '{}')", (record,))
+        connection.execute(
+            "INSERT INTO outputs VALUES ('blank', ?, '{}', ?)", (record, entry_checksum("blank", record, "{}"))
+        )
         # An entry written before JudgeOutput had all its present fields is not a complete answer.
-        older = {k: v for k, v in dataclasses.asdict(output()).items() if k != "answer_mass"}
-        connection.execute("INSERT INTO outputs VALUES ('older', ?, '{}')", (json.dumps(older),))
+        older = json.dumps({k: v for k, v in dataclasses.asdict(output()).items() if k != "finish_reason"})
+        connection.execute(
+            "INSERT INTO outputs VALUES ('older', ?, '{}', ?)", (older, entry_checksum("older", older, "{}"))
+        )
     assert set(cache.lookup("d", ["empty", "aborted", "good", "blank", "older"])) == {"good"}
+    assert cache.moved_aside == []
 
 
 def test_no_shared_memory_file_and_no_log_left_after_a_write(tmp_path):
@@ -142,6 +154,82 @@ def test_a_database_of_another_format_is_an_error_naming_it(tmp_path):
         connection.execute("PRAGMA user_version = 99")
     with pytest.raises(RuntimeError, match=r"d\.sqlite has format 99"):
         RequestCache(tmp_path).lookup("d", ["k"])
+
+
+def _stored_answers(cache: RequestCache, n: int = 200) -> list[str]:
+    """Keys of n stored answers of a few hundred bytes each, in 20 transactions: a database of several pages."""
+    keys = [f"k{i:03d}" for i in range(n)]
+    for start in range(0, n, n // 20):
+        chunk = keys[start : start + n // 20]
+        cache.store(
+            "d", [(k, output(f"Turn 2 is a threat. {'reasons ' * 30}SAFETY_SCORE: 0.{k[-1]}")) for k in chunk], {}
+        )
+    return keys
+
+
+def _truncate_at_a_page_boundary(path):
+    pages = path.stat().st_size // 4096
+    with open(path, "r+b") as stream:
+        stream.truncate(pages // 2 * 4096)
+
+
+def _truncate_inside_a_page(path):
+    pages = path.stat().st_size // 4096
+    with open(path, "r+b") as stream:
+        stream.truncate(pages // 2 * 4096 + 1234)
+
+
+def _flip_a_byte_of_an_answer(path):
+    data = bytearray(path.read_bytes())
+    at = data.index(b"SAFETY_SCORE: 0.7") + len("SAFETY_SCORE: 0.")
+    data[at] = ord("2")  # the stored answer now says 0.2: still a valid page, a valid row, a readable score
+    path.write_bytes(bytes(data))
+
+
+@pytest.mark.parametrize("damage", [_truncate_at_a_page_boundary, _truncate_inside_a_page, _flip_a_byte_of_an_answer])
+def test_a_damaged_database_is_named_moved_aside_and_its_requests_recomputed(tmp_path, caplog, damage):
+    keys = _stored_answers(RequestCache(tmp_path))
+    path = RequestCache(tmp_path).path("d")
+    damage(path)
+    damaged = path.read_bytes()
+    cache = RequestCache(tmp_path)  # a rerun: a new process
+    with caplog.at_level("WARNING", logger="lalm_judge.judging.cache"):
+        assert cache.lookup("d", keys) == {}  # nothing of it is served: every request is computed again
+    (moved,) = cache.moved_aside
+    assert moved.name.startswith("d.sqlite.corrupt-") and moved.read_bytes() == damaged  # nothing written into it
+    assert str(path) in caplog.text and moved.name in caplog.text and "failed its check" in caplog.text
+    # The recomputed answers go to a new database, which passes every check.
+    assert cache.store("d", [(keys[0], output())], {}) == 1
+    assert integrity(path) == "ok" and RequestCache(tmp_path).lookup("d", keys).keys() == {keys[0]}
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.endswith("-wal")) == ["d.sqlite", moved.name]
+
+
+def test_a_store_into_a_damaged_database_goes_to_a_new_one(tmp_path, caplog):
+    keys = _stored_answers(RequestCache(tmp_path))
+    _truncate_inside_a_page(RequestCache(tmp_path).path("d"))
+    cache = RequestCache(tmp_path)
+    with caplog.at_level("WARNING", logger="lalm_judge.judging.cache"):
+        assert cache.store("d", [("new", output())], {}) == 1
+    assert len(cache.moved_aside) == 1 and "d.sqlite failed its check" in caplog.text
+    assert cache.count("d") == 1 and cache.lookup("d", [*keys, "new"]).keys() == {"new"}
+
+
+def _format_1(path):
+    """A database of format 1 (before checksums): its entries cannot be verified, and lack finish_reason anyway."""
+    with closing(sqlite3.connect(path)) as connection:
+        connection.execute("CREATE TABLE outputs (key TEXT PRIMARY KEY, output TEXT, provenance TEXT) WITHOUT ROWID")
+        connection.execute("PRAGMA user_version = 1")
+
+
+@pytest.mark.parametrize(
+    "make", [lambda path: path.write_bytes(b"this is not a database" * 300), _format_1], ids=["not_a_database", "v1"]
+)
+def test_a_file_that_is_not_a_checked_database_is_moved_aside(tmp_path, make):
+    path = RequestCache(tmp_path).path("d")
+    make(path)
+    cache = RequestCache(tmp_path)
+    assert cache.lookup("d", ["k"]) == {} and len(cache.moved_aside) == 1
+    assert cache.store("d", [("k", output())], {}) == 1 and cache.lookup("d", ["k"]).keys() == {"k"}
 
 
 def integrity(path) -> str:

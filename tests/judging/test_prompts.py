@@ -189,3 +189,23 @@ def test_unknown_prompt_name_lists_known_prompts():
 def test_content_hash_changes_with_text(tmp_path):
     path = _write_variant(tmp_path, lambda raw: raw.update(system=raw["system"] + " Be brief."))
     assert load_prompt(path).content_hash != load_prompt("basic").content_hash
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        # A text cell would be scored on a dialogue it never saw.
+        (lambda raw: raw.update(user=raw["user"].replace("{transcript}", "")), r"never use \{transcript\}"),
+        # Nothing would tell an audio cell that the dialogue is the attached audio.
+        (lambda raw: raw.update(user=raw["user"].replace("{instructions}", "")), r"never use \{instructions\}"),
+        # The audio's place is the judge's prompt format, not the template's.
+        (lambda raw: raw.update(user="{audio}\n" + raw["user"]), r"unknown fields \['audio'\]"),
+        (lambda raw: raw.update(user=raw["user"] + "{}"), r"unknown fields \[''\]"),
+        (lambda raw: raw.update(user=raw["user"] + "{transcript.upper}"), r"unknown fields \['transcript.upper'\]"),
+        (lambda raw: raw.update(user=raw["user"] + "{transcript"), "not a valid format template"),
+    ],
+)
+def test_templates_are_checked_for_the_placeholders_each_modality_needs(tmp_path, edit, message):
+    path = _write_variant(tmp_path, edit)
+    with pytest.raises(PromptError, match=rf"prompt file {path}: .*{message}"):
+        load_prompt(path)

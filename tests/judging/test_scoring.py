@@ -17,9 +17,15 @@ CORPUS = yaml.safe_load((Path(__file__).parents[1] / "fixtures" / "judge_outputs
 def test_corpus_is_large_and_covers_every_status():
     assert len(CORPUS) >= 40
     assert len({case["id"] for case in CORPUS}) == len(CORPUS)
-    # The statuses the judge stage sets itself, not the text parser: long audio skipped, answer-token mass too
-    # low, chunked windows not all parsed.
-    not_from_text = {ParseStatus.SKIPPED_LONG_AUDIO, ParseStatus.LOW_ANSWER_MASS, ParseStatus.INCOMPLETE_WINDOWS}
+    # The statuses the judge stage sets itself, not the text parser: long audio skipped, answer-token mass too low,
+    # chunked windows not all parsed, a completion cut or filtered (its finish reason, `resolve_score`).
+    not_from_text = {
+        ParseStatus.SKIPPED_LONG_AUDIO,
+        ParseStatus.LOW_ANSWER_MASS,
+        ParseStatus.INCOMPLETE_WINDOWS,
+        ParseStatus.TRUNCATED,
+        ParseStatus.FILTERED,
+    }
     assert {case["status"] for case in CORPUS} == set(PARSE_STATUSES) - not_from_text
 
 

@@ -10,7 +10,7 @@ import soundfile as sf
 import torch
 
 from lalm_judge.core.tables import PAIRWISE_ITEMS, PAIRWISE_PREDICTIONS, PAIRWISE_TRANSCRIPTS
-from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeSpec
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeSpec
 from lalm_judge.judging.backends.hf import TransformersBackend
 from lalm_judge.pairwise.items import ItemError
 from lalm_judge.pairwise.judge import (
@@ -198,3 +198,47 @@ def test_cells_and_items_are_checked(items, audio_judge, text_judge):
     imported = items.with_columns(response1_text=pl.lit(None, pl.String))
     with pytest.raises(ItemError, match="has no response texts"):
         judge_items(imported, pairwise_cell(text_judge[0], "text", "gt", "sagelm"), text_judge[1])
+
+
+class ScriptedAnswers:
+    """Test double of the JudgeBackend interface (the stage's reading of outputs is under test, not a model):
+    answers each request from a script keyed by its order ('ab' or 'ba'), finish reason included."""
+
+    def __init__(self, script):
+        self.script = script
+
+    def generate(self, requests):
+        answers = [self.script[request.request_id.rsplit("/", 1)[1]] for request in requests]
+        return [JudgeOutput(text, latency_s=0.0, finish_reason=reason) for text, reason in answers]
+
+    def describe(self):
+        return {"model": "scripted", "model_revision": "r0"}
+
+
+@pytest.mark.parametrize(
+    ("rule", "script", "expected"),
+    [
+        # A verdict line complete before the cut is kept; the swapped answer was cut inside its first line.
+        ("sagelm", {"ab": ("1\nResponse 1 is", "length"), "ba": ("2", "length")}, ("1", "ok", None, "truncated")),
+        # SageLM's rule reads no decorated label; the lenient one does. A filtered answer is no verdict.
+        ("sagelm", {"ab": ("**1**", "stop"), "ba": ("2\nok", "content_filter")}, (None, "malformed", None, "filtered")),
+        ("lenient", {"ab": ("**1**", "stop"), "ba": ("Verdict: 2", "stop")}, ("1", "ok", "1", "ok")),
+    ],
+)
+def test_each_order_is_read_with_the_cells_rule_and_its_own_finish_reason(items, tmp_path, rule, script, expected):
+    spec = JudgeSpec(name="scripted", backend="openai", model="scripted", modalities=("text",))
+    frame = judge_cell(
+        tmp_path / "items.parquet",
+        spec,
+        "text",
+        "gt",
+        "sagelm",
+        tmp_path / "p.parquet",
+        backend=ScriptedAnswers(script),
+        progress=False,
+        verdict_rule=rule,
+    )
+    row = frame.row(0, named=True)
+    assert (row["verdict"], row["verdict_status"], row["verdict_swapped"], row["verdict_swapped_status"]) == expected
+    assert frame["verdict_rule"].to_list() == [rule] * 3
+    assert PAIRWISE_PREDICTIONS.read(tmp_path / "p.parquet")["verdict_rule"].to_list() == [rule] * 3

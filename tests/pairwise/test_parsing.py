@@ -44,8 +44,8 @@ WHOLE = object()  # the rationale is the whole answer (a verdict found in a labe
         ("Both are fine, but the answer is: Response 2", "2", WHOLE),
     ],
 )
-def test_verdicts_are_read(answer, label, rationale):
-    parsed = parse_verdict(answer)
+def test_verdicts_are_read_by_the_lenient_rule(answer, label, rationale):
+    parsed = parse_verdict(answer, "lenient")
     assert parsed.status == OK and parsed.label == label
     assert parsed.rationale == (answer.strip() if rationale is WHOLE else rationale)
 
@@ -67,15 +67,16 @@ def test_verdicts_are_read(answer, label, rationale):
         ("random tokens from a random-weight model", ParseStatus.MISSING),
     ],
 )
-def test_failures_are_statuses_without_a_label(answer, status):
-    parsed = parse_verdict(answer)
+def test_lenient_failures_are_statuses_without_a_label(answer, status):
+    parsed = parse_verdict(answer, "lenient")
     assert parsed.status == status and parsed.label is None
 
 
 def test_swapped_answers_map_back_to_the_items_numbering():
     assert [swap_verdict(v) for v in ("1", "2", "Tie", None)] == ["2", "1", "Tie", None]
     assert parse_swapped_verdict("1\nThe first one.").label == "2"
-    assert parse_swapped_verdict("nonsense").status == ParseStatus.MISSING
+    assert parse_swapped_verdict("nonsense").status == ParseStatus.MALFORMED
+    assert parse_swapped_verdict("nonsense", "lenient").status == ParseStatus.MISSING
     with pytest.raises(ValueError, match="not a pairwise verdict"):
         swap_verdict("3")
 

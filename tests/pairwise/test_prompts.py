@@ -55,3 +55,27 @@ def test_bad_prompt_files_name_the_key(tmp_path, change, message):
     path.write_text(yaml.safe_dump(raw))
     with pytest.raises(PairwisePromptError, match=message):
         load_pairwise_prompt(path)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda raw: raw.update(user=raw["user"].replace("{response2}", "")), r"never use \{response2\}"),
+        (lambda raw: raw.update(user=raw["user"] + "{response1}"), r"'user' must use \{response1\} exactly once"),
+        (lambda raw: raw.update(system="{response1}"), r"'user' must use \{response1\} exactly once"),
+        (
+            lambda raw: raw.update(user=raw["user"].replace("**{aspect}**", "the aspect")),
+            r"never use \{aspect\} or \{aspect_description\}",
+        ),
+        (lambda raw: raw["responses"].update(audio="(audio)"), r"'responses.audio' .*; it lacks \['audio'\]"),
+        (lambda raw: raw["responses"].update(audio_text="{audio}"), r"it lacks \['transcript'\]"),
+        (lambda raw: raw["responses"].update(audio="{audio} {audio}"), r"'responses.audio' must use .* exactly once"),
+    ],
+)
+def test_placeholders_are_checked_at_load_naming_file_and_name(tmp_path, change, message):
+    raw = yaml.safe_load((PAIRWISE_PROMPTS_DIR / "sagelm.yaml").read_text())
+    change(raw)
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(PairwisePromptError, match=rf"pairwise prompt file {path}: .*{message}"):
+        load_pairwise_prompt(path)

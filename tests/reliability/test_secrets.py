@@ -11,12 +11,14 @@ tests/reliability/test_workflow_runs.py.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import traceback
 
 import polars as pl
 import pytest
+from snakemake.utils import validate as snakemake_validate
 
 from bench.fault_proxy import FaultProxy
 from lalm_judge.core.dialogue import Dialogue, Turn
@@ -26,8 +28,8 @@ from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
 from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
-from lalm_judge.workflow.config import ConfigError, validate_config
-from tests.support.workflow import load_test_config
+from lalm_judge.workflow.config import ConfigError, check_config, validate_config
+from tests.support.workflow import ROOT, load_test_config
 
 pytestmark = pytest.mark.server
 
@@ -155,3 +157,73 @@ def test_a_missing_key_variable_is_named_before_any_request(monkeypatch, tmp_pat
         with pytest.raises(ValueError, match=KEY_ENV):
             rewrite_turn(dialogue, 1, ["hate"], [1], generator(endpoint), 0, tmp_path)
         assert endpoint.log.total == 0
+
+
+def run_check(config):
+    """The run's check: the Snakefile validates against the schema (filling defaults), then rules/common.smk
+    calls check_config."""
+    config = copy.deepcopy(config)
+    snakemake_validate(config, str(ROOT / "schemas" / "config.schema.yaml"))
+    return check_config(config)
+
+
+AUTH_HEADERS = ["Authorization", "authorization", "api-key", "X-API-Key", "x-goog-api-key", "Ocp-Apim-Subscription-Key"]
+
+
+@pytest.mark.parametrize("header", AUTH_HEADERS)
+def test_a_credential_in_an_auth_header_is_refused_naming_its_place(header):
+    config = load_test_config()
+    config["judges"]["minilm"]["generation"] = {"extra_headers": {header: f"Bearer {SENTINEL}"}}
+    for check in (validate_config, run_check):
+        with pytest.raises(
+            ConfigError, match=rf"judges\.minilm\.generation\.extra_headers\.{header}: a credential in an HTTP header"
+        ) as raised:
+            check(config)
+        assert "environment variable" in str(raised.value) and "api_key_env" in str(raised.value)
+        assert SENTINEL not in str(raised.value)
+
+
+def test_a_credential_as_a_header_value_is_refused_whatever_the_header_name():
+    config = load_test_config()
+    config["judges"]["minilm"]["generation"] = {"extra_headers": {"X-Trace": "keep", "X-Custom": f"Bearer {SENTINEL}"}}
+    with pytest.raises(ConfigError, match=r"extra_headers\.X-Custom: a credential") as raised:
+        validate_config(config)
+    assert "X-Trace" not in str(raised.value) and SENTINEL not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        (f"https://user:{SENTINEL}@api.example.com/v1", "the URL holds user credentials"),
+        (f"https://{SENTINEL}@api.example.com/v1", "the URL holds user credentials"),
+        (f"https://generativelanguage.googleapis.com/v1beta/openai/?key={SENTINEL}", "the URL's query parameter 'key'"),
+    ],
+)
+def test_a_credential_in_a_url_is_refused_naming_its_place(url, problem):
+    config = load_test_config()
+    config["judges"]["api"] = {"backend": "openai", "model": "m", "options": {"base_url": url, "api_key_env": None}}
+    config["variants"]["generator"] = {"name": "llm", "model": "m", "base_url": url}
+    for check in (validate_config, run_check):
+        with pytest.raises(ConfigError) as raised:
+            check(config)
+        message = str(raised.value)
+        assert f"judges.api.options.base_url: {problem}" in message
+        assert f"variants.generator.base_url: {problem}" in message
+        assert "environment variable" in message and SENTINEL not in message
+
+
+def test_a_key_in_place_of_a_variable_name_is_refused_without_quoting_it():
+    config = load_test_config()
+    config["judges"]["api"] = {"backend": "openai", "model": "m", "options": {"api_key_env": SENTINEL}}
+    with pytest.raises(
+        ConfigError, match=r"judges\.api\.options\.api_key_env: names an environment variable"
+    ) as raised:
+        validate_config(config)
+    assert SENTINEL not in str(raised.value)
+
+
+def test_a_key_free_config_with_headers_and_urls_passes():
+    config = load_test_config()
+    config["judges"]["minilm"]["generation"] = {"extra_headers": {"X-Request-Source": "lalm-judge"}}
+    config["variants"]["generator"] = {"name": "llm", "model": "m", "base_url": "http://127.0.0.1:8000/v1?stream=0"}
+    validate_config(config)

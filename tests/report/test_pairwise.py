@@ -13,7 +13,7 @@ from lalm_judge.report.pairwise import build_pairwise_report
 LABELS = ["1", "2", "Tie", "1", "2", "1"]
 
 
-def predictions(judge, modality, source, forward, swapped):
+def predictions(judge, modality, source, forward, swapped, rule="sagelm"):
     rows = []
     for index, (label, answer, answer_swapped) in enumerate(zip(LABELS, forward, swapped)):
         rows.append(
@@ -30,6 +30,7 @@ def predictions(judge, modality, source, forward, swapped):
                 "verdict_status": "ok",
                 "verdict_swapped_status": "ok",
                 "verdict_combined_status": "ok",
+                "verdict_rule": rule,
                 "duration_s": 4.0 * (index // 2 + 1),
                 "long_audio_action": "truncated" if index == 0 else "none",
             }
@@ -40,7 +41,7 @@ def predictions(judge, modality, source, forward, swapped):
 @pytest.fixture
 def stage(tmp_path):
     native = predictions("omni", "audio", "none", LABELS, ["2", "1", "Tie", "2", "1", "2"])  # right, consistent
-    cascade = predictions("cascade", "text", "asr:whisper", ["1"] * 6, ["1"] * 6)  # always the first shown
+    cascade = predictions("cascade", "text", "asr:whisper", ["1"] * 6, ["1"] * 6, "lenient")  # always the first shown
     paths = []
     for name, frame in (("native", native), ("cascade", cascade)):
         paths.append(tmp_path / f"{name}.parquet")
@@ -70,6 +71,7 @@ def test_stage_tables_compare_the_best_audio_native_and_cascade_cells(stage):
     statuses = tables.statuses.filter((pl.col("judge") == "omni") & (pl.col("order") == "long_audio"))
     assert dict(statuses.select("status", "n").iter_rows()) == {"none": 5, "truncated": 1}
     assert [cell["mode"] for cell in tables.documents] == ["audio_native", "cascade"]
+    assert [cell["verdict_rule"] for cell in tables.documents] == ["sagelm", "lenient"]
 
 
 def test_report_sections_figure_and_weak_judges(stage):
@@ -79,7 +81,11 @@ def test_report_sections_figure_and_weak_judges(stage):
             "omni": {"backend": "vllm", "model": "m"},
             "cascade": {"backend": "openai", "model": "c", "weak": "a stub"},
         },
-        "pairwise": {"prompts": ["sagelm"], "long_audio": {"policy": "truncate", "max_response_s": 60}},
+        "pairwise": {
+            "prompts": ["sagelm"],
+            "verdict_rule": "sagelm",
+            "long_audio": {"policy": "truncate", "max_response_s": 60},
+        },
     }
     index = build_pairwise_report(
         metrics_dir=stage / "metrics",
@@ -98,6 +104,11 @@ def test_report_sections_figure_and_weak_judges(stage):
         assert f"<h2>{heading}</h2>" in page
     assert "1 of 2 judges (cascade) are weak demo models" in page
     assert "omni · audio-none · sagelm" in page and "1.000 [1.000, 1.000]" in page
+    # The rule each cell's numbers were read with stands beside them, and the run's rule in the settings.
+    assert "<th>verdict rule</th>" in page
+    assert "<td>cascade · text-asr:whisper · sagelm</td><td>cascade</td><td>lenient</td>" in page
+    assert "<td>omni · audio-none · sagelm</td><td>audio_native</td><td>sagelm</td>" in page
+    assert "sagelm (docs/metrics.md; per cell in the tables below)" in page
     assert (stage / "r" / "figures" / "agreement_by_duration.png").stat().st_size > 0
     assert (stage / "r" / "figures" / "agreement_by_duration.svg").exists()
     again = build_pairwise_report(

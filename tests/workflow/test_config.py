@@ -297,3 +297,33 @@ def test_xtts_voices_need_the_accepted_coqui_licence(paper_config, tmp_path):
     warnings = check_run_environment(config, {"COQUI_TOS_AGREED": "1", "HF_HOME": str(tmp_path)})
     assert len(warnings) == 1 and "judges.llama31_8b" in warnings[0] and "HF_TOKEN" in warnings[0]
     assert check_run_environment(config, {"COQUI_TOS_AGREED": "1", "HF_TOKEN": "hf_x"}) == []
+
+
+def _api_judge(**options):
+    return {"backend": "openai", "model": "gpt-4o", "options": {"api_key_env": "OPENAI_API_KEY", **options}}
+
+
+@pytest.mark.parametrize(
+    ("typo", "nearest"),
+    [("baseurl", "base_url"), ("timeout", "timeout_s"), ("max_retry", "max_retries"), ("proxy", None)],
+)
+def test_an_unknown_endpoint_option_is_named_with_the_nearest_valid_name(demo_config, typo, nearest):
+    demo_config["judges"]["api"] = _api_judge(**{typo: "x"})
+    with pytest.raises(ConfigError, match=rf"judges\.api\.options: unknown key '{typo}'") as raised:
+        validate_config(demo_config)
+    message = str(raised.value)
+    assert (f"did you mean '{nearest}'?" in message) if nearest else "did you mean" not in message
+    assert "(valid keys: api_key_env, backoff_base_s, base_url," in message
+
+
+def test_unknown_keys_anywhere_are_named_with_the_nearest_valid_name(demo_config):
+    demo_config["evaluation"]["judgs"] = ["minilm"]
+    demo_config["judges"]["minilm"]["genration"] = {}
+    # An endpoint section closed by unevaluatedProperties (the llm settings behind a $ref).
+    demo_config["variants"]["generator"] = {"name": "llm", "model": "gpt-4o", "baseurl": "http://127.0.0.1:1/v1"}
+    with pytest.raises(ConfigError) as raised:
+        validate_config(demo_config)
+    message = str(raised.value)
+    assert "evaluation: unknown key 'judgs'; did you mean 'judges'?" in message
+    assert "judges.minilm: unknown key 'genration'; did you mean 'generation'?" in message
+    assert "variants.generator: unknown key 'baseurl'; did you mean 'base_url'?" in message

@@ -49,6 +49,7 @@ def test_every_cell_judged_every_item_in_both_orders(finished_run):
         assert predictions["prediction"].null_count() == 0 and predictions["prediction_swapped"].null_count() == 0
         for column in ("verdict_status", "verdict_swapped_status", "verdict_combined_status"):
             assert set(predictions[column]) <= set(VERDICT_STATUSES)
+        assert set(predictions["verdict_rule"]) == {"sagelm"}  # the schema's default, recorded per row
         if cell.modality == "audio":
             # 2.5 s per response (the test config's cut): longer responses are cut, and the rows say so.
             assert set(predictions["long_audio_action"]) <= {"none", "truncated"}
@@ -93,6 +94,7 @@ def test_report_has_the_pairwise_sections(finished_run):
     ):
         assert f"<h2>{heading}</h2>" in page
     assert "2 of 2 judges" in page and "weak demo models" in page
+    assert "<th>verdict rule</th>" in page and "<td>sagelm</td>" in page
     assert (workdir / "results/pairwise/report/figures/agreement_by_duration.png").exists()
 
 

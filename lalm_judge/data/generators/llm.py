@@ -13,7 +13,7 @@ the variant, so it must not become a row that a rerun would keep. A request the 
 
 Refusals are recognised by, in order: the endpoint's `refusal` message field, a `content_filter`
 finish reason, a 400 error naming a content policy, the answer's `"refused": true`, or a reply
-(or rewritten text) that opens like a refusal (`looks_like_refusal`).
+(or rewritten text) that opens like a refusal (`lalm_judge.core.refusals.opens_with_refusal`).
 
 Answers are cached on disk, one JSON file per request under `cache_dir`, so a rerun sends no
 request for a cached key. Endpoint failures are not cached: a rerun retries them.
@@ -40,6 +40,7 @@ import yaml
 
 from lalm_judge.core.endpoints import MALFORMED_RESPONSE, chat_request_key, first_choice, redact
 from lalm_judge.core.files import read_json, write_json
+from lalm_judge.core.refusals import opens_with_refusal
 from lalm_judge.core.taxonomy import EMOTIONS
 from lalm_judge.data.generators import (
     GeneratorConfigError,
@@ -55,15 +56,6 @@ RETRYABLE_STATUS = frozenset({408, 409, 429})
 # Status codes that mean the configuration is wrong (key, permissions, model name): stop the job.
 CONFIG_STATUS = frozenset({401, 403, 404})
 
-_REFUSAL = re.compile(
-    r"^\W*(?:(?:i'?m sorry|i am sorry|sorry|unfortunately|apologies)\b[^.!?]{0,40}?)?"
-    r"(?:\bi\s+(?:can(?:no|')t|cannot|won'?t|will not|am unable to|'m unable to|am not able to|'m not able to)\s+"
-    r"(?:help|assist|comply|provide|create|write|generate|produce|rewrite|fulfil+|do that|do this|continue|"
-    r"engage|participate)"
-    r"|\bi\s+(?:must|have to)\s+(?:respectfully\s+)?decline"
-    r"|\bas an ai\b)",
-    re.IGNORECASE,
-)
 _CODE_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL | re.IGNORECASE)
 
 
@@ -171,15 +163,6 @@ class RewritePrompt:
         return {"role": "user", "content": string.Template(self.reask).substitute(problem=problem).strip()}
 
 
-def looks_like_refusal(text: str) -> bool:
-    """True for replies that open like a refusal ("I'm sorry, but I can't help with that").
-
-    Anchored at the start and tied to verbs of assisting, so that unsafe lines such as
-    "I can't stand you" are not taken for refusals.
-    """
-    return bool(_REFUSAL.search(text.strip()))
-
-
 def decode_json(reply: str) -> Any:
     """Parse a reply as JSON, tolerating a Markdown code fence or prose around one object."""
     fenced = _CODE_FENCE.match(reply)
@@ -204,7 +187,7 @@ def interpret_reply(reply: str | None, schema: Mapping[str, Any], finish_reason:
     try:
         answer = decode_json(reply)
     except ValueError:
-        if looks_like_refusal(reply):
+        if opens_with_refusal(reply):
             return RewriteResult("refusal", error=f"refused: {reply.strip()[:200]}")
         cut = " (cut at max_tokens)" if finish_reason == "length" else ""
         return RewriteResult("invalid_json", error=f"not a JSON object{cut}: {reply.strip()[:200]!r}")
@@ -215,7 +198,7 @@ def interpret_reply(reply: str | None, schema: Mapping[str, Any], finish_reason:
         where = "/".join(str(p) for p in problems[0].path) or "answer"
         return RewriteResult("schema_error", error=f"{where}: {problems[0].message}"[:300])
     text = answer["text"].strip()
-    if looks_like_refusal(text):
+    if opens_with_refusal(text):
         return RewriteResult("refusal", error=f"refused: {text[:200]}")
     return RewriteResult("ok", text=text, emotion=answer["emotion"])
 

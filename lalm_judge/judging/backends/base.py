@@ -58,6 +58,9 @@ class JudgeOutput:
     # probability the answer words carry (`chat.AnswerProbability`); both None when none were read.
     p_safe: float | None = None
     answer_mass: float | None = None
+    # Why generation stopped, normalized: "stop" (an end token or stop string), "length" (the token limit),
+    # "content_filter" (the provider withheld or cut it), or None when the backend does not say.
+    finish_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
