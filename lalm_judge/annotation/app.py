@@ -144,16 +144,19 @@ class Study:
             main, len(main)
         )
 
-    def register(self, rater_ids: Sequence[str]) -> dict[str, str]:
-        """Register raters (and give raters registered without items theirs); refuses a changed design."""
-        design = repr(self.protocol.design)
-        before = self.store.meta("assignment_design")
+    def check_design(self) -> None:
+        """Refuse a study.yaml whose assignment changed after raters got their items (theirs would not change)."""
+        design, before = repr(self.protocol.design), self.store.meta("assignment_design")
         if before not in (None, design) and self.store.assignments():
             raise StoreError(
                 f"study.yaml's assignment changed after raters got their items (was {before}, now {design}); "
                 "restore it, or start a new batch for the new design"
             )
-        self.store.set_meta_once("assignment_design", design, replace=True)
+
+    def register(self, rater_ids: Sequence[str]) -> dict[str, str]:
+        """Register raters (and give raters registered without items theirs); refuses a changed design."""
+        self.check_design()
+        self.store.set_meta_once("assignment_design", repr(self.protocol.design), replace=True)
         return self.store.register(rater_ids, self.plan)
 
 
@@ -457,12 +460,17 @@ def serve(
         raise StoreError(f"--new-token {', '.join(unknown)}: not registered; add them with --raters")
     if not raters and not study.store.raters():
         raise StoreError("no raters: pass --raters a,b,c or --raters-file FILE")
+    study.check_design()
     app = create_app(study)
     sock = _bind(host, port)
+    try:
+        tokens = study.register(raters)
+        tokens.update({rater_id: study.store.issue_token(rater_id) for rater_id in new_tokens})
+        owner = study.store.owner_token(renew=new_owner_token)
+    except BaseException:
+        sock.close()
+        raise
     base = _url(host, sock.getsockname()[1])
-    tokens = study.register(raters)
-    tokens.update({rater_id: study.store.issue_token(rater_id) for rater_id in new_tokens})
-    owner = study.store.owner_token(renew=new_owner_token)
     _print_urls(study, base, tokens, owner, host, echo)
     # No access log: request paths carry the raters' tokens.
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off")

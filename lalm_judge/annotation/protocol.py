@@ -81,6 +81,8 @@ class Expected:
 
 @dataclass(frozen=True)
 class Check:
+    """A practice, gold or attention item of the protocol, its expected answer and (practice) its feedback."""
+
     item_id: str
     role: str
     expected: Expected

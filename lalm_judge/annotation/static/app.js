@@ -364,8 +364,9 @@ function expectedText(expected) {
 function showFeedback(feedback) {
   awaitingFeedback = true;
   $("audio").pause();
-  const verdict = feedback.correct ? "Your answer matches." : `Your answer differs: expected ${expectedText(feedback.expected)}.`;
-  $("feedback-text").textContent = [verdict, feedback.text || ""].filter(Boolean).join(" ");
+  const verdict = feedback.correct ? "Your answer matches." : "Your answer differs.";
+  const explanation = feedback.text || `Expected: ${expectedText(feedback.expected)}.`;
+  $("feedback-text").textContent = `${verdict} ${explanation}`;
   $("feedback").classList.toggle("wrong", !feedback.correct);
   $("feedback").hidden = false;
   $("continue").focus();
