@@ -29,8 +29,11 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
-# Without npm only a warning: the accessibility checks then skip and say why.
+# npm (Debian) is installed when running as root, like chromium; without it only a warning: the accessibility
+# checks then skip and say why.
 $(AXE): | $(STAMP)
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; fi
 	@if command -v npm >/dev/null 2>&1; then \
 	  npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund --silent axe-core@$(AXE_CORE_VERSION); \
 	else echo "warning: npm is missing, the accessibility checks will skip: run 'sudo apt-get install npm'" >&2; fi

@@ -144,19 +144,25 @@ class Study:
             main, len(main)
         )
 
+    def design_key(self) -> str:
+        """What decides raters' items: the assignment design and which items are practice, gold and attention."""
+        roles = {role: self.protocol.items_of(role) for role in ("practice", "gold", "attention")}
+        return f"{self.protocol.design!r} {roles}"
+
     def check_design(self) -> None:
-        """Refuse a study.yaml whose assignment changed after raters got their items (theirs would not change)."""
-        design, before = repr(self.protocol.design), self.store.meta("assignment_design")
+        """Refuse a study.yaml whose assignment or checks changed after raters got their items (theirs would not
+        change); its texts may change at any time."""
+        design, before = self.design_key(), self.store.meta("assignment_design")
         if before not in (None, design) and self.store.assignments():
             raise StoreError(
-                f"study.yaml's assignment changed after raters got their items (was {before}, now {design}); "
-                "restore it, or start a new batch for the new design"
+                f"study.yaml's assignment or checks changed after raters got their items (was {before}, now "
+                f"{design}); restore them, or start a new batch for the new design"
             )
 
     def register(self, rater_ids: Sequence[str]) -> dict[str, str]:
         """Register raters (and give raters registered without items theirs); refuses a changed design."""
         self.check_design()
-        self.store.set_meta_once("assignment_design", repr(self.protocol.design), replace=True)
+        self.store.set_meta_once("assignment_design", self.design_key(), replace=True)
         return self.store.register(rater_ids, self.plan)
 
 

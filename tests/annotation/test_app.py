@@ -371,6 +371,10 @@ def practice_batch(tmp_path):
 
 def test_practice_feedback_checks_and_the_completion_code(tmp_path):
     directory = practice_batch(tmp_path)
+    study_yaml = directory / "study.yaml"
+    study_yaml.write_text(
+        study_yaml.read_text().replace("redirect_url: null", "redirect_url: https://example.org/done?cc={code}")
+    )
     protocol = load_protocol(Batch.load(directory))
     labels = {label.item_id: label for label in load_labels(directory)[1]}
     with running_server(directory, "--raters", "pia") as running:
@@ -391,7 +395,8 @@ def test_practice_feedback_checks_and_the_completion_code(tmp_path):
             status, answer = request(url + "api/rate", {"item_id": item_id, **like_label(labels[item_id])})
             assert status == 200 and "feedback" not in answer
             assert ("completion" in answer) == (item_id == main[-1])
-        assert answer["completion"]["code"] == protocol.completion_code
+        code = protocol.completion_code
+        assert answer["completion"] == {"code": code, "redirect_url": f"https://example.org/done?cc={code}"}
         assert request(url + "api/state")[1]["completion"]["code"] == protocol.completion_code
 
 

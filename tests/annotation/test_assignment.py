@@ -111,6 +111,6 @@ def test_raters_registered_at_different_starts_follow_the_design(batch):
     practice, main = rater_items(later, "cho")
     assert practice == [] and {item.item_id for item in main} == set(assignments["cho"])
     with_design(batch, raters_per_item=3, planned_raters=3)
-    with pytest.raises(StoreError, match="assignment changed after raters got their items"):
+    with pytest.raises(StoreError, match="assignment or checks changed after raters got their items"):
         open_study(batch).register(["dev"])
     assert "dev" not in later.store.raters()

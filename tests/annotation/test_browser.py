@@ -191,11 +191,16 @@ def test_a_rater_and_the_owner_through_the_whole_protocol_by_keyboard(tmp_path, 
         assert ann.focused() == "item-title"
         ann.accessible("rating")
 
-        # Tab + Enter / Space on focused controls press the control; they never save or play.
+        # Tab + Enter / Space on focused controls press the control; they never save or play. The player takes two
+        # Tab stops.
         first = ann.item()
         saves = []
         ann.page.on("request", lambda r: r.url.endswith("/api/rate") and saves.append(r.url))
-        ann.tab_to("#show-transcript")
+        stops = []
+        for _ in range(3):
+            ann.press("Tab")
+            stops.append(ann.focused())
+        assert stops == ["play", "restart", "show-transcript"]
         with ann.page.expect_response(lambda r: r.url.endswith("/api/transcript")):
             ann.press("Enter")
         ann.page.wait_for_selector("#transcript:not([hidden]) li")
