@@ -498,5 +498,15 @@ def _print_urls(
     else:
         echo("owner: the URL printed at the first start (new URL: --new-owner-token)")
     echo(f"protocol: {study.protocol.source}")
+    design, n_counted = study.protocol.design, len(study.counted)
+    limit = design.max_versions_per_dialogue
+    per_dialogue = f", at most {limit} version(s) of a source dialogue" if limit else ""
+    if design.raters_per_item:
+        echo(
+            f"assignment: {design.raters_per_item} raters per item for {design.planned_raters} planned raters, "
+            f"about {design.items_per_rater(n_counted)} of the {n_counted} counted items each{per_dialogue}"
+        )
+    else:
+        echo(f"assignment: every rater rates the {n_counted} counted items{per_dialogue}")
     batch, database = study.batch, study.store.path
     echo(f"serving batch {batch.batch_id} ({len(batch.items)} items) on {base}; ratings in {database}; Ctrl-C stops")
