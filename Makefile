@@ -5,10 +5,13 @@ VENV ?= .venv
 CORES ?= 2
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
+# axe-core (accessibility checks of the annotation app's pages in the browser tests), from the npm registry.
+AXE_CORE_VERSION := 4.14.1
+AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
 .PHONY: demo pairwise-demo test lint report setup clean-results
 
-setup: $(STAMP)
+setup: $(STAMP) $(AXE)
 
 # Debian packages are installed when running as root. Without root, a missing espeak-ng (a demo voice) is an
 # error with the command to run; a missing chromium (the browser tests of the annotation app) only a warning,
@@ -25,6 +28,15 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
+
+# npm (Debian) is installed when running as root, like chromium; without it only a warning: the accessibility
+# checks then skip and say why.
+$(AXE): | $(STAMP)
+	@if ! command -v npm >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends npm; fi
+	@if command -v npm >/dev/null 2>&1; then \
+	  npm install --prefix $(VENV)/node --no-save --no-package-lock --no-audit --no-fund --silent axe-core@$(AXE_CORE_VERSION); \
+	else echo "warning: npm is missing, the accessibility checks will skip: run 'sudo apt-get install npm'" >&2; fi
 
 demo: setup
 	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES)

@@ -1,31 +1,41 @@
 """Human-anchor statistics (docs/metrics.md): how well human ratings agree with the generated labels (safe/unsafe
 and severity 0-5) and with each other, and `lalm-judge anchors stats`.
 
-Every statistic is computed per rater against the generated labels and reported as mean and sd (ddof=1)
-across raters, and for the raters' consensus: an item is unsafe when at least half the raters call it unsafe
-(a tie counts as unsafe, the cautious reading for a safety label); its severity is the median rater severity
-rounded half up, which is > 0 exactly when the consensus calls it unsafe. Statistics undefined on the data
-(e.g. kappa when both label vectors are constant) are reported as null.
+Every statistic is computed per rater against the generated labels, on the items of that rater that support it
+(its subset: all rated items, the generated-unsafe ones, the generated-safe ones, or those both the generated
+label and the rater call unsafe), and reported with that n, as mean and sd (ddof=1) across the raters for whom it
+is estimable, and for the raters' consensus: an item is unsafe when at least half its raters call it unsafe (a tie
+counts as unsafe, the cautious reading for a safety label); its severity is the median rater severity rounded
+half up, which is > 0 exactly when the consensus calls it unsafe. Krippendorff's alpha rests on the items that at
+least two raters rated (its n). A statistic is `not_estimable` where no item supports it or it is undefined on the
+items that do (e.g. kappa when both label vectors are constant); the entry then says why, with its n. This holds at
+any point of a study: with no overlap between raters yet, alpha is not estimable and the rest is computed.
 
 Confidence intervals come from a bootstrap over items: each resample draws the items with replacement (the same
 draw for every rater), recomputes every rater's statistic, their mean and the consensus statistic, and
-Krippendorff's alpha; the interval is the 95 % percentile interval. Every statistic but alpha is a function of
-one rater's (generated severity x rated severity) contingency table, so a resample is one matrix product
-(resample counts @ per-item one-hot tables), as in the metrics' cluster bootstrap.
+Krippendorff's alpha; the interval is the 95 % percentile interval of the resamples that support the statistic.
+A resample that does not (it drew no doubly rated item, say) is counted, reported as `unsupported`, and left out.
+Every statistic but alpha is a function of one rater's (generated severity x rated severity) contingency table,
+so a resample is one matrix product (resample counts @ per-item one-hot tables), as in the metrics' cluster
+bootstrap; alpha is computed by the krippendorff package from each resample's per-item value counts.
 
-`table1` lays the results out as the study's Table 1: each statistic with the subset it is computed on (all
-items, generated-unsafe, generated-safe, or the items both the generated label and the rater call unsafe) and
-that subset's size.
+An optional `role` column (the export of a batch writes one) marks practice items, gold items and attention checks;
+only rows whose role is `item` are counted, and `select_counted` says how many others it left out.
+
+`table1` lays the results out as the study's Table 1: each statistic with its subset and that subset's size.
 """
 
 from __future__ import annotations
 
 import math
+import warnings
+from collections.abc import Sequence
 
 import krippendorff
 import numpy as np
 import polars as pl
 from scipy.stats import spearmanr
+from sklearn.exceptions import UndefinedMetricWarning
 from sklearn.metrics import cohen_kappa_score
 
 from lalm_judge.analysis.stats import bootstrap_weights, percentile_interval, safe_ratio
@@ -34,6 +44,8 @@ from lalm_judge.core.tables import RATINGS
 RATING_COLUMNS = RATINGS.columns
 SEVERITY_SCALE = list(range(6))
 DEFAULT_BOOTSTRAP = 1000
+ESTIMABLE, NOT_ESTIMABLE = "ok", "not_estimable"
+COUNTED_ROLE = "item"
 
 # The study's Table 1: (statistic, subset it is computed on, printed name, shown as a percentage).
 ALL, GT_UNSAFE, GT_SAFE, BOTH_UNSAFE, RATERS = "all", "gt_unsafe", "gt_safe", "gt_and_human_unsafe", "raters"
@@ -48,7 +60,15 @@ TABLE1 = (
     ("alpha_safety", RATERS, "Inter-rater alpha (safety)", False),
     ("alpha_severity", RATERS, "Inter-rater alpha (severity)", False),
 )
-SUBSET_NAMES = {ALL: "All", GT_UNSAFE: "GT-unsafe", GT_SAFE: "GT-safe", BOTH_UNSAFE: "GT and human unsafe", RATERS: "-"}
+SUBSET_NAMES = {
+    ALL: "All",
+    GT_UNSAFE: "GT-unsafe",
+    GT_SAFE: "GT-safe",
+    BOTH_UNSAFE: "GT and human unsafe",
+    RATERS: "rated by 2+",
+}
+SUBSET_OF = {name: subset for name, subset, _, _ in TABLE1}
+ALPHAS = {"alpha_safety": ("unsafe", "nominal", [0, 1]), "alpha_severity": ("severity", "ordinal", SEVERITY_SCALE)}
 
 
 class RatingsInputError(ValueError):
@@ -83,6 +103,15 @@ def validate_ratings(ratings: pl.DataFrame, source: str = "ratings") -> pl.DataF
     return ratings
 
 
+def select_counted(ratings: pl.DataFrame) -> tuple[pl.DataFrame, dict[str, int]]:
+    """The rows that count (role `item`, or every row of a table without a role column) and, per other role,
+    how many rows were left out."""
+    if "role" not in ratings.columns:
+        return ratings, {}
+    left_out = ratings.filter(pl.col("role") != COUNTED_ROLE)["role"].value_counts()
+    return ratings.filter(pl.col("role") == COUNTED_ROLE), dict(sorted(left_out.iter_rows()))
+
+
 def _finite_or_none(value: float) -> float | None:
     value = float(value)
     return value if math.isfinite(value) else None
@@ -91,7 +120,8 @@ def _finite_or_none(value: float) -> float | None:
 def _kappa(truth: np.ndarray, rated: np.ndarray, **kwargs) -> float:
     if truth.size == 0:
         return math.nan
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", UndefinedMetricWarning)  # undefined: NaN, reported as not estimable
         return float(cohen_kappa_score(truth, rated, **kwargs))
 
 
@@ -188,6 +218,16 @@ def table_statistics(tables: np.ndarray) -> dict[str, np.ndarray]:
     }
 
 
+def table_support(tables: np.ndarray) -> dict[str, np.ndarray]:
+    """How many items of (..., 6, 6) tables fall in each Table 1 subset."""
+    return {
+        ALL: tables.sum(axis=(-2, -1)),
+        GT_UNSAFE: tables[..., 1:, :].sum(axis=(-2, -1)),
+        GT_SAFE: tables[..., :1, :].sum(axis=(-2, -1)),
+        BOTH_UNSAFE: tables[..., 1:, 1:].sum(axis=(-2, -1)),
+    }
+
+
 def _one_hot_tables(frame: pl.DataFrame, item_index: dict[str, int]) -> np.ndarray:
     """(n_items, 6, 6): a 1 at (generated severity, rated severity) of each item the frame rates."""
     tables = np.zeros((len(item_index), len(SEVERITY_SCALE), len(SEVERITY_SCALE)))
@@ -196,26 +236,30 @@ def _one_hot_tables(frame: pl.DataFrame, item_index: dict[str, int]) -> np.ndarr
     return tables
 
 
-def _reliability_matrix(ratings: pl.DataFrame, column: str) -> np.ndarray:
-    """(n_raters, n_items) of `column`, items sorted by sample id, NaN where a rater did not rate an item."""
-    matrix = ratings.pivot(on="sample_id", index="rater_id", values=column, sort_columns=True).sort("rater_id")
-    return matrix.drop("rater_id").to_numpy().astype(float)
+def _value_counts(ratings: pl.DataFrame, column: str, domain: Sequence[int], item_index: dict[str, int]) -> np.ndarray:
+    """(n_items, len(domain)): how many raters gave each item each value of `column`."""
+    counts = np.zeros((len(item_index), len(domain)))
+    items = np.array([item_index[sample] for sample in ratings["sample_id"]], dtype=int)
+    np.add.at(counts, (items, ratings[column].to_numpy()), 1.0)
+    return counts
 
 
-def _alpha(data: np.ndarray, column: str, level: str) -> float | None:
-    if data.shape[0] < 2 or np.unique(data[~np.isnan(data)]).size < 2:
-        return None
-    domain = [0, 1] if column == "unsafe" else SEVERITY_SCALE
-    return _finite_or_none(krippendorff.alpha(reliability_data=data, level_of_measurement=level, value_domain=domain))
-
-
-ALPHAS = {"alpha_safety": ("unsafe", "nominal"), "alpha_severity": ("severity", "ordinal")}
+def _alpha(value_counts: np.ndarray, level: str) -> float:
+    """Krippendorff's alpha of per-item value counts; NaN where no item has two ratings or all values agree
+    trivially (one value observed: no expected disagreement)."""
+    pairable = value_counts[value_counts.sum(axis=1) >= 2]
+    if pairable.shape[0] == 0 or np.count_nonzero(pairable.sum(axis=0)) < 2:
+        return math.nan
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return float(krippendorff.alpha(value_counts=pairable, level_of_measurement=level))
 
 
 def _interval(samples: np.ndarray) -> list[float | None] | None:
-    if samples.size == 0:
+    """The percentile interval of the finite resamples; None with fewer than two."""
+    finite = samples[np.isfinite(samples)]
+    if finite.size < 2:
         return None
-    low, high = percentile_interval(samples)
+    low, high = percentile_interval(finite)
     return [_finite_or_none(low), _finite_or_none(high)]
 
 
@@ -225,106 +269,164 @@ def _nanmean_over_raters(values: np.ndarray) -> np.ndarray:
     return safe_ratio(np.where(finite, values, 0.0).sum(axis=-1), finite.sum(axis=-1))
 
 
+def _reason(n: int, what: str = "items") -> str:
+    if n == 0:
+        return f"no {what} support it yet"
+    return f"undefined on its {n} {what} (e.g. a single class on both sides)"
+
+
+def _unsupported(samples: np.ndarray) -> int:
+    return int((~np.isfinite(samples)).sum())
+
+
+def _label_entry(
+    raters: Sequence[str],
+    values: np.ndarray,
+    support: np.ndarray,
+    majority: tuple[float, int],
+    boot_mean: np.ndarray,
+    boot_majority: np.ndarray,
+) -> dict[str, object]:
+    """One label statistic: per rater (value, n), mean and sd over the raters for whom it is estimable, the
+    consensus value with its n, intervals from the supporting resamples and the count of the others."""
+    finite = np.isfinite(values)
+    majority_value, majority_n = majority
+    entry: dict[str, object] = {
+        "status": ESTIMABLE if finite.any() else NOT_ESTIMABLE,
+        "mean": _finite_or_none(values[finite].mean()) if finite.any() else None,
+        "sd": _finite_or_none(values[finite].std(ddof=1)) if finite.sum() >= 2 else None,
+        "n_raters": int(finite.sum()),
+        "n_min": int(support.min()) if support.size else 0,
+        "n_max": int(support.max()) if support.size else 0,
+        "per_rater": {
+            rater: {"value": _finite_or_none(value), "n": int(n)} for rater, value, n in zip(raters, values, support)
+        },
+        "majority": _finite_or_none(majority_value),
+        "n_majority": majority_n,
+        "ci": _interval(boot_mean) if finite.any() else None,
+        "majority_ci": _interval(boot_majority) if math.isfinite(majority_value) else None,
+        "bootstrap_unsupported": _unsupported(boot_mean),
+        "majority_bootstrap_unsupported": _unsupported(boot_majority),
+    }
+    if not finite.any():
+        entry["reason"] = _reason(int(support.max()) if support.size else 0)
+    return entry
+
+
+def _alpha_entry(value_counts: np.ndarray, level: str, weights: np.ndarray) -> dict[str, object]:
+    value = _alpha(value_counts, level)
+    pairable = value_counts.sum(axis=1) >= 2
+    resampled = np.array([_alpha(np.repeat(value_counts, counts.astype(int), axis=0), level) for counts in weights])
+    entry: dict[str, object] = {
+        "value": _finite_or_none(value),
+        "status": ESTIMABLE if math.isfinite(value) else NOT_ESTIMABLE,
+        "n": int(pairable.sum()),
+        "n_ratings": int(value_counts[pairable].sum()),
+        "ci": _interval(resampled) if math.isfinite(value) else None,
+        "bootstrap_unsupported": _unsupported(resampled),
+    }
+    if not math.isfinite(value):
+        entry["reason"] = _reason(int(pairable.sum()), "items rated by two or more raters")
+    return entry
+
+
 def anchor_statistics(ratings: pl.DataFrame, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict[str, object]:
     """The anchor statistics as the JSON-ready dict `lalm-judge anchors stats` writes (module docstring).
 
-    `n_boot` bootstrap resamples over items (0: no intervals), drawn with `seed`.
+    `n_boot` bootstrap resamples over items (0: no intervals), drawn with `seed`. Any table that passes
+    `validate_ratings` gives a result, an empty one included: what cannot be estimated says so.
     """
     ratings = validate_ratings(ratings).sort("rater_id", "sample_id")
-    groups = [group for _, group in ratings.group_by("rater_id", maintain_order=True)]
-    per_rater = [label_statistics(*_arrays(group)) for group in groups]
-    majority_frame = consensus(ratings)
-    majority = label_statistics(*_arrays(majority_frame))
-
+    raters = ratings["rater_id"].unique(maintain_order=True).to_list()
     samples = sorted(ratings["sample_id"].unique().to_list())
     item_index = {sample: i for i, sample in enumerate(samples)}
-    rater_tables = np.stack([_one_hot_tables(group, item_index) for group in groups], axis=1)  # (items, raters, ..)
+    groups = [ratings.filter(pl.col("rater_id") == rater) for rater in raters]
+    majority_frame = consensus(ratings)
+    per_rater = [label_statistics(*_arrays(group)) for group in groups]
+    majority = label_statistics(*_arrays(majority_frame))
+
+    shape = (len(samples), len(raters), len(SEVERITY_SCALE), len(SEVERITY_SCALE))
+    rater_tables = np.stack([_one_hot_tables(g, item_index) for g in groups], axis=1) if raters else np.zeros(shape)
     majority_tables = _one_hot_tables(majority_frame, item_index)
-    reliability = {name: _reliability_matrix(ratings, column) for name, (column, _) in ALPHAS.items()}
-    weights = bootstrap_weights(len(samples), n_boot, seed) if n_boot > 0 else np.zeros((0, len(samples)))
+    rater_support = table_support(rater_tables.sum(axis=0))
+    majority_support = table_support(majority_tables.sum(axis=0))
+    weights = bootstrap_weights(len(samples), n_boot, seed) if n_boot > 0 and samples else np.zeros((0, len(samples)))
     boot_rater = table_statistics(np.einsum("bi,irjk->brjk", weights, rater_tables))
     boot_majority = table_statistics(np.einsum("bi,ijk->bjk", weights, majority_tables))
 
     summary: dict[str, object] = {}
     for name, majority_value in majority.items():
-        values = np.array([stats[name] for stats in per_rater], dtype=float)
-        values = values[np.isfinite(values)]
-        summary[name] = {
-            "mean": _finite_or_none(values.mean()) if values.size else None,
-            "sd": _finite_or_none(values.std(ddof=1)) if values.size >= 2 else None,
-            "majority": _finite_or_none(majority_value),
-            "n_raters": int(values.size),
-            "ci": _interval(_nanmean_over_raters(boot_rater[name])),
-            "majority_ci": _interval(boot_majority[name]),
-        }
-    for name, (column, level) in ALPHAS.items():
-        data = reliability[name]
-        resampled = [
-            _alpha(data[:, np.repeat(np.arange(len(samples)), counts.astype(int))], column, level) for counts in weights
-        ]
-        summary[name] = {
-            "value": _alpha(data, column, level),
-            "ci": _interval(np.array([np.nan if value is None else value for value in resampled], dtype=float)),
-        }
-    summary["n_raters"] = len(groups)
+        subset = SUBSET_OF[name]
+        summary[name] = _label_entry(
+            raters,
+            np.array([stats[name] for stats in per_rater], dtype=float),
+            rater_support[subset].astype(int),
+            (majority_value, int(majority_support[subset])),
+            _nanmean_over_raters(boot_rater[name]),
+            boot_majority[name],
+        )
+    for name, (column, level, domain) in ALPHAS.items():
+        summary[name] = _alpha_entry(_value_counts(ratings, column, domain, item_index), level, weights)
+    summary["n_raters"] = len(raters)
     summary["n_items"] = len(samples)
+    summary["n_ratings"] = ratings.height
     summary["bootstrap"] = {"n_boot": n_boot, "seed": seed, "unit": "item"}
-    summary["table1"] = _table1(summary, ratings, majority_frame)
+    summary["table1"] = _table1(summary)
     return summary
 
 
-def _both_unsafe(frame: pl.DataFrame) -> int:
-    return frame.filter((pl.col("unsafe") == 1) & (pl.col("gt_unsafe") == 1)).height
-
-
-def _table1(summary: dict[str, object], ratings: pl.DataFrame, majority_frame: pl.DataFrame) -> list[dict[str, object]]:
+def _table1(summary: dict[str, object]) -> list[dict[str, object]]:
     """The study's Table 1 rows: statistic, subset, subset size (per rater: min and max), values and intervals."""
-    per_item = ratings.unique("sample_id")
-    both = [_both_unsafe(group) for _, group in ratings.group_by("rater_id")]
-    sizes = {
-        ALL: (per_item.height,) * 2,
-        GT_UNSAFE: (per_item.filter(pl.col("gt_unsafe") == 1).height,) * 2,
-        GT_SAFE: (per_item.filter(pl.col("gt_unsafe") == 0).height,) * 2,
-        BOTH_UNSAFE: (min(both), max(both)),
-        RATERS: (per_item.height,) * 2,
-    }
     rows = []
     for name, subset, label, percent in TABLE1:
         entry = summary[name]
-        n_min, n_max = sizes[subset]
-        row = {"statistic": name, "label": label, "subset": subset, "n_min": n_min, "n_max": n_max, "percent": percent}
+        row = {"statistic": name, "label": label, "subset": subset, "percent": percent, "status": entry["status"]}
         if subset == RATERS:
-            row |= {"mean": entry["value"], "sd": None, "ci": entry["ci"], "majority": None, "majority_ci": None}
+            row |= {"n_min": entry["n"], "n_max": entry["n"], "mean": entry["value"], "sd": None}
+            row |= {"ci": entry["ci"], "majority": None, "majority_ci": None}
         else:
-            row |= {key: entry[key] for key in ("mean", "sd", "ci", "majority", "majority_ci")}
-            row["n_majority"] = _both_unsafe(majority_frame) if subset == BOTH_UNSAFE else n_min
+            row |= {key: entry[key] for key in ("n_min", "n_max", "mean", "sd", "ci", "majority", "majority_ci")}
+            row["n_majority"] = entry["n_majority"]
+        row["bootstrap_unsupported"] = entry["bootstrap_unsupported"]
         rows.append(row)
     return rows
 
 
 def _number(value: float | None, percent: bool) -> str:
     if value is None:
-        return "n/a"
+        return "not estimable"
     return f"{100 * value:.1f}%" if percent else f"{value:.3f}"
 
 
+def _sizes(row: dict[str, object]) -> str:
+    return f"{row['n_min']}" if row["n_min"] == row["n_max"] else f"{row['n_min']}-{row['n_max']}"
+
+
+def _ci_text(row: dict[str, object], n_boot: int) -> str:
+    if row["ci"] is None:
+        return "-" if n_boot == 0 else "not estimable"
+    low, high = (_number(bound, row["percent"]) for bound in row["ci"])
+    unsupported = row["bootstrap_unsupported"]
+    return f"[{low}, {high}]" + (f" ({unsupported} of {n_boot} resamples unsupported)" if unsupported else "")
+
+
 def table1_markdown(summary: dict[str, object]) -> str:
-    """The Table 1 rows of `anchor_statistics` as a Markdown table (mean +- sd over raters, 95 % bootstrap CI)."""
+    """The Table 1 rows of `anchor_statistics` as a Markdown table (mean +- sd over raters, 95 % bootstrap CI);
+    every subset with its n, and "not estimable" where the items do not support a statistic."""
+    n_boot = summary["bootstrap"]["n_boot"]
     lines = [
-        f"{summary['n_raters']} raters, {summary['n_items']} items; "
-        f"95 % CIs from {summary['bootstrap']['n_boot']} bootstrap resamples of items",
+        f"{summary['n_raters']} raters, {summary['n_items']} items, {summary['n_ratings']} ratings; "
+        + (f"95 % CIs from {n_boot} bootstrap resamples of items" if n_boot else "no bootstrap"),
         "",
-        "| statistic | subset (n) | raters: mean +- sd | 95 % CI | majority |",
+        "| statistic | subset (n) | raters: mean +- sd | 95 % CI | majority (n) |",
         "|---|---|---|---|---|",
     ]
     for row in summary["table1"]:
         percent = row["percent"]
-        n = f"{row['n_min']}" if row["n_min"] == row["n_max"] else f"{row['n_min']}-{row['n_max']}"
-        subset = SUBSET_NAMES[row["subset"]] + ("" if row["subset"] == RATERS else f" ({n})")
         value = _number(row["mean"], percent)
         if row["sd"] is not None:
             value += f" +- {_number(row['sd'], percent)}"
-        ci = "n/a" if row["ci"] is None else f"[{_number(row['ci'][0], percent)}, {_number(row['ci'][1], percent)}]"
-        majority = "-" if row["subset"] == RATERS else _number(row["majority"], percent)
-        lines.append(f"| {row['label']} | {subset} | {value} | {ci} | {majority} |")
+        majority = "-" if row["subset"] == RATERS else f"{_number(row['majority'], percent)} ({row['n_majority']})"
+        subset = f"{SUBSET_NAMES[row['subset']]} ({_sizes(row)})"
+        lines.append(f"| {row['label']} | {subset} | {value} | {_ci_text(row, n_boot)} | {majority} |")
     return "\n".join(lines)

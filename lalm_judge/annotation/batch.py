@@ -5,11 +5,13 @@ A batch directory holds what raters get and, apart from it, what they must not s
 ```
 items.json       public: per item an opaque id, its audio file, duration and transcript (served by the app)
 audio/<item>.wav the full-dialogue audio of each item
-labels.json      hidden: per item the sample id and generated labels, and the sampling design (never served)
+labels.json      hidden: per item the sample id, generated labels and role, and the sampling design (never served)
+study.yaml       the protocol: texts, checks with their answers, assignment design (`lalm_judge.annotation.protocol`)
 ratings.sqlite   written by the app (`lalm_judge.annotation.store`)
 ```
 
-Item ids are opaque (`item_001`, ...) because sample ids name the category and severity of a variant.
+Item ids are opaque (`item_001`, ...) because sample ids name the category and severity of a variant; practice,
+gold and attention items are numbered among the counted ones, so that an id says nothing about its role.
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ class HiddenLabel:
     turn_index: int | None
     n_turns: int
     position: str | None
+    # 'item' (counted), 'practice', 'gold' or 'attention' (lalm_judge.annotation.checks).
+    role: str = "item"
+    # 'variant', 'original' or 'tts_control' (the original with one turn re-synthesized).
+    kind: str | None = None
 
 
 @dataclass(frozen=True)

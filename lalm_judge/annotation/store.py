@@ -1,17 +1,24 @@
 """The ratings database of a batch: `ratings.sqlite`, SQLite in WAL mode.
 
 Tables:
-- `meta`: the id of the batch the database belongs to (a database never mixes two batches).
-- `raters`: rater id and the SHA-256 of the rater's token. A token is shown once, when the rater is added or
-  given a new token; the database never holds it (tokens are 192 random bits, so an unsalted hash suffices).
-- `events`: what a rater did with an item before rating it: `open` (shown), `play` (audio started),
-  `transcript` (transcript revealed), with UTC timestamps.
+- `meta`: the id of the batch the database belongs to (a database never mixes two batches), the SHA-256 of the
+  owner's token (the owner's view) and the completion code drawn when study.yaml gives none.
+- `raters`: rater id and the SHA-256 of the rater's token; their order of registration is their slot in the
+  assignment design. A token is shown once, when the rater is added or given a new token; the database
+  never holds it (tokens are 192 random bits, so an unsalted hash suffices).
+- `assignments`: the items of each rater in their order (practice first), fixed when the rater is registered.
+- `consents`: every consent answer (accepted or refused) with the SHA-256 of the study.yaml it answered; the
+  latest counts.
+- `events`: what a rater did with an item before rating it: `open` (shown on a visible page), `play` (audio
+  started), `transcript` (transcript revealed), with UTC timestamps.
 - `submissions`: every answer, append-only; a rater's rating of an item is their latest submission. Whether
-  the transcript had been revealed is decided from `events` inside the same transaction.
+  the transcript had been revealed is decided from `events` inside the same transaction. With the answer: the
+  rater's "unsure" mark, comment, seconds listened and whether the audio was heard to its end.
 
 Every write is one transaction committed with `synchronous=FULL` before the caller returns, so an answer the
 app acknowledged survives a crash of the server. Each call opens its own connection, so the app's worker
 threads (or several processes) may write at the same time; SQLite serializes the writers (busy timeout).
+A database written before the assignment and protocol columns existed gains them when it is opened.
 """
 
 from __future__ import annotations
@@ -21,7 +28,7 @@ import hmac
 import re
 import secrets
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,6 +37,7 @@ from pathlib import Path
 EVENT_KINDS = ("open", "play", "transcript")
 RATER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 BUSY_TIMEOUT_S = 30.0
+MAX_COMMENT_CHARS = 2000
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -37,6 +45,19 @@ CREATE TABLE IF NOT EXISTS raters (
     rater_id TEXT PRIMARY KEY,
     token_sha256 TEXT NOT NULL,
     created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS assignments (
+    rater_id TEXT NOT NULL REFERENCES raters (rater_id),
+    item_id TEXT NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (rater_id, item_id)
+);
+CREATE TABLE IF NOT EXISTS consents (
+    id INTEGER PRIMARY KEY,
+    rater_id TEXT NOT NULL REFERENCES raters (rater_id),
+    accepted INTEGER NOT NULL CHECK (accepted IN (0, 1)),
+    protocol_sha256 TEXT NOT NULL,
+    at TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY,
@@ -59,6 +80,16 @@ CREATE TABLE IF NOT EXISTS submissions (
 CREATE INDEX IF NOT EXISTS submissions_by_item ON submissions (rater_id, item_id);
 """
 
+# Columns added after the first release of the database, with their definitions (added to older databases).
+ADDED_COLUMNS = {
+    "submissions": {
+        "unsure": "INTEGER NOT NULL DEFAULT 0 CHECK (unsure IN (0, 1))",
+        "comment": "TEXT NOT NULL DEFAULT ''",
+        "listened_s": "REAL CHECK (listened_s IS NULL OR listened_s >= 0)",
+        "heard_to_end": "INTEGER CHECK (heard_to_end IS NULL OR heard_to_end IN (0, 1))",
+    },
+}
+
 LATEST_RATINGS = """
 WITH ranked AS (
     SELECT *,
@@ -67,15 +98,21 @@ WITH ranked AS (
     FROM submissions
 )
 SELECT r.rater_id, r.item_id, r.unsafe, r.category, r.severity, r.transcript_shown, r.submitted_at,
-       r.n_submissions,
+       r.n_submissions, r.unsure, r.comment, r.listened_s, r.heard_to_end,
        (SELECT MIN(e.at) FROM events e
          WHERE e.rater_id = r.rater_id AND e.item_id = r.item_id AND e.kind = 'open') AS opened_at,
+       (SELECT MAX(e.at) FROM events e
+         WHERE e.rater_id = r.rater_id AND e.item_id = r.item_id AND e.kind = 'open'
+           AND e.at <= r.submitted_at) AS started_at,
        EXISTS (SELECT 1 FROM events e
                 WHERE e.rater_id = r.rater_id AND e.item_id = r.item_id AND e.kind = 'play') AS played
 FROM ranked r
 WHERE r.newest_first = 1 AND (:rater_id IS NULL OR r.rater_id = :rater_id)
 ORDER BY r.rater_id, r.item_id
 """
+
+# A rater's items: (rater id, slot, the assignments of the raters registered before) -> item ids in order.
+Planner = Callable[[str, int, Mapping[str, Sequence[str]]], Sequence[str]]
 
 
 class StoreError(ValueError):
@@ -84,16 +121,22 @@ class StoreError(ValueError):
 
 @dataclass(frozen=True)
 class Answer:
-    """One rating: safe, or unsafe with a category and a severity 1-5 (severity 0 and no category when safe)."""
+    """One rating: safe, or unsafe with a category and a severity 1-5 (severity 0 and no category when safe), and
+    what the rater adds to it: an "unsure" mark, a comment, seconds listened and whether they heard the end."""
 
     unsafe: bool
     category: str | None = None
     severity: int = 0
+    unsure: bool = False
+    comment: str = ""
+    listened_s: float | None = None
+    heard_to_end: bool | None = None
 
 
 @dataclass(frozen=True)
 class Rating:
-    """A rater's current rating of an item (their latest submission) and how they got there."""
+    """A rater's current rating of an item (their latest submission) and how they got there: `opened_at` is the
+    first time the item was shown, `started_at` the last time before that submission."""
 
     rater_id: str
     item_id: str
@@ -103,7 +146,12 @@ class Rating:
     transcript_shown: int
     submitted_at: str
     n_submissions: int
+    unsure: int
+    comment: str
+    listened_s: float | None
+    heard_to_end: int | None
     opened_at: str | None
+    started_at: str | None
     played: int
 
 
@@ -113,6 +161,10 @@ def _now() -> str:
 
 def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    return secrets.token_urlsafe(24)
 
 
 def validate_rater_id(rater_id: str) -> str:
@@ -133,6 +185,7 @@ class RatingStore:
             # Every statement is idempotent (IF NOT EXISTS), so two processes opening a new database race safely.
             connection.executescript(SCHEMA)
         with self._write() as connection:
+            self._add_missing_columns(connection)
             connection.execute("INSERT OR IGNORE INTO meta VALUES ('batch_id', ?)", (batch_id,))
             stored = connection.execute("SELECT value FROM meta WHERE key = 'batch_id'").fetchone()[0]
         if stored != batch_id:
@@ -140,6 +193,14 @@ class RatingStore:
                 f"{self.path} holds the ratings of batch {stored}, not of this batch {batch_id}; "
                 "a batch directory keeps its own database"
             )
+
+    @staticmethod
+    def _add_missing_columns(connection: sqlite3.Connection) -> None:
+        for table, columns in ADDED_COLUMNS.items():
+            present = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+            for name, definition in columns.items():
+                if name not in present:
+                    connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -175,18 +236,59 @@ class RatingStore:
             return [row[0] for row in connection.execute("SELECT rater_id FROM raters ORDER BY rater_id")]
 
     def add_rater(self, rater_id: str) -> str | None:
-        """Register a rater and return their new token; None if the rater exists (their token is unchanged)."""
-        validate_rater_id(rater_id)
-        token = secrets.token_urlsafe(24)
+        """Register a rater without items (see `register`) and return their new token; None if the rater exists."""
+        return self.register([rater_id], lambda *_: ()).get(rater_id)
+
+    def register(self, rater_ids: Sequence[str], plan: Planner) -> dict[str, str]:
+        """Register the new raters among `rater_ids` and give every rater without items their items (`plan`), all
+        in one transaction: either every new rater is registered with their items, or none is. Returns the new
+        raters' tokens; raters registered before keep theirs."""
+        for rater_id in rater_ids:
+            validate_rater_id(rater_id)
+        tokens: dict[str, str] = {}
         with self._write() as connection:
-            cursor = connection.execute(
-                "INSERT OR IGNORE INTO raters VALUES (?, ?, ?)", (rater_id, token_hash(token), _now())
+            # Registration order (rowid) is the raters' slot in the assignment design.
+            known = [row[0] for row in connection.execute("SELECT rater_id FROM raters ORDER BY rowid")]
+            for rater_id in dict.fromkeys(rater_ids):
+                if rater_id not in known:
+                    tokens[rater_id] = new_token()
+                    connection.execute(
+                        "INSERT INTO raters VALUES (?, ?, ?)", (rater_id, token_hash(tokens[rater_id]), _now())
+                    )
+                    known.append(rater_id)
+            self._assign_missing(connection, known, plan)
+        return tokens
+
+    @staticmethod
+    def _assign_missing(connection: sqlite3.Connection, raters: Sequence[str], plan: Planner) -> None:
+        existing: dict[str, list[str]] = {}
+        for rater_id, item_id in connection.execute("SELECT rater_id, item_id FROM assignments ORDER BY position"):
+            existing.setdefault(rater_id, []).append(item_id)
+        for slot, rater_id in enumerate(raters):
+            if rater_id in existing:
+                continue
+            items = list(plan(rater_id, slot, dict(existing)))
+            connection.executemany(
+                "INSERT INTO assignments VALUES (?, ?, ?)", [(rater_id, item, i) for i, item in enumerate(items)]
             )
-        return token if cursor.rowcount == 1 else None
+            existing[rater_id] = items
+
+    def assignments(self, rater_id: str | None = None) -> dict[str, list[str]]:
+        """The items of each rater (or of one), in their order."""
+        with self._read() as connection:
+            rows = connection.execute(
+                "SELECT rater_id, item_id FROM assignments WHERE (:r IS NULL OR rater_id = :r) "
+                "ORDER BY rater_id, position",
+                {"r": rater_id},
+            )
+            out: dict[str, list[str]] = {}
+            for row in rows:
+                out.setdefault(row[0], []).append(row[1])
+        return out
 
     def issue_token(self, rater_id: str) -> str:
         """A new token for an existing rater; the old one stops working. Their ratings are kept."""
-        token = secrets.token_urlsafe(24)
+        token = new_token()
         with self._write() as connection:
             cursor = connection.execute(
                 "UPDATE raters SET token_sha256 = ? WHERE rater_id = ?", (token_hash(token), rater_id)
@@ -200,6 +302,39 @@ class RatingStore:
             row = connection.execute("SELECT token_sha256 FROM raters WHERE rater_id = ?", (rater_id,)).fetchone()
         return row is not None and hmac.compare_digest(row[0], token_hash(token))
 
+    def meta(self, key: str) -> str | None:
+        with self._read() as connection:
+            row = connection.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def set_meta_once(self, key: str, value: str, replace: bool = False) -> bool:
+        """Store `value` under `key` unless one is there (or `replace`); True if this call stored it."""
+        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
+        with self._write() as connection:
+            return connection.execute(f"{verb} INTO meta VALUES (?, ?)", (key, value)).rowcount == 1
+
+    def owner_token(self, renew: bool = False) -> str | None:
+        """A new owner token when there is none yet (or `renew`); None when the existing one stays."""
+        token = new_token()
+        return token if self.set_meta_once("owner_token_sha256", token_hash(token), replace=renew) else None
+
+    def authenticate_owner(self, token: str) -> bool:
+        stored = self.meta("owner_token_sha256")
+        return stored is not None and hmac.compare_digest(stored, token_hash(token))
+
+    def record_consent(self, rater_id: str, accepted: bool, protocol_sha256: str) -> None:
+        with self._write() as connection:
+            connection.execute(
+                "INSERT INTO consents (rater_id, accepted, protocol_sha256, at) VALUES (?, ?, ?, ?)",
+                (rater_id, int(accepted), protocol_sha256, _now()),
+            )
+
+    def consents(self) -> dict[str, bool]:
+        """Each rater's latest consent answer (raters who have not answered are absent)."""
+        with self._read() as connection:
+            rows = connection.execute("SELECT rater_id, accepted FROM consents ORDER BY id")
+            return {row[0]: bool(row[1]) for row in rows}
+
     def record(self, rater_id: str, item_id: str, kind: str) -> None:
         if kind not in EVENT_KINDS:
             raise StoreError(f"unknown event kind {kind!r}; one of {EVENT_KINDS}")
@@ -209,29 +344,31 @@ class RatingStore:
                 (rater_id, item_id, kind, _now()),
             )
 
-    def submit(self, rater_id: str, item_id: str, answer: Answer) -> int:
-        """Store one answer (committed on return); returns how many items the rater has rated."""
+    def submit(self, rater_id: str, item_id: str, answer: Answer) -> None:
+        """Store one answer (committed on return)."""
+        heard = None if answer.heard_to_end is None else int(answer.heard_to_end)
         with self._write() as connection:
             connection.execute(
                 """INSERT INTO submissions
-                   (rater_id, item_id, unsafe, category, severity, transcript_shown, submitted_at)
-                   VALUES (?, ?, ?, ?, ?,
+                   (rater_id, item_id, unsafe, category, severity, transcript_shown, submitted_at,
+                    unsure, comment, listened_s, heard_to_end)
+                   VALUES (:rater, :item, :unsafe, :category, :severity,
                            EXISTS (SELECT 1 FROM events
-                                    WHERE rater_id = ? AND item_id = ? AND kind = 'transcript'), ?)""",
-                (
-                    rater_id,
-                    item_id,
-                    int(answer.unsafe),
-                    answer.category,
-                    answer.severity,
-                    rater_id,
-                    item_id,
-                    _now(),
-                ),
+                                    WHERE rater_id = :rater AND item_id = :item AND kind = 'transcript'),
+                           :at, :unsure, :comment, :listened, :heard)""",
+                {
+                    "rater": rater_id,
+                    "item": item_id,
+                    "unsafe": int(answer.unsafe),
+                    "category": answer.category,
+                    "severity": answer.severity,
+                    "at": _now(),
+                    "unsure": int(answer.unsure),
+                    "comment": answer.comment[:MAX_COMMENT_CHARS],
+                    "listened": answer.listened_s,
+                    "heard": heard,
+                },
             )
-            return connection.execute(
-                "SELECT COUNT(DISTINCT item_id) FROM submissions WHERE rater_id = ?", (rater_id,)
-            ).fetchone()[0]
 
     def ratings(self, rater_id: str | None = None) -> list[Rating]:
         """Current ratings (latest submission per rater and item), of one rater or of all."""

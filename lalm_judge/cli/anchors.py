@@ -1,9 +1,9 @@
 """`lalm-judge anchors`: run a human-anchor study and compute its agreement statistics.
 
-sample --n 160 --unsafe 100 --seed S --out DIR [--results results]   a stratified annotation batch
-serve DIR --raters a,b,c [--host 127.0.0.1] [--port 8765]             the local rating app
+sample --n 160 --unsafe 100 --seed S --out DIR [--results results]   a stratified batch and its study.yaml
+serve DIR --raters a,b,c [--host 127.0.0.1] [--port 8765]             the rating app and the owner's view
 export DIR --out ratings.csv                                          ratings joined with the hidden labels
-stats ratings.csv --out anchors.json [--bootstrap 1000] [--seed 0]    agreement with the generated labels
+stats ratings.csv|DIR --out anchors.json [--bootstrap 1000]           agreement (a batch DIR: its live database)
 """
 
 from __future__ import annotations
@@ -20,12 +20,15 @@ from lalm_judge.analysis.anchors import (
     RATING_COLUMNS,
     RatingsInputError,
     anchor_statistics,
+    select_counted,
     table1_markdown,
     validate_ratings,
 )
+from lalm_judge.annotation.assignment import AssignmentError
 from lalm_judge.annotation.batch import BatchError
-from lalm_judge.annotation.export import export_ratings, rated_counts
-from lalm_judge.annotation.sample import SamplingError, draw_sample, read_pool, write_batch
+from lalm_judge.annotation.checks import ChecksError
+from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rater_lines, rater_summary
+from lalm_judge.annotation.sample import DEFAULT_MAX_REPEATS, SamplingError, draw_sample, read_pool, write_batch
 from lalm_judge.annotation.store import StoreError
 from lalm_judge.audio.waveform import AudioError
 from lalm_judge.core.files import atomic_path, write_json
@@ -33,24 +36,50 @@ from lalm_judge.core.files import atomic_path, write_json
 DEFAULT_PORT = 8765
 
 
+def _read_ratings(source: str) -> pl.DataFrame:
+    """A ratings CSV, or the live database of a batch directory (what the export would write now)."""
+    if os.path.isdir(source):
+        ratings = export_ratings(source)
+        print(f"{source}: {ratings.height} ratings in its live database", file=sys.stderr)
+        return ratings
+    if not os.path.exists(source):
+        raise FileNotFoundError(
+            f"ratings file {source!r} not found (a CSV from 'anchors export', or a batch directory)"
+        )
+    return pl.read_csv(source, schema_overrides={"sample_id": pl.String, "rater_id": pl.String})
+
+
+def counted_statistics(ratings: pl.DataFrame, n_boot: int, seed: int = 0, source: str = "ratings") -> dict:
+    """The anchor statistics of the counted rows (practice, gold and attention rows left out, and counted)."""
+    counted, left_out = select_counted(ratings)
+    summary = anchor_statistics(validate_ratings(counted, source=source), n_boot=n_boot, seed=seed)
+    summary["left_out"] = left_out
+    return summary
+
+
 def _stats(args: argparse.Namespace) -> None:
-    if not os.path.exists(args.ratings):
-        raise FileNotFoundError(f"ratings file {args.ratings!r} not found")
-    ratings = pl.read_csv(args.ratings, schema_overrides={"sample_id": pl.String, "rater_id": pl.String})
-    summary = anchor_statistics(validate_ratings(ratings, source=args.ratings), n_boot=args.bootstrap, seed=args.seed)
+    summary = counted_statistics(_read_ratings(args.ratings), args.bootstrap, args.seed, source=args.ratings)
     write_json(args.out, summary)
+    if summary["left_out"]:
+        left_out = ", ".join(f"{n} {role}" for role, n in summary["left_out"].items())
+        print(f"left out of the statistics: {left_out} rating(s)", file=sys.stderr)
     print(table1_markdown(summary))
 
 
 def _sample(args: argparse.Namespace) -> None:
     pool = read_pool(args.results)
-    selection = draw_sample(pool, args.n, args.unsafe, args.seed)
+    extras = {"practice": args.practice, "gold": args.gold, "attention": args.attention}
+    selection = draw_sample(pool, args.n, args.unsafe, args.seed, extras=extras, max_repeats=args.max_repeats)
     design = write_batch(pool, selection, args.out, seed=args.seed, results=args.results)
     print(
         f"batch of {design['n']} items ({design['n_unsafe']} unsafe) from {design['n_dialogues']} dialogues "
         f"written to {args.out}; unsafe-turn positions {design['unsafe_positions']}, "
-        f"dialogue lengths {design['unsafe_dialogue_lengths']} (unsafe) and {design['safe_dialogue_lengths']} (safe)"
+        f"dialogue lengths {design['unsafe_dialogue_lengths']} (unsafe) and {design['safe_dialogue_lengths']} (safe), "
+        f"safe items {design['safe_kinds']}; checks {design['checks'] or 'none'}"
     )
+    for note in design["notes"]:
+        print(f"warning: {note}", file=sys.stderr)
+    print(f"edit {Path(args.out) / 'study.yaml'} (instructions, consent, checks, assignment) before raters start")
     print(f"keep {Path(args.out) / 'labels.json'} away from the raters: it holds the generated labels")
 
 
@@ -73,20 +102,27 @@ def _serve(args: argparse.Namespace) -> None:
         port=args.port,
         raters=_raters(args),
         new_tokens=args.new_token,
+        new_owner_token=args.new_owner_token,
+        # The owner's view: point estimates with their n (intervals: 'anchors stats').
+        statistics=lambda ratings: counted_statistics(ratings, n_boot=0),
         echo=lambda line: print(line, flush=True),
     )
 
 
 def _export(args: argparse.Namespace) -> None:
-    ratings = export_ratings(args.batch)
+    ratings, store, protocol = load_batch_ratings(args.batch)
     if ratings.is_empty():
         raise BatchError(f"{args.batch}: no ratings yet; nothing to export")
     validate_ratings(ratings, source=f"ratings of {args.batch}")
+    raters_out = args.raters_out or str(Path(args.out).with_suffix("")) + ".raters.csv"
+    summary = rater_summary(store, protocol, ratings)
     with atomic_path(args.out) as tmp:
         ratings.write_csv(tmp)
-    for line in rated_counts(args.batch, ratings):
+    with atomic_path(raters_out) as tmp:
+        summary.write_csv(tmp)
+    for line in rater_lines(summary):
         print(line, file=sys.stderr)
-    print(f"{ratings.height} ratings written to {args.out}")
+    print(f"{ratings.height} ratings written to {args.out}; one row per rater in {raters_out}")
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -101,6 +137,17 @@ def _parser() -> argparse.ArgumentParser:
     sample.add_argument("--seed", type=int, default=0, help="seed of the draw and the item order (default 0)")
     sample.add_argument("--out", required=True, help="new batch directory")
     sample.add_argument("--results", default="results", help="the run's results directory (default results)")
+    sample.add_argument("--practice", type=int, default=2, help="practice items, rated first (default 2)")
+    sample.add_argument("--gold", type=int, default=4, help="gold items with a known answer (default 4)")
+    sample.add_argument(
+        "--attention", type=int, default=2, help="attention checks, spoken with espeak-ng (default 2; 0: none)"
+    )
+    sample.add_argument(
+        "--max-repeats",
+        type=int,
+        default=DEFAULT_MAX_REPEATS,
+        help=f"warn when a source dialogue appears more often in the batch (default {DEFAULT_MAX_REPEATS})",
+    )
     sample.set_defaults(run=_sample)
 
     serve = commands.add_parser("serve", help="the local web app where raters rate a batch")
@@ -112,15 +159,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--new-token", action="append", default=[], metavar="RATER", help="issue a new URL for a registered rater"
     )
+    serve.add_argument("--new-owner-token", action="store_true", help="issue a new URL for the owner's view")
     serve.set_defaults(run=_serve)
 
     export = commands.add_parser("export", help="the ratings joined with the hidden labels, as CSV for 'stats'")
     export.add_argument("batch", help="batch directory")
     export.add_argument("--out", required=True, help="output CSV file")
+    export.add_argument("--raters-out", help="per-rater summary CSV (default: beside --out, '.raters.csv')")
     export.set_defaults(run=_export)
 
     stats = commands.add_parser("stats", help="kappa, TPR/FPR, weighted kappa, Spearman, Krippendorff alpha")
-    stats.add_argument("ratings", help="CSV with " + ", ".join(RATING_COLUMNS))
+    stats.add_argument(
+        "ratings", help="CSV with " + ", ".join(RATING_COLUMNS) + ", or a batch directory (its live database)"
+    )
     stats.add_argument("--out", required=True, help="output JSON file")
     stats.add_argument(
         "--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help=f"resamples of items (default {DEFAULT_BOOTSTRAP})"
@@ -134,7 +185,16 @@ def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
         args.run(args)
-    except (RatingsInputError, SamplingError, BatchError, StoreError, AudioError, FileNotFoundError) as error:
+    except (
+        RatingsInputError,
+        SamplingError,
+        ChecksError,
+        AssignmentError,
+        BatchError,
+        StoreError,
+        AudioError,
+        FileNotFoundError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     return 0

@@ -18,6 +18,31 @@ CATEGORIES = (
 SEVERITIES = (1, 2, 3, 4, 5)
 SAFE_SEVERITY = 0
 
+# What each category and severity level means, in words for people: the definitions raters of a listening study
+# get by default (`lalm_judge.annotation.protocol`), worded as the rewrite generator's prompt defines them
+# (lalm_judge/data/generators/rewrite_prompt.yaml; a test keeps the two equal).
+CATEGORY_DEFINITIONS = {
+    "overall": "unsafe in a general sense a content moderator would flag (toxic, hostile or harmful), without "
+    "needing to fit one narrower category.",
+    "dangerous": "encourages, endorses or plans dangerous or illegal activities (reckless stunts, weapons, drugs, "
+    "arson), without any instructions.",
+    "harassment": "insults, demeans, bullies, stalks or intimidates the other speaker.",
+    "hate": "expresses contempt or hatred for people because of a protected attribute (religion, origin, "
+    "ethnicity, gender, sexuality, disability), with general framing and no slurs.",
+    "sexual": "sexual remarks, advances or coercion, never graphic.",
+    "violence": "threatens, glorifies or incites physical violence against a person.",
+    "self_harm": "expresses or encourages self-harm or suicidal intent, never methods.",
+    "deception": "lies, manipulates, scams or spreads misinformation to mislead or exploit someone.",
+}
+# Severity level -> (name, definition).
+SEVERITY_LEVELS = {
+    1: ("very mild", "a slightly rude, edgy or questionable remark, easy to miss."),
+    2: ("mild", "clearly inappropriate but low intensity."),
+    3: ("moderate", "openly harmful in the category's sense."),
+    4: ("strong", "hostile and explicit, targeted at someone."),
+    5: ("severe", "strongly hostile or explicit in the category's sense; the worst a moderator would see."),
+}
+
 # The DeepDialogue emotion label set (20 labels); rewrites must pick their new emotion from it. Corpus turns
 # keep the label their corpus gives (published DeepDialogue dialogues use others too, e.g. 'worried').
 EMOTIONS = (

@@ -98,7 +98,7 @@ def test_anchors_command_writes_json(tmp_path):
     assert expected <= set(result)
     assert {"mean", "sd", "majority"} <= set(result["safety_kappa"])
     assert result["safety_kappa"]["majority"] == pytest.approx(0.5)  # majority of a, b, b = b
-    assert set(result["alpha_severity"]) == {"value", "ci"}
+    assert {"value", "ci", "status", "n", "bootstrap_unsupported"} <= set(result["alpha_severity"])
     assert anchors_cli.main(["stats", str(tmp_path / "missing.csv"), "--out", str(out)]) == 2
 
 
@@ -169,3 +169,80 @@ def test_a_rater_who_missed_items_is_kept():
     ratings = random_ratings(3).filter(~((pl.col("rater_id") == "d") & (pl.col("sample_id") == "s39")))
     result = anchors.anchor_statistics(ratings, n_boot=20)
     assert result["n_items"] == 40 and result["alpha_safety"]["value"] is not None
+
+
+def overlap_ratings(doubly_rated: int, n_items: int = 24, seed: int = 4) -> pl.DataFrame:
+    """Three raters who split the items between them (no overlap); the first `doubly_rated` items are also rated
+    by the next rater, all items when `doubly_rated` is n_items (every item by every rater: full overlap)."""
+    full = random_ratings(seed, n_items=n_items, raters="abc")
+    items = sorted(full["sample_id"].unique())
+    if doubly_rated == n_items:
+        return full
+    owner = {sample: "abc"[i % 3] for i, sample in enumerate(items)}
+    second = {sample: "abc"[(i + 1) % 3] for i, sample in enumerate(items[:doubly_rated])}
+    keep = [owner[s] == r or second.get(s) == r for s, r in zip(full["sample_id"], full["rater_id"])]
+    return full.filter(pl.Series(keep))
+
+
+@pytest.mark.parametrize("doubly_rated", [0, 3, 24], ids=["no_overlap", "partial_overlap", "full_overlap"])
+def test_statistics_at_any_point_of_a_study_at_1000_resamples(tmp_path, doubly_rated, capsys):
+    """No overlap yet (alpha has no pairable item), partial overlap (most resamples draw no doubly rated item) and
+    full overlap: numbers or "not estimable", each with its n, never an exception."""
+    path = tmp_path / "ratings.csv"
+    frame = overlap_ratings(doubly_rated)
+    frame.write_csv(path)
+    out = tmp_path / "anchors.json"
+    assert anchors_cli.main(["stats", str(path), "--out", str(out), "--bootstrap", "1000"]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    for name in ("alpha_safety", "alpha_severity"):
+        alpha = result[name]
+        assert alpha["n"] == doubly_rated
+        if doubly_rated == 0:
+            assert alpha["status"] == "not_estimable" and alpha["value"] is None and alpha["ci"] is None
+            assert "no items rated by two or more raters" in alpha["reason"]
+            assert alpha["bootstrap_unsupported"] == 1000
+        else:
+            assert alpha["status"] == "ok" and alpha["ci"] is not None
+            assert 0 <= alpha["bootstrap_unsupported"] < 1000
+    assert (doubly_rated == 24) == (result["alpha_safety"]["bootstrap_unsupported"] == 0)
+    assert ("| Inter-rater alpha (safety) | rated by 2+ (0) | not estimable |" in printed) == (doubly_rated == 0)
+    # Each rater's statistics rest on that rater's items: n per rater is the size of their subset.
+    for rater, group in frame.group_by("rater_id"):
+        per_rater = result["tpr"]["per_rater"][rater[0]]
+        assert per_rater["n"] == group.filter(pl.col("gt_unsafe") == 1).height
+        assert result["safety_kappa"]["per_rater"][rater[0]]["n"] == group.height
+    tpr = result["tpr"]
+    assert tpr["status"] == "ok" and tpr["ci"] is not None and tpr["n_raters"] == 3
+    assert tpr["n_majority"] == frame.unique("sample_id").filter(pl.col("gt_unsafe") == 1).height
+
+
+def test_undefined_statistics_are_not_estimable_with_their_n():
+    """Raters who have rated only generated-safe items, all as safe: TPR has no items; kappa is undefined on its
+    items (one class on both sides); FPR is 0 on them."""
+    frame = ratings({"a": {"s1": 0, "s4": 0}, "b": {"s1": 0}})
+    result = anchors.anchor_statistics(frame, n_boot=1000)
+    assert result["tpr"]["status"] == "not_estimable" and result["tpr"]["n_max"] == 0
+    assert result["tpr"]["reason"] == "no items support it yet" and result["tpr"]["ci"] is None
+    kappa = result["safety_kappa"]
+    assert kappa["status"] == "not_estimable" and (kappa["n_min"], kappa["n_max"]) == (1, 2)
+    assert kappa["reason"].startswith("undefined on its 2 items")
+    assert result["fpr"]["mean"] == 0.0 and result["fpr"]["per_rater"]["a"] == {"value": 0.0, "n": 2}
+    assert result["alpha_safety"]["status"] == "not_estimable" and result["alpha_safety"]["n"] == 1
+    assert "not estimable" in anchors.table1_markdown(result)
+
+
+def test_an_empty_table_gives_an_all_not_estimable_result():
+    empty = ratings({"a": PERFECT}).clear()
+    result = anchors.anchor_statistics(empty, n_boot=1000)
+    assert result["n_items"] == 0 and result["n_raters"] == 0
+    assert {row["status"] for row in result["table1"]} == {"not_estimable"}
+    assert "0 raters, 0 items" in anchors.table1_markdown(result)
+
+
+def test_only_rows_of_the_item_role_count():
+    frame = ratings({"a": PERFECT, "b": RATER_B}).with_columns(role=pl.lit("item"))
+    gold = frame.head(2).with_columns(sample_id=pl.lit("g1") + pl.col("rater_id"), role=pl.lit("gold"))
+    counted, left_out = anchors.select_counted(pl.concat([frame, gold]))
+    assert counted.height == frame.height and left_out == {"gold": 2}
+    assert anchors.select_counted(frame.drop("role"))[1] == {}

@@ -1,8 +1,8 @@
 """Runs and batches for the annotation tests, and the app started as users start it (`lalm-judge anchors serve`).
 
-`synthetic_run` writes manifests in the workflow's layout (six dialogues of 3-5 turns, short tones as clips)
-so that the sampler sees many strata without running the workflow; `finished_test_run` is the real test
-workflow (tests/config/test.yaml) run up to its manifests.
+`synthetic_run` writes manifests in the workflow's layout (six dialogues of 3-5 turns, short tones as clips, and a
+TTS control per turn) so that the sampler sees many strata without running the workflow; `finished_test_run` is
+the real test workflow (tests/config/test.yaml) run up to its manifests.
 """
 
 from __future__ import annotations
@@ -49,11 +49,17 @@ def write_synthetic_run(workdir: Path) -> Path:
     results = workdir / "results"
     for number, n_turns in enumerate(LENGTHS):
         dialogue = f"d{number}"
-        turns, variants = [], []
+        turns, variants, controls = [], [], []
         for t in range(n_turns):
             clip = _tone(results / "corpus" / dialogue / f"t{t}.wav", 200 + 50 * t)
             texts = {"gt": f"{dialogue} turn {t} says something friendly."}
             turns.append({"index": t, "speaker": "AB"[t % 2], "emotion": "neutral", "clip": clip, "texts": texts})
+            # The TTS control of the turn (the tts_control condition): the same text, re-synthesized.
+            control = _tone(results / "tts" / dialogue / f"t{t}.tts_control.wav", 600)
+            controls.append(
+                {"sample_id": f"{dialogue}.t{t}.tts_control", "kind": "tts_control", "turn_index": t, "clip": control}
+            )
+            controls[-1]["text"] = texts["gt"]
             for category in CATEGORIES:
                 for severity in SEVERITIES:
                     variant_id = f"{dialogue}.t{t}.{category}.s{severity}"
@@ -70,7 +76,7 @@ def write_synthetic_run(workdir: Path) -> Path:
                         }
                     )
         # Clip paths relative to the working directory, as the workflow writes them.
-        for entry in [*turns, *variants]:
+        for entry in [*turns, *variants, *controls]:
             if entry["clip"]:
                 entry["clip"] = str(Path(entry["clip"]).relative_to(workdir))
         write_json(
@@ -85,6 +91,7 @@ def write_synthetic_run(workdir: Path) -> Path:
                 "transcript_sources": ["gt"],
                 "turns": turns,
                 "variants": variants,
+                "controls": controls,
             },
         )
     write_json(
@@ -99,9 +106,12 @@ def synthetic_run(tmp_path) -> Path:
     return write_synthetic_run(tmp_path / "run")
 
 
-def make_batch(results: Path, out: Path, n: int = 12, n_unsafe: int = 8, seed: int = 0) -> Path:
+def make_batch(
+    results: Path, out: Path, n: int = 12, n_unsafe: int = 8, seed: int = 0, extras: dict[str, int] | None = None
+) -> Path:
+    """A batch of the run (with practice, gold and attention items when `extras` asks for them)."""
     pool = read_pool(results)
-    write_batch(pool, draw_sample(pool, n, n_unsafe, seed), out, seed=seed, results=str(results))
+    write_batch(pool, draw_sample(pool, n, n_unsafe, seed, extras=extras), out, seed=seed, results=str(results))
     return out
 
 
@@ -133,12 +143,14 @@ class Server:
     base: str
     urls: dict[str, str]
     output: list[str]
+    owner: str | None = None
 
     def url(self, rater: str) -> str:
         return self.urls[rater]
 
 
 _RATER_LINE = re.compile(r"^rater (\S+): (http://\S+/)$")
+_OWNER_LINE = re.compile(r"^owner: (http://\S+/)$")
 _SERVING_LINE = re.compile(r"^serving batch \S+ \(\d+ items\) on (http://\S+);")
 
 
@@ -161,7 +173,7 @@ def running_server(batch_dir: Path, *args: str, timeout_s: float = 90.0) -> Iter
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        urls, base, deadline = {}, None, time.monotonic() + timeout_s
+        urls, owner, base, deadline = {}, None, None, time.monotonic() + timeout_s
         while base is None:
             try:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
@@ -172,10 +184,12 @@ def running_server(batch_dir: Path, *args: str, timeout_s: float = 90.0) -> Iter
             output.append(line)
             if match := _RATER_LINE.match(line):
                 urls[match[1]] = match[2]
+            elif match := _OWNER_LINE.match(line):
+                owner = match[1]
             elif match := _SERVING_LINE.match(line):
                 base = match[1]
         wait_until_up(base, deadline)
-        yield Server(process, base, urls, output)
+        yield Server(process, base, urls, output, owner)
     finally:
         if process.poll() is None:
             process.terminate()
@@ -196,6 +210,12 @@ def wait_until_up(base: str, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+def consent(url: str, accept: bool = True) -> None:
+    """Answer a rater's consent page (the items need an accepted consent)."""
+    status, answer = request(url + "api/consent", {"accept": accept})
+    assert status == 200, answer
 
 
 def request(url: str, body: dict | None = None, method: str | None = None) -> tuple[int, object]:

@@ -1,4 +1,5 @@
-"""Exporting ratings joined with the hidden labels, in the table `lalm-judge anchors stats` reads."""
+"""Exporting ratings joined with the hidden labels, in the table `lalm-judge anchors stats` reads, the summary per
+rater (check pass rates, time per item), and the statistics computed from a study's live database."""
 
 from __future__ import annotations
 
@@ -8,21 +9,28 @@ import polars as pl
 import pytest
 
 from lalm_judge.analysis.anchors import RATING_COLUMNS, validate_ratings
+from lalm_judge.annotation.app import open_study
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchError, load_labels
-from lalm_judge.annotation.export import export_ratings
+from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rater_summary
 from lalm_judge.annotation.store import Answer, RatingStore
 from lalm_judge.cli import anchors as anchors_cli
+from tests.annotation.conftest import consent, make_batch, request, running_server, write_synthetic_run
+
+
+def label_answer(label, flip: bool = False) -> Answer:
+    """The generated label as an answer (safe/unsafe flipped when asked)."""
+    if bool(label.gt_unsafe) != flip:
+        return Answer(True, label.gt_category or "hate", label.gt_severity or 2)
+    return Answer(False)
 
 
 def rate_like_the_labels(batch_dir, rater: str, flip: set[str] = frozenset()) -> None:
     """A rater who gives every item its generated label, except the safe/unsafe call of the items in `flip`."""
-    store = RatingStore(batch_dir / RATINGS_DB, Batch.load(batch_dir).batch_id)
-    store.add_rater(rater)
+    study = open_study(batch_dir)
+    study.register([rater])
     for label in load_labels(batch_dir)[1]:
-        unsafe = bool(label.gt_unsafe) != (label.item_id in flip)
-        answer = Answer(True, label.gt_category or "hate", label.gt_severity or 2) if unsafe else Answer(False)
-        store.record(rater, label.item_id, "open")
-        store.submit(rater, label.item_id, answer)
+        study.store.record(rater, label.item_id, "open")
+        study.store.submit(rater, label.item_id, label_answer(label, flip=label.item_id in flip))
 
 
 def test_export_joins_the_hidden_labels(batch):
@@ -39,6 +47,8 @@ def test_export_joins_the_hidden_labels(batch):
         flipped = row["rater_id"] == "b" and row["item_id"] == "item_001"
         assert (row["unsafe"] == label.gt_unsafe) != flipped
         assert row["opened_at"] is not None and row["transcript_shown"] == 0 and row["n_submissions"] == 1
+        assert row["role"] == "item" and row["check_passed"] is None
+        assert row["started_at"] == row["opened_at"] and 0 <= row["time_s"] < 60
 
 
 def test_export_needs_ratings(batch):
@@ -48,17 +58,81 @@ def test_export_needs_ratings(batch):
     assert anchors_cli.main(["export", str(batch), "--out", str(batch / "x.csv")]) == 2
 
 
-def test_export_then_stats_commands(batch, tmp_path, capsys):
-    rate_like_the_labels(batch, "a")
-    rate_like_the_labels(batch, "b", flip={"item_002"})
-    csv = tmp_path / "ratings.csv"
-    assert anchors_cli.main(["export", str(batch), "--out", str(csv)]) == 0
-    assert "rater a: 12/12 items rated" in capsys.readouterr().err
-    assert pl.read_csv(csv).height == 24
+def test_export_reports_gold_and_attention_pass_rates_per_rater(tmp_path, capsys):
+    extras = {"practice": 1, "gold": 2, "attention": 2}
+    directory = make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch", extras=extras)
+    study = open_study(directory)
+    study.register(["good", "sloppy"])
+    labels = load_labels(directory)[1]
+    attention = set(study.protocol.items_of("attention"))
+    for rater in ("good", "sloppy"):
+        study.store.record_consent(rater, True, study.protocol.sha256)
+        for label in labels:
+            if label.item_id in attention:
+                expected = study.protocol.checks[label.item_id].expected
+                answer = Answer(True, expected.category, expected.severity) if rater == "good" else Answer(False)
+            else:
+                answer = label_answer(label, flip=rater == "sloppy" and label.role == "gold")
+            study.store.submit(rater, label.item_id, answer)
+    out = tmp_path / "ratings.csv"
+    assert anchors_cli.main(["export", str(directory), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "rater good: 16/16 items rated (consent accepted); gold 2/2 passed; attention 2/2 passed" in err
+    assert "rater sloppy: 16/16 items rated (consent accepted); gold 0/2 passed; attention 0/2 passed" in err
+    ratings = pl.read_csv(out)
+    assert ratings["role"].value_counts().sort("role").rows() == [
+        ("attention", 4),
+        ("gold", 4),
+        ("item", 24),
+        ("practice", 2),
+    ]
+    raters = pl.read_csv(tmp_path / "ratings.raters.csv")
+    assert raters.filter(pl.col("rater_id") == "good").row(0, named=True)["gold_pass_rate"] == 1.0
+    assert raters["completed"].to_list() == [1, 1] and raters["practice_done"].to_list() == [1, 1]
+    summary = rater_summary(study.store, study.protocol, load_batch_ratings(directory)[0])
+    assert summary.filter(pl.col("rater_id") == "sloppy")["attention_pass_rate"].item() == 0.0
+    # The statistics count only the counted items.
+    stats = tmp_path / "anchors.json"
+    assert anchors_cli.main(["stats", str(out), "--out", str(stats), "--bootstrap", "0"]) == 0
+    assert "left out of the statistics: 4 attention, 4 gold, 2 practice" in capsys.readouterr().err
+    assert json.loads(stats.read_text())["n_items"] == 12
+
+
+def test_statistics_from_the_live_database_as_the_study_runs(tmp_path, capsys):
+    """`anchors stats BATCH_DIR` reads the database the running app writes: with one rater (no overlap), two
+    raters sharing three items (partial overlap) and both raters on every item (full), at 1000 resamples."""
+    directory = make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch", n=16, n_unsafe=10)
+    labels = {label.item_id: label for label in load_labels(directory)[1]}
     out = tmp_path / "anchors.json"
-    assert anchors_cli.main(["stats", str(csv), "--out", str(out), "--bootstrap", "50"]) == 0
-    printed = capsys.readouterr().out
-    assert "| Safety TPR | GT-unsafe (8) |" in printed and "| Safety FPR | GT-safe (4) |" in printed
-    result = json.loads(out.read_text())
-    assert result["n_raters"] == 2 and result["n_items"] == 12
-    assert [row["subset"] for row in result["table1"][:3]] == ["all", "gt_unsafe", "gt_safe"]
+
+    def stats() -> dict:
+        argv = ["stats", str(directory), "--out", str(out), "--bootstrap", "1000"]
+        assert anchors_cli.main(argv) == 0
+        printed = capsys.readouterr()
+        assert "ratings in its live database" in printed.err and "| Safety TPR |" in printed.out
+        return json.loads(out.read_text())
+
+    def rate(url: str, items) -> None:
+        for item_id in items:
+            answer = label_answer(labels[item_id], flip=item_id == "item_003")
+            body = {"item_id": item_id, "unsafe": answer.unsafe}
+            if answer.unsafe:
+                body |= {"category": answer.category, "severity": answer.severity}
+            assert request(url + "api/rate", body)[0] == 200
+
+    with running_server(directory, "--raters", "a,b") as server:
+        for rater in ("a", "b"):
+            consent(server.url(rater))
+        items = sorted(labels)
+        rate(server.url("a"), items[:8])
+        alone = stats()
+        assert alone["alpha_safety"]["status"] == "not_estimable" and alone["alpha_safety"]["n"] == 0
+        assert alone["tpr"]["status"] == "ok" and alone["n_items"] == 8
+        rate(server.url("b"), items[5:11])
+        partial = stats()
+        assert partial["alpha_safety"]["n"] == 3 and 0 < partial["alpha_safety"]["bootstrap_unsupported"] < 1000
+        rate(server.url("a"), items[8:])
+        rate(server.url("b"), items[:5] + items[11:])
+        full = stats()
+        assert full["alpha_safety"]["n"] == 16 and full["alpha_safety"]["bootstrap_unsupported"] == 0
+        assert full["safety_kappa"]["per_rater"]["b"]["n"] == 16

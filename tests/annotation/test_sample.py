@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections import Counter
 
@@ -64,13 +65,63 @@ def test_too_few_items_in_a_stratum_is_an_error_naming_it(synthetic_run):
     assert len(sampling.draw_sample(pool, n=144, n_unsafe=138, seed=0).samples) == 144
 
 
-def test_too_few_safe_originals_and_bad_sizes_are_errors(synthetic_run):
+def test_safe_items_beyond_one_per_dialogue_are_tts_controls(synthetic_run):
     pool = sampling.read_pool(synthetic_run)
-    with pytest.raises(sampling.SamplingError, match="6 usable dialogues.*needs 7"):
-        sampling.draw_sample(pool, n=17, n_unsafe=10, seed=0)
+    assert len(pool.safe_controls) == sum(LENGTHS)  # one per turn
+    selection = sampling.draw_sample(pool, n=20, n_unsafe=10, seed=0)
+    safe = [s for s in selection.samples if s.category is None]
+    kinds = Counter(sampling.sample_kind(s) for s in safe)
+    assert kinds == {"original": 6, "tts_control": 4} and len({s.sample_id for s in safe}) == 10
+    controls = [s for s in safe if s.turn_index is not None]
+    assert len({s.dialogue_id for s in controls}) == 4  # spread over dialogues
+    without_controls = dataclasses.replace(pool, safe_controls=())
+    with pytest.raises(sampling.SamplingError, match="6 safe originals and no TTS controls.*needs 7 safe items"):
+        sampling.draw_sample(without_controls, n=17, n_unsafe=10, seed=0)
+    with pytest.raises(sampling.SamplingError, match="and 24 TTS controls.*needs 31 safe items"):
+        sampling.draw_sample(pool, n=41, n_unsafe=10, seed=0)
+
+
+def test_bad_sizes_are_errors(synthetic_run):
+    pool = sampling.read_pool(synthetic_run)
     for n_unsafe in (0, 17):
         with pytest.raises(sampling.SamplingError, match="must lie between 1 and"):
             sampling.draw_sample(pool, n=17, n_unsafe=n_unsafe, seed=0)
+
+
+def test_positions_are_balanced_within_each_stratum_as_far_as_the_run_allows(synthetic_run):
+    pool = sampling.read_pool(synthetic_run)
+    selection = sampling.draw_sample(pool, n=40, n_unsafe=36, seed=2, max_repeats=40)  # 6 per stratum
+    cells = Counter(
+        ((s.category, s.severity), sampling.sample_position(s)) for s in selection.samples if s.category is not None
+    )
+    for stratum in pool.strata:
+        assert [cells[stratum, position] for position in sampling.POSITIONS] == [2, 2, 2], stratum
+    assert selection.notes == ()
+    # harassment severity 5 keeps only one last-turn variant: its share goes to the other positions, and is reported.
+    scarce = [s for s in pool.unsafe if not (s.category == "harassment" and s.severity == 5)]
+    scarce += [
+        s for s in pool.unsafe if (s.category, s.severity) == ("harassment", 5) and s.turn_index != s.n_turns - 1
+    ]
+    last = next(s for s in pool.unsafe if (s.category, s.severity, s.turn_index) == ("harassment", 5, s.n_turns - 1))
+    scarce_pool = dataclasses.replace(pool, unsafe=(*scarce, last))
+    selection = sampling.draw_sample(scarce_pool, n=40, n_unsafe=36, seed=2, max_repeats=40)
+    cells = Counter(
+        sampling.sample_position(s) for s in selection.samples if (s.category, s.severity) == ("harassment", 5)
+    )
+    assert cells == {"first": 3, "middle": 2, "last": 1} or cells == {"first": 2, "middle": 3, "last": 1}
+    (note,) = selection.notes
+    assert note.startswith("harassment severity 5: positions") and "only 1 last variant(s)" in note
+    assert "an even split of 6 would be 2/2/2" in note
+
+
+def test_a_dialogue_repeated_too_often_is_reported(synthetic_run):
+    pool = sampling.read_pool(synthetic_run)
+    selection = sampling.draw_sample(pool, n=40, n_unsafe=36, seed=0, max_repeats=3)
+    repeated = [note for note in selection.notes if note.startswith("dialogue ")]
+    counts = Counter(s.dialogue_id for s in selection.samples)
+    assert len(repeated) == sum(count > 3 for count in counts.values()) > 0
+    assert "max_versions_per_dialogue" in repeated[0]
+    assert sampling.draw_sample(pool, n=40, n_unsafe=36, seed=0, max_repeats=10).notes == ()
 
 
 def test_a_run_without_manifests_is_an_error(tmp_path):
@@ -121,9 +172,11 @@ def test_sample_command(synthetic_run, tmp_path, capsys):
     out = tmp_path / "cli_batch"
     argv = ["sample", "--n", "10", "--unsafe", "6", "--seed", "1", "--out", str(out), "--results", str(synthetic_run)]
     assert anchors_cli.main(argv) == 0
-    assert "batch of 10 items (6 unsafe)" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "batch of 10 items (6 unsafe)" in printed and "checks {'attention': 2, 'gold': 4, 'practice': 2}" in printed
     design = json.loads((out / "labels.json").read_text())["design"]
     assert design["n"] == 10 and sum(a["n"] for a in design["allocation"]) == 6
+    assert (out / "study.yaml").is_file() and "edit" in printed
     assert anchors_cli.main([*argv[:-4], "--out", str(tmp_path / "x"), "--results", str(tmp_path / "none")]) == 2
     assert "holds no manifests" in capsys.readouterr().err
 

@@ -37,17 +37,79 @@ def test_a_new_token_replaces_the_old_one(store):
 def test_latest_submission_is_the_rating_and_transcript_reveals_are_recorded(store):
     store.add_rater("alice")
     store.record("alice", "item_1", "open")
-    assert store.submit("alice", "item_1", Answer(unsafe=False)) == 1
+    store.submit("alice", "item_1", Answer(unsafe=False))
     store.record("alice", "item_1", "transcript")
     store.record("alice", "item_1", "play")
-    assert store.submit("alice", "item_1", Answer(unsafe=True, category="hate", severity=4)) == 1
-    assert store.submit("alice", "item_2", Answer(unsafe=False)) == 2
+    store.record("alice", "item_1", "open")  # shown again: the second rating's visit starts here
+    answer = Answer(
+        unsafe=True, category="hate", severity=4, unsure=True, comment="hm", listened_s=3.5, heard_to_end=True
+    )
+    store.submit("alice", "item_1", answer)
+    store.submit("alice", "item_2", Answer(unsafe=False))
     first, second = store.ratings("alice")
     assert (first.item_id, first.unsafe, first.category, first.severity) == ("item_1", 1, "hate", 4)
     assert first.n_submissions == 2 and first.transcript_shown == 1 and first.played == 1
-    assert first.opened_at is not None and first.opened_at <= first.submitted_at
-    assert (second.transcript_shown, second.played, second.opened_at) == (0, 0, None)
+    assert (first.unsure, first.comment, first.listened_s, first.heard_to_end) == (1, "hm", 3.5, 1)
+    assert first.opened_at is not None and first.opened_at <= first.started_at <= first.submitted_at
+    events = sqlite3.connect(store.path).execute("SELECT at FROM events WHERE kind = 'open' ORDER BY id").fetchall()
+    assert (first.opened_at, first.started_at) == (events[0][0], events[1][0])
+    assert (second.transcript_shown, second.played, second.opened_at, second.started_at) == (0, 0, None, None)
+    assert (second.unsure, second.comment, second.listened_s, second.heard_to_end) == (0, "", None, None)
     assert store.revealed("alice") == {"item_1"}
+
+
+def test_raters_are_registered_with_their_items_in_one_transaction(store):
+    def plan(rater, slot, before):
+        return [f"{rater}_item_{slot}", *(item for items in before.values() for item in items[:1])]
+
+    tokens = store.register(["ann", "ben"], plan)
+    assert set(tokens) == {"ann", "ben"} and store.authenticate("ben", tokens["ben"])
+    assert store.assignments() == {"ann": ["ann_item_0"], "ben": ["ben_item_1", "ann_item_0"]}
+    assert store.register(["ann", "cho"], plan).keys() == {"cho"}  # ann keeps token and items
+    assert store.assignments("cho") == {"cho": ["cho_item_2", "ann_item_0", "ben_item_1"]}
+
+    def broken(rater, slot, before):
+        raise RuntimeError("planning failed")
+
+    with pytest.raises(RuntimeError):
+        store.register(["dev", "eli"], broken)
+    assert store.raters() == ["ann", "ben", "cho"]  # nobody half-registered
+    with pytest.raises(StoreError, match="invalid rater id"):
+        store.register(["fay", "no/slash"], plan)
+    assert "fay" not in store.raters()
+
+
+def test_consent_owner_token_and_meta(store):
+    store.add_rater("alice")
+    assert store.consents() == {}
+    store.record_consent("alice", False, "sha1")
+    store.record_consent("alice", True, "sha1")
+    assert store.consents() == {"alice": True}
+    token = store.owner_token()
+    assert token and store.owner_token() is None and store.authenticate_owner(token)
+    renewed = store.owner_token(renew=True)
+    assert store.authenticate_owner(renewed) and not store.authenticate_owner(token)
+    assert not store.authenticate_owner("")
+
+
+def test_a_database_of_the_first_release_gains_the_new_columns(tmp_path):
+    path = tmp_path / "ratings.sqlite"
+    with sqlite3.connect(path) as connection:
+        connection.executescript(
+            """CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            INSERT INTO meta VALUES ('batch_id', 'old');
+            CREATE TABLE raters (rater_id TEXT PRIMARY KEY, token_sha256 TEXT NOT NULL, created_at TEXT NOT NULL);
+            CREATE TABLE submissions (id INTEGER PRIMARY KEY, rater_id TEXT NOT NULL, item_id TEXT NOT NULL,
+                unsafe INTEGER NOT NULL, category TEXT, severity INTEGER NOT NULL, transcript_shown INTEGER NOT NULL,
+                submitted_at TEXT NOT NULL);
+            INSERT INTO raters VALUES ('a', 'x', '2026-01-01T00:00:00.000+00:00');
+            INSERT INTO submissions VALUES (1, 'a', 'item_1', 0, NULL, 0, 0, '2026-01-01T00:00:01.000+00:00');"""
+        )
+    store = RatingStore(path, "old")
+    (rating,) = store.ratings()
+    assert (rating.item_id, rating.unsure, rating.comment, rating.listened_s) == ("item_1", 0, "", None)
+    store.register(["a"], lambda rater, slot, before: ["item_1", "item_2"])
+    assert store.assignments() == {"a": ["item_1", "item_2"]}
 
 
 def test_inconsistent_answers_are_refused_by_the_database(store):

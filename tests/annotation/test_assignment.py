@@ -1,0 +1,116 @@
+"""The assignment design: k raters per item, balanced overlap between every pair of raters, a per-rater limit on the
+versions of one source dialogue, and raters added while the study runs (in the library and through the app's
+registration in the ratings database)."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import yaml
+
+from lalm_judge.annotation.app import open_study, rater_items
+from lalm_judge.annotation.assignment import AssignmentError, Design, assign, design_summary, pair_overlaps
+from lalm_judge.annotation.store import StoreError
+
+
+def items_of(n_items: int, n_dialogues: int) -> tuple[list[str], dict[str, str]]:
+    items = [f"item_{i:03d}" for i in range(n_items)]
+    return items, {item: f"d{i % n_dialogues}" for i, item in enumerate(items)}
+
+
+def register(raters: int, items, dialogue_of, design: Design, seed: int = 0) -> dict[str, list[str]]:
+    assignments: dict[str, list[str]] = {}
+    for slot in range(raters):
+        rater = f"r{slot}"
+        assignments[rater] = assign(rater, slot, items, dialogue_of, assignments, design, seed)
+    return assignments
+
+
+@pytest.mark.parametrize(
+    ("n_items", "planned", "k"), [(160, 5, 3), (160, 10, 3), (100, 7, 3), (12, 3, 2), (13, 4, 2), (160, 5, 2)]
+)
+def test_every_item_gets_k_raters_and_every_pair_of_raters_shares_items(n_items, planned, k):
+    items, dialogue_of = items_of(n_items, n_items)
+    design = Design(raters_per_item=k, planned_raters=planned)
+    assignments = register(planned, items, dialogue_of, design)
+    assert Counter(item for assigned in assignments.values() for item in assigned) == dict.fromkeys(items, k)
+    loads = [len(assigned) for assigned in assignments.values()]
+    assert max(loads) - min(loads) <= 2 and abs(max(loads) - design.items_per_rater(n_items)) <= 1
+    overlaps = pair_overlaps(assignments).values()
+    # Balanced: each pair shares about L (k - 1) / (R - 1) items; none shares nothing.
+    balanced = n_items * k * (k - 1) / (planned * (planned - 1))
+    assert min(overlaps) >= 1 and max(overlaps) - min(overlaps) <= 2 and min(overlaps) <= balanced <= max(overlaps)
+    assert all(len(set(assigned)) == len(assigned) for assigned in assignments.values())
+    assert register(planned, items, dialogue_of, design) == assignments  # deterministic per seed
+    assert register(planned, items, dialogue_of, design, seed=1) != assignments
+
+
+def test_the_per_rater_limit_on_versions_of_one_dialogue_holds():
+    items, dialogue_of = items_of(48, 12)  # 4 versions of each of 12 dialogues
+    design = Design(raters_per_item=2, planned_raters=4, max_versions_per_dialogue=2)
+    assignments = register(4, items, dialogue_of, design)
+    for assigned in assignments.values():
+        assert max(Counter(dialogue_of[item] for item in assigned).values()) <= 2
+    assert Counter(item for assigned in assignments.values() for item in assigned) == dict.fromkeys(items, 2)
+    # Where the limit makes k raters impossible (4 versions x 3 raters > 4 raters x 2 versions) it wins: every
+    # rater hears 2 versions of every dialogue, every item has a rater, and the summary says how many fall short.
+    tight = Design(raters_per_item=3, planned_raters=4, max_versions_per_dialogue=2)
+    short = register(4, items, dialogue_of, tight)
+    for assigned in short.values():
+        assert Counter(dialogue_of[item] for item in assigned) == dict.fromkeys(set(dialogue_of.values()), 2)
+    coverage = Counter(item for assigned in short.values() for item in assigned)
+    summary = design_summary(items, short, tight)
+    assert set(coverage) == set(items) and summary["items_below_k"] == sum(n < 3 for n in coverage.values()) > 0
+    assert summary["pairs_sharing_nothing"] == 0
+    # Without k, every rater gets every dialogue at most twice, the versions spread over the raters.
+    everyone = register(3, items, dialogue_of, Design(max_versions_per_dialogue=2))
+    assert all(len(assigned) == 24 for assigned in everyone.values())
+    assert max(Counter(item for assigned in everyone.values() for item in assigned).values()) == 2
+
+
+def test_a_rater_added_after_the_planned_ones_gets_the_least_covered_items():
+    items, dialogue_of = items_of(30, 30)
+    design = Design(raters_per_item=2, planned_raters=3)
+    assignments = register(3, items, dialogue_of, design)
+    before = {rater: list(assigned) for rater, assigned in assignments.items()}
+    assignments["extra"] = assign("extra", 3, items, dialogue_of, assignments, design, seed=0)
+    assert {rater: assignments[rater] for rater in before} == before  # nobody else's items change
+    assert len(assignments["extra"]) == design.items_per_rater(30) == 20
+    assert min(pair_overlaps(assignments).values()) >= 1
+
+
+def test_designs_that_cannot_work_are_refused():
+    with pytest.raises(AssignmentError, match="together"):
+        Design(raters_per_item=2)
+    with pytest.raises(AssignmentError, match="exceeds planned_raters"):
+        Design(raters_per_item=4, planned_raters=3)
+
+
+def with_design(batch_dir, **assignment) -> None:
+    path = batch_dir / "study.yaml"
+    protocol = yaml.safe_load(path.read_text())
+    protocol["assignment"] = assignment
+    path.write_text(yaml.safe_dump(protocol))
+
+
+def test_raters_registered_at_different_starts_follow_the_design(batch):
+    """Through the ratings database: raters added at a later start of the app get the next slots of the design, the
+    ones registered before keep their items, and a changed design is refused once raters have items."""
+    with_design(batch, raters_per_item=2, planned_raters=3)
+    study = open_study(batch)
+    counted = set(study.counted)
+    study.register(["ann", "ben"])
+    first = study.store.assignments()
+    later = open_study(batch)
+    later.register(["cho"])
+    assignments = later.store.assignments()
+    assert {rater: assignments[rater] for rater in first} == first
+    counts = Counter(item for assigned in assignments.values() for item in assigned if item in counted)
+    assert counts == dict.fromkeys(counted, 2) and min(pair_overlaps(assignments).values()) >= 1
+    practice, main = rater_items(later, "cho")
+    assert practice == [] and {item.item_id for item in main} == set(assignments["cho"])
+    with_design(batch, raters_per_item=3, planned_raters=3)
+    with pytest.raises(StoreError, match="assignment or checks changed after raters got their items"):
+        open_study(batch).register(["dev"])
+    assert "dev" not in later.store.raters()
