@@ -86,7 +86,6 @@ def read_jsonl_records(
     hygiene, keys given twice, where each clip is and, with `check_audio`, whether it is whole); emotion labels
     are the corpus's own (ingest warns about labels outside `taxonomy.EMOTIONS`)."""
     file = jsonl_file(path)
-    corpus_dir = file.parent
     found: list[JsonlRecord] = []
     seen: set[str] = set()
     for line_no, line in enumerate(records.decode_utf8(file.read_bytes(), file).splitlines(), 1):
@@ -103,22 +102,32 @@ def read_jsonl_records(
         if dialogue_id in seen:
             raise CorpusError(f"{where}: duplicate dialogue id {dialogue_id!r}")
         seen.add(dialogue_id)
-        turns = record.get("turns")
-        if not isinstance(turns, list):  # an empty list is a dialogue too short to use: ingest skips it
-            raise CorpusError(f"{where}: dialogue {dialogue_id!r} needs 'turns', a list of turns")
-        records.check_optional_text(record, "domain", f"{where}: dialogue {dialogue_id!r}")
-        warnings, clips = [], []
-        for i, turn in enumerate(turns):
-            at = f"{where}: dialogue {dialogue_id!r} turn {i}"
-            warnings += records.check_turn_fields(turn, at, allowed=records.JSONL_TURN_FIELDS)
-            if turn.get("audio") is not None:
-                clips.append(
-                    records.corpus_audio_path(
-                        corpus_dir, turn["audio"], at, allow_external=allow_external_audio, check_file=check_audio
-                    )
-                )
-        found.append(JsonlRecord(record, file, line_no, tuple(dict.fromkeys(clips)), tuple(warnings)))
+        clips, warnings = _check_turns(
+            record, f"{where}: dialogue {dialogue_id!r}", file.parent, allow_external_audio, check_audio
+        )
+        found.append(JsonlRecord(record, file, line_no, clips, warnings))
     return found
+
+
+def _check_turns(
+    record: dict[str, Any], where: str, corpus_dir: Path, allow_external_audio: bool, check_audio: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The given clips (as the workflow names them) and the speech warnings of one record, its turns checked."""
+    turns = record.get("turns")
+    if not isinstance(turns, list):  # an empty list is a dialogue too short to use: ingest skips it
+        raise CorpusError(f"{where} needs 'turns', a list of turns")
+    records.check_optional_text(record, "domain", where)
+    warnings, clips = [], []
+    for i, turn in enumerate(turns):
+        at = f"{where} turn {i}"
+        warnings += records.check_turn_fields(turn, at, allowed=records.JSONL_TURN_FIELDS)
+        if turn.get("audio") is not None:
+            clips.append(
+                records.corpus_audio_path(
+                    corpus_dir, turn["audio"], at, allow_external=allow_external_audio, check_file=check_audio
+                )
+            )
+    return tuple(dict.fromkeys(clips)), tuple(warnings)
 
 
 def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
