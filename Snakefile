@@ -1,6 +1,8 @@
 # lalm-judge: LALM-as-a-judge benchmark of spoken dialogue (safety track) and spoken responses (pairwise track).
 # Table of contents only; each stage lives in rules/<stage>.smk.
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from lalm_judge.workflow.config import validate_config
 
 min_version("9.0")
 
@@ -13,7 +15,9 @@ if not workflow.overwrite_configfiles:
     configfile: "config.yaml"
 
 
-validate(config, "schemas/config.schema.yaml")
+# The schema (schemas/config.schema.yaml), defaults filled in, by the code of `lalm-judge validate-config`, so that an
+# error reads the same in both (the key path, the value, what is allowed); the checks beyond it: rules/common.smk.
+config.update(validate_config(config))
 
 
 report: "report/workflow.rst"

@@ -8,32 +8,29 @@ from snakemake.logging import logger
 from lalm_judge.core.vocabulary import BABBLE, MODALITIES, Condition, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
-from lalm_judge.workflow.config import (
-    PAIRWISE,
-    PREFERENCE,
-    SAFETY,
-    canonical,
-    check_config,
-    check_config_files,
-    check_run_environment,
-    tracks,
-)
+from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, check_config_files, tracks
 from lalm_judge.workflow.gpu import check_gpu_budget
-from lalm_judge.workflow.pairwise import PairwisePlan
 from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
-from lalm_judge.workflow.preference import PreferencePlan, speak_gpus
-from lalm_judge.workflow.plan import Plan, export_checkout_to_jobs, gpu_requests
+from lalm_judge.workflow.preference import speak_gpus
+from lalm_judge.workflow.plan import export_checkout_to_jobs, gpu_requests
+from lalm_judge.workflow.preflight import preflight, summarized
 
-# Notes are cells routed to a documented alternative and unpinned revisions; problems stop the parse.
+# Every check the run makes before its first job (lalm_judge.workflow.preflight; `lalm-judge validate-config` runs
+# the same): problems stop the parse. Notes are cells routed to a documented alternative, unpinned revisions and
+# unset key variables; warnings are corpus turns a voice cannot speak as written. Only the main process reads the
+# corpus audio headers and prints them (jobs parse the workflow again).
 check_config_files(workflow.configfiles)
-for note in check_config(config) + check_run_environment(config):
-    if workflow.is_main_process:
+PREFLIGHT = preflight(config, check_audio=workflow.is_main_process)
+if workflow.is_main_process:
+    for note in PREFLIGHT.notes:
         logger.warning(f"note: {note}")
+    for warning in summarized(PREFLIGHT.warnings):
+        logger.warning(f"warning: {warning}")
 # A config runs the safety track, the pairwise track or both; each plan exists only for its track.
 TRACKS = tracks(config)
-PLAN = Plan(config) if SAFETY in TRACKS else None
-PAIRWISE_PLAN = PairwisePlan(config) if PAIRWISE in TRACKS else None
-PREFERENCE_PLAN = PreferencePlan(config) if PREFERENCE in TRACKS else None
+PLAN = PREFLIGHT.plan
+PAIRWISE_PLAN = PREFLIGHT.pairwise_plan
+PREFERENCE_PLAN = PREFLIGHT.preference_plan
 SEED = config["seed"]
 IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchmark.IMPORTED
 # Snakemake lowers each job's `gpu` to a --resources gpu=N given on the command line or in a profile, so a
@@ -54,6 +51,33 @@ wildcard_constraints:
     engine=r"[a-z0-9_]+",
     category="emotion|gender|character",
     sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
+
+
+def get_dialogue_record_file(wildcards):
+    """The file holding a dialogue's record when it is shared by every dialogue (`dialogues.jsonl`), as an ancient
+    input: its record's digest (a param of the index job) decides, so that editing one dialogue reruns only that one."""
+    source = PLAN.source(wildcards.dialogue)
+    return ancient(source.source_path) if source.record_digest else []
+
+
+def get_dialogue_files(wildcards):
+    """The files that define a dialogue besides a shared record: its clips, its JSON and recording or segments."""
+    return list(PLAN.source(wildcards.dialogue).files)
+
+
+def get_record_digest(wildcards):
+    return PLAN.source(wildcards.dialogue).record_digest
+
+
+def get_corpus_location():
+    return canonical({key: config["corpus"][key] for key in ("format", "path")})
+
+
+def get_ingest_corpus_settings():
+    """The corpus settings that change an ingested dialogue; which dialogues are used (dialogues, max_dialogues) and
+    where audio may be (allow_external_audio) do not."""
+    unused = ("dialogues", "max_dialogues", "allow_external_audio")
+    return canonical({key: value for key, value in config["corpus"].items() if key not in unused})
 
 
 def get_corpus_outputs():

@@ -1,3 +1,4 @@
+from lalm_judge.core.files import read_json
 from lalm_judge.core.logs import log_to
 from lalm_judge.data.corpus import ingest
 
@@ -10,4 +11,5 @@ with log_to(snakemake.log[0]):
         sample_rate=snakemake.params.sample_rate,
         voices=snakemake.params.voices,
         min_turns=snakemake.params.corpus["min_turns"],
+        record=read_json(snakemake.input.source).get("record"),
     )

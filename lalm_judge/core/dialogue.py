@@ -74,3 +74,15 @@ class SourceDialogue:
     dialogue_id: str
     n_turns: int
     source_path: str
+    # Where messages point: 'file:line' of its record, or its JSON file.
+    location: str = ""
+    # The speaker of each turn, when the listing reads them (the imported benchmark's index does not).
+    speakers: tuple[str, ...] = ()
+    # Turns without audio of their own, spoken at ingest by their speaker's voice (the `jsonl` format).
+    spoken_turns: tuple[int, ...] = ()
+    # The files besides its record that define it (its JSON, clips or recording), as the workflow names them.
+    files: tuple[str, ...] = ()
+    # A digest of its record where several dialogues share one file (`dialogues.jsonl`), else empty.
+    record_digest: str = ""
+    # What the listing noticed but kept (e.g. a turn a voice cannot speak as written).
+    warnings: tuple[str, ...] = ()

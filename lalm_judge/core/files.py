@@ -137,6 +137,12 @@ def stable_hash(obj: Any, length: int = 16) -> str:
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
 
 
+def file_sha256(path: str | os.PathLike) -> str:
+    """'sha256:<hex digest>' of a file's bytes (read in blocks, so a long recording is never held in memory)."""
+    with open(path, "rb") as stream:
+        return "sha256:" + hashlib.file_digest(stream, "sha256").hexdigest()
+
+
 def shard_of(key: str, n_shards: int) -> int:
     """Stable shard of a dialogue or item id: adding one changes exactly one shard."""
     return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % n_shards

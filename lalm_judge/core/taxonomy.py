@@ -72,16 +72,29 @@ _SLUG = re.compile(r"^[a-z0-9_]+$")
 _VARIANT = re.compile(r"^(?P<d>[a-z0-9_]+)\.t(?P<t>\d+)\.(?P<c>[a-z_]+)\.s(?P<s>[1-5])$")
 
 
+# The longest file name the run builds from a dialogue id is a variant's clip, '<id>.t<turn>.self_harm.s5.wav',
+# written through its temporary '.<name>.<8 characters>.tmp' (core.files): the id plus about 40 characters for a
+# turn number of up to five digits. 128 keeps it far below the 255-byte limit of a file name (ids are ASCII).
+MAX_DIALOGUE_ID_LENGTH = 128
+
+
 class InvalidIdentifier(ValueError):
     """An identifier that would be unsafe as a path component or does not follow the id grammar."""
 
 
 def validate_dialogue_id(dialogue_id: str) -> str:
-    """Return the id if it is a slug `[a-z0-9_]+`; reject `/`, `..`, spaces and anything else."""
+    """Return the id if it is a slug `[a-z0-9_]+` of at most MAX_DIALOGUE_ID_LENGTH characters; reject `/`, `..`,
+    spaces and anything else."""
     if not isinstance(dialogue_id, str) or not _SLUG.match(dialogue_id):
         raise InvalidIdentifier(
             f"invalid dialogue id {dialogue_id!r}: ids must match [a-z0-9_]+ "
             "(no '/', '..', spaces, dots or upper case); rename the dialogue"
+        )
+    if len(dialogue_id) > MAX_DIALOGUE_ID_LENGTH:
+        raise InvalidIdentifier(
+            f"invalid dialogue id {dialogue_id[:40]!r}... ({len(dialogue_id)} characters): ids have at most "
+            f"{MAX_DIALOGUE_ID_LENGTH} characters, so that every file named after one stays within the 255-byte "
+            "limit of a file name; shorten it"
         )
     return dialogue_id
 

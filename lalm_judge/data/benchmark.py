@@ -86,10 +86,15 @@ def read_index(root: str | os.PathLike) -> dict[str, Any]:
 
 
 def list_dialogues(root: str | os.PathLike) -> list[SourceDialogue]:
-    """The benchmark's dialogues in index order (the workflow plan reads only the index)."""
-    return [
-        SourceDialogue(d["id"], d["n_turns"], str(dialogue_path(root, d["id"]))) for d in read_index(root)["dialogues"]
-    ]
+    """The benchmark's dialogues in index order (the workflow plan reads only the index): each is defined by its
+    released dialogue.json and turn clips."""
+    listed = []
+    for entry in read_index(root)["dialogues"]:
+        path = dialogue_path(root, entry["id"])
+        clips = [str(path.parent / f"turns/t{i}.wav") for i in range(entry["n_turns"])]
+        files = (str(path), *clips)
+        listed.append(SourceDialogue(entry["id"], entry["n_turns"], str(path), location=str(path), files=files))
+    return listed
 
 
 def ingest(corpus: Mapping[str, Any], dialogue_id: str, clips_dir: str | Path, sample_rate: int) -> Dialogue:

@@ -13,35 +13,86 @@ Formats
 
 from __future__ import annotations
 
-import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lalm_judge.audio import tts
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.core.dialogue import CorpusError, Dialogue, SourceDialogue, Turn
+from lalm_judge.core.files import file_sha256, stable_hash, write_json
 from lalm_judge.core.taxonomy import InvalidIdentifier, unknown_emotion_warning, validate_dialogue_id
-from lalm_judge.data import benchmark, deepdialogue
+from lalm_judge.data import benchmark, deepdialogue, records
 
 log = logging.getLogger(__name__)
 
 
-def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
-    """Parse and validate `dialogues.jsonl` of the own format (ids, speakers, texts); emotion labels are the
-    corpus's own (ingest warns about labels outside `taxonomy.EMOTIONS`)."""
+@dataclass(frozen=True)
+class JsonlRecord:
+    """One checked dialogue of `dialogues.jsonl`: the record, its line, its given clips and its speech warnings."""
+
+    record: dict[str, Any]
+    file: Path
+    line: int
+    clips: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    @property
+    def dialogue_id(self) -> str:
+        return self.record["id"]
+
+    @property
+    def digest(self) -> str:
+        """What defines the dialogue, as one hash: its record, whatever the key order and spacing of its line."""
+        return stable_hash(self.record, length=64)
+
+    def source_dialogue(self) -> SourceDialogue:
+        turns = self.record["turns"]
+        return SourceDialogue(
+            self.dialogue_id,
+            len(turns),
+            str(self.file),
+            location=f"{self.file}:{self.line}",
+            speakers=tuple(t["speaker"] for t in turns),
+            spoken_turns=tuple(i for i, t in enumerate(turns) if t.get("audio") is None),
+            files=self.clips,
+            record_digest=self.digest,
+            warnings=self.warnings,
+        )
+
+
+def jsonl_file(path: str | Path) -> Path:
+    """`dialogues.jsonl` of a corpus folder (or the file itself); a CorpusError names corpus.path when missing."""
     path = Path(path)
-    file = path / "dialogues.jsonl" if path.is_dir() else path
-    records, seen = [], set()
-    for line_no, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
+    if path.is_file():
+        return path
+    if not path.exists():
+        raise CorpusError(
+            f"corpus.path: {path} does not exist; a jsonl corpus is a folder holding dialogues.jsonl (relative to the "
+            "working directory)"
+        )
+    file = path / "dialogues.jsonl"
+    if not file.is_file():
+        raise CorpusError(f"corpus.path: {path} has no dialogues.jsonl (a jsonl corpus holds one dialogue a line)")
+    return file
+
+
+def read_jsonl_records(
+    path: str | Path, *, allow_external_audio: bool = False, check_audio: bool = False
+) -> list[JsonlRecord]:
+    """Parse and check `dialogues.jsonl` of the own format (`lalm_judge.data.records`: ids, field types, text
+    hygiene, keys given twice, where each clip is and, with `check_audio`, whether it is whole); emotion labels
+    are the corpus's own (ingest warns about labels outside `taxonomy.EMOTIONS`)."""
+    file = jsonl_file(path)
+    found: list[JsonlRecord] = []
+    seen: set[str] = set()
+    for line_no, line in enumerate(records.decode_utf8(file.read_bytes(), file).splitlines(), 1):
         if not line.strip():
             continue
         where = f"{file}:{line_no}"
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise CorpusError(f"{where}: invalid JSON ({err})") from err
+        record = records.loads_unique(line, where)
         if not isinstance(record, dict) or "id" not in record:
             raise CorpusError(f"{where}: a dialogue is an object with 'id' and 'turns'")
         try:
@@ -51,29 +102,51 @@ def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
         if dialogue_id in seen:
             raise CorpusError(f"{where}: duplicate dialogue id {dialogue_id!r}")
         seen.add(dialogue_id)
-        turns = record.get("turns")
-        if not isinstance(turns, list):  # an empty list is a dialogue too short to use: ingest skips it
-            raise CorpusError(f"{where}: dialogue {dialogue_id!r} needs 'turns', a list of turns")
-        for i, turn in enumerate(turns):
-            if not isinstance(turn, dict):
-                raise CorpusError(f"{where}: turn {i} of {dialogue_id!r} is not an object")
-            speaker, text = turn.get("speaker"), turn.get("text")
-            if not isinstance(speaker, str) or not speaker or not isinstance(text, str) or not text.strip():
-                raise CorpusError(f"{where}: turn {i} of {dialogue_id!r} needs a speaker and a text")
-            if not isinstance(turn.get("audio", ""), str):
-                raise CorpusError(f"{where}: turn {i} of {dialogue_id!r}: 'audio' is a path relative to {file.parent}")
-        records.append(record)
-    return records
+        clips, warnings = _check_turns(
+            record, f"{where}: dialogue {dialogue_id!r}", file.parent, allow_external_audio, check_audio
+        )
+        found.append(JsonlRecord(record, file, line_no, clips, warnings))
+    return found
 
 
-def list_source_dialogues(corpus: Mapping[str, Any]) -> list[SourceDialogue]:
-    """Dialogues named by the corpus config, in a stable order (used at workflow parse time)."""
+def _check_turns(
+    record: dict[str, Any], where: str, corpus_dir: Path, allow_external_audio: bool, check_audio: bool
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The given clips (as the workflow names them) and the speech warnings of one record, its turns checked."""
+    turns = record.get("turns")
+    if not isinstance(turns, list):  # an empty list is a dialogue too short to use: ingest skips it
+        raise CorpusError(f"{where} needs 'turns', a list of turns")
+    records.check_optional_text(record, "domain", where)
+    warnings, clips = [], []
+    for i, turn in enumerate(turns):
+        at = f"{where} turn {i}"
+        warnings += records.check_turn_fields(turn, at, allowed=records.JSONL_TURN_FIELDS)
+        if turn.get("audio") is not None:
+            clips.append(
+                records.corpus_audio_path(
+                    corpus_dir, turn["audio"], at, allow_external=allow_external_audio, check_file=check_audio
+                )
+            )
+    return tuple(dict.fromkeys(clips)), tuple(warnings)
+
+
+def read_jsonl_corpus(path: str | Path) -> list[dict[str, Any]]:
+    """The checked records of `dialogues.jsonl` (`read_jsonl_records`)."""
+    return [found.record for found in read_jsonl_records(path)]
+
+
+def list_source_dialogues(corpus: Mapping[str, Any], *, check_audio: bool = False) -> list[SourceDialogue]:
+    """Dialogues named by the corpus config, in a stable order, each record checked (used at workflow parse time;
+    `check_audio` also reads the header of every audio file: `integrity.audio_file_problem`)."""
     fmt, path = corpus["format"], corpus["path"]
+    external = corpus.get("allow_external_audio", False)
     if fmt == "jsonl":
-        file = Path(path) / "dialogues.jsonl"
-        found = [SourceDialogue(r["id"], len(r["turns"]), str(file)) for r in read_jsonl_corpus(path)]
+        listed = read_jsonl_records(path, allow_external_audio=external, check_audio=check_audio)
+        found = [r.source_dialogue() for r in listed]
     elif fmt in ("deepdialogue", "deepdialogue_hub"):
-        found = deepdialogue.list_dialogues(path, layout=fmt, tts_system=corpus["tts_system"])
+        found = deepdialogue.list_dialogues(
+            path, layout=fmt, tts_system=corpus["tts_system"], allow_external_audio=external, check_audio=check_audio
+        )
     elif fmt == benchmark.FORMAT:
         found = benchmark.list_dialogues(path)
     else:
@@ -87,6 +160,28 @@ def list_source_dialogues(corpus: Mapping[str, Any]) -> list[SourceDialogue]:
         found = [by_id[d] for d in wanted]
     limit = corpus.get("max_dialogues")
     return found[:limit] if limit else found
+
+
+def index_dialogue(
+    corpus: Mapping[str, Any], dialogue_id: str, files: Sequence[str], record_digest: str, out_path: str | Path
+) -> dict[str, Any]:
+    """Write what defines one dialogue (`results/corpus/{d}/source.json`): for `jsonl`, its record; for every
+    format, the SHA-256 of each of its files. Ingest reads it, so that editing one dialogue of `dialogues.jsonl`
+    reruns only that dialogue, and a replaced clip reruns its dialogue by content."""
+    source: dict[str, Any] = {"dialogue_id": validate_dialogue_id(dialogue_id), "format": corpus["format"]}
+    if corpus["format"] == "jsonl":
+        # The listing has checked where its audio is (corpus.allow_external_audio); here the record is only found.
+        listed = read_jsonl_records(corpus["path"], allow_external_audio=True)
+        found = next((r for r in listed if r.dialogue_id == dialogue_id), None)
+        if found is None or found.digest != record_digest:
+            raise CorpusError(
+                f"dialogue {dialogue_id!r} of {jsonl_file(corpus['path'])} changed (or went) after the run was "
+                "planned; start the run again"
+            )
+        source["record"] = found.record
+    source["files"] = {str(path): file_sha256(path) for path in files}
+    write_json(out_path, source)
+    return source
 
 
 def _speak_jsonl_dialogue(
@@ -125,14 +220,19 @@ def ingest(
     sample_rate: int,
     voices: Mapping[str, Any],
     min_turns: int = 2,
+    record: Mapping[str, Any] | None = None,
 ) -> Dialogue:
-    """Bring one dialogue into the canonical form: `dialogue.json` plus one clip per turn at `sample_rate`."""
+    """Bring one dialogue into the canonical form: `dialogue.json` plus one clip per turn at `sample_rate`.
+
+    A `jsonl` dialogue's `record` is given by the workflow (from its `source.json`, `index_dialogue`), so that a job
+    does not parse the whole corpus file; without it, it is looked up in the file."""
     validate_dialogue_id(dialogue_id)
     clips_dir = Path(clips_dir)
     clips_dir.mkdir(parents=True, exist_ok=True)
     fmt, path = corpus["format"], Path(corpus["path"])
     if fmt == "jsonl":
-        record = next((r for r in read_jsonl_corpus(path) if r["id"] == dialogue_id), None)
+        if record is None:
+            record = next((r for r in read_jsonl_corpus(path) if r["id"] == dialogue_id), None)
         if record is None:
             raise CorpusError(f"dialogue {dialogue_id!r} is not in {path / 'dialogues.jsonl'}")
         turns = _speak_jsonl_dialogue(record, path, clips_dir, sample_rate, voices, corpus["pause_s"])
@@ -150,7 +250,7 @@ def ingest(
         dialogue = deepdialogue.ingest(corpus, dialogue_id, clips_dir, sample_rate)
     for turn in dialogue.turns:
         where = f"dialogue {dialogue_id} turn {turn.index}"
-        warnings = [unknown_emotion_warning(turn.emotion, where)]
+        warnings = [unknown_emotion_warning(turn.emotion, where), records.speech_warning(turn.text, where)]
         if turn.clip:
             problems = audio_lib.quality_problems(audio_lib.read_audio(turn.clip)[0])
             warnings += [f"{where}: the audio is {problem}" for problem in problems]

@@ -54,8 +54,8 @@ import numpy as np
 from lalm_judge.audio import waveform as audio_lib
 from lalm_judge.audio.asr import load_asr
 from lalm_judge.core.dialogue import CorpusError, Dialogue, SourceDialogue, Turn
-from lalm_judge.core.files import read_json
 from lalm_judge.core.taxonomy import slugify, validate_dialogue_id
+from lalm_judge.data import records
 from lalm_judge.data.segmentation import SegmentationSettings, TurnSpan, segment_turns
 
 log = logging.getLogger(__name__)
@@ -107,20 +107,27 @@ class _Source:
 
 
 def read_conversation(json_path: str | Path) -> dict[str, Any]:
-    """The dialogue JSON, with its `conversation` checked: speakers and non-empty texts (emotion labels are the
-    corpus's own; ingest warns about those outside `taxonomy.EMOTIONS`)."""
+    """The dialogue JSON, with its `conversation` checked: speakers and non-empty texts of the right types, free of
+    forbidden characters (`lalm_judge.data.records`; emotion labels are the corpus's own: ingest warns about those
+    outside `taxonomy.EMOTIONS`)."""
+    return _checked_conversation(json_path)[0]
+
+
+def _checked_conversation(json_path: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """The checked dialogue JSON and the speech warnings of its turns."""
     json_path = Path(json_path)
     try:
-        record = read_json(json_path)
-    except (OSError, ValueError) as err:
+        text = records.decode_utf8(json_path.read_bytes(), json_path)
+    except OSError as err:
         raise CorpusError(f"cannot read DeepDialogue JSON {json_path}: {err}") from err
+    record = records.loads_unique(text, str(json_path))
     turns = record.get("conversation") if isinstance(record, dict) else None
     if not isinstance(turns, list) or not turns:
         raise CorpusError(f"{json_path}: needs a non-empty 'conversation' list of {{speaker, text, emotion}}")
+    warnings = []
     for i, turn in enumerate(turns):
-        if not isinstance(turn, dict) or not turn.get("speaker") or not str(turn.get("text", "")).strip():
-            raise CorpusError(f"{json_path}: turn {i} needs a speaker and a non-empty text")
-    return record
+        warnings += records.check_turn_fields(turn, f"{json_path}: turn {i}")
+    return record, warnings
 
 
 def _check_layout(path: str | Path, layout: str, tts_system: str) -> Path:
@@ -196,12 +203,57 @@ def _sources(path: str | Path, layout: str, tts_system: str) -> list[_Source]:
     return sources
 
 
-def list_dialogues(path: str | Path, layout: str = PUBLISHED, tts_system: str = "xtts") -> list[SourceDialogue]:
-    """Dialogues of a DeepDialogue folder in a stable (sorted) order; reads only the JSON files."""
+def list_dialogues(
+    path: str | Path,
+    layout: str = PUBLISHED,
+    tts_system: str = "xtts",
+    *,
+    allow_external_audio: bool = False,
+    check_audio: bool = False,
+) -> list[SourceDialogue]:
+    """Dialogues of a DeepDialogue folder in a stable (sorted) order, each JSON checked (`read_conversation`) and
+    matched with its audio files; reads the JSON files and, with `check_audio`, the audio files' headers."""
     return [
-        SourceDialogue(s.dialogue_id, len(read_conversation(s.json_path)["conversation"]), str(s.json_path))
-        for s in _sources(path, layout, tts_system)
+        _source_dialogue(source, Path(path), allow_external_audio, check_audio)
+        for source in _sources(path, layout, tts_system)
     ]
+
+
+def _source_dialogue(source: _Source, root: Path, allow_external_audio: bool, check_audio: bool) -> SourceDialogue:
+    record, warnings = _checked_conversation(source.json_path)
+    conversation = record["conversation"]
+    audio = (source.recording,) if source.recording is not None else source.segments
+    if source.recording is None:
+        _check_segments(source, conversation)
+    for path in audio:
+        records.check_audio_file(
+            path, root, f"dialogue {source.dialogue_id}", allow_external=allow_external_audio, check_file=check_audio
+        )
+    return SourceDialogue(
+        source.dialogue_id,
+        len(conversation),
+        str(source.json_path),
+        location=str(source.json_path),
+        speakers=tuple(turn["speaker"] for turn in conversation),
+        files=(str(source.json_path), *map(str, audio)),
+        warnings=tuple(warnings),
+    )
+
+
+def _check_segments(source: _Source, conversation: list[dict]) -> None:
+    """A hub dialogue has one segment file per turn, each named after the turn's speaker."""
+    if len(source.segments) != len(conversation):
+        raise CorpusError(
+            f"{source.folder}: {len(source.segments)} segment files for {len(conversation)} turns in "
+            f"{source.json_path}; each turn needs one segments/NNN_<speaker>_<emotion>.wav"
+        )
+    for i, (spec, segment) in enumerate(zip(conversation, source.segments)):
+        speaker = _SEGMENT.match(segment.name)["speaker"]
+        if speaker != spec["speaker"]:
+            raise CorpusError(
+                f"{segment}: speaker {speaker!r} in the file name, but turn {i} of "
+                f"{source.json_path} is spoken by {spec['speaker']!r}"
+            )
 
 
 def transcribe_and_segment(
@@ -246,19 +298,9 @@ def _turns_from_recording(
 def _turns_from_segments(
     source: _Source, conversation: list[dict], clips_dir: Path, sample_rate: int, pause_s: float
 ) -> list[Turn]:
-    if len(source.segments) != len(conversation):
-        raise CorpusError(
-            f"{source.folder}: {len(source.segments)} segment files for {len(conversation)} turns in "
-            f"{source.json_path}; each turn needs one segments/NNN_<speaker>_<emotion>.wav"
-        )
+    _check_segments(source, conversation)
     turns, clock = [], 0.0
     for i, (spec, segment) in enumerate(zip(conversation, source.segments)):
-        speaker = _SEGMENT.match(segment.name)["speaker"]
-        if speaker != spec["speaker"]:
-            raise CorpusError(
-                f"{segment}: speaker {speaker!r} in the file name, but turn {i} of "
-                f"{source.json_path} is spoken by {spec['speaker']!r}"
-            )
         piece, _ = audio_lib.read_audio(segment, sample_rate)
         clip = clips_dir / f"t{i}.wav"
         audio_lib.write_wav(clip, piece, sample_rate)

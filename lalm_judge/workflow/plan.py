@@ -101,9 +101,12 @@ def gpu_requests(config: dict[str, Any]) -> dict[str, int]:
 class Plan:
     """Everything the rules need to know about a config, computed once per parse."""
 
-    def __init__(self, config: dict[str, Any]):
+    def __init__(self, config: dict[str, Any], *, check_audio: bool = False):
+        """`check_audio` reads the header of every corpus audio file (`data.records`): the main Snakemake process
+        does, the jobs' own parses of the workflow do not."""
         self.config = config
-        self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"])
+        self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"], check_audio=check_audio)
+        self._by_id = {d.dialogue_id: d for d in self.dialogues}
         self.n_shards = config["evaluation"]["shards"]
         # Input functions run once per job: everything they look up is indexed here, once per parse.
         self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
@@ -119,6 +122,14 @@ class Plan:
     @property
     def dialogue_ids(self) -> list[str]:
         return [d.dialogue_id for d in self.dialogues]
+
+    def source(self, dialogue_id: str) -> SourceDialogue:
+        """What the listing knows of a dialogue: its record's place, digest and files."""
+        return self._by_id[dialogue_id]
+
+    def warnings(self) -> list[str]:
+        """What the listing noticed in the records and kept (e.g. turns a voice cannot speak as written)."""
+        return [warning for d in self.dialogues for warning in d.warnings]
 
     def _variant_turns(self, dialogue: SourceDialogue) -> list[int]:
         if dialogue.n_turns < self.config["corpus"]["min_turns"]:

@@ -39,6 +39,13 @@ def test_two_demo_voices_are_clearly_different():
     assert len(high) == pytest.approx(len(joe), rel=0.1)  # pitch up, about the same duration
 
 
+def test_espeak_speaks_a_text_longer_than_a_command_line_argument_may_be():
+    """espeak-ng reads the text on stdin: as an argument, over 128 KiB failed with E2BIG ('Argument list too long')."""
+    text = "Hello" + " " * 140_000 + "there."
+    audio, sr = synthesize(ESPEAK, SynthesisRequest(text))
+    assert len(audio) > sr / 2  # speech, not an error
+
+
 def test_empty_text_is_refused():
     with pytest.raises(ValueError, match="empty"):
         synthesize(PIPER, SynthesisRequest("  "))

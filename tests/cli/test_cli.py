@@ -47,7 +47,7 @@ def test_export_and_import_report_what_is_missing(tmp_path):
 
 
 def test_validate_config_reports_the_bad_key(tmp_path):
-    assert lalm_judge("validate-config", "configs/paper.yaml").returncode == 0
+    assert lalm_judge("validate-config", "--config-only", "configs/paper.yaml").returncode == 0
     bad = tmp_path / "bad.yaml"
     bad.write_text((ROOT / "config.yaml").read_text().replace("severities: [1, 3, 5]", "severities: [1, 9]"))
     result = lalm_judge("validate-config", str(bad))
@@ -194,5 +194,5 @@ def test_pin_revisions_writes_each_hub_judges_commit_and_keeps_the_file(tmp_path
     assert pinned == original, "only revisions were added"
     assert before.splitlines()[0] in config.read_text(), "comments are kept"
     assert len([path for path in hub.paths if path.startswith("/api/models/")]) == 6
-    validated = lalm_judge("validate-config", str(config), env={"COQUI_TOS_AGREED": "1"})
+    validated = lalm_judge("validate-config", "--config-only", str(config))
     assert validated.returncode == 0 and "revision is 'main'" not in validated.stdout

@@ -10,7 +10,10 @@ score tables given to `lalm-judge metrics`. Real components throughout (soundfil
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -30,7 +33,7 @@ from lalm_judge.cli import validate as validate_cli
 from lalm_judge.core.dialogue import CorpusError, Dialogue
 from lalm_judge.core.taxonomy import InvalidIdentifier
 from lalm_judge.core.vocabulary import TranscriptSource
-from lalm_judge.data.corpus import ingest, list_source_dialogues
+from lalm_judge.data.corpus import ingest
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
@@ -39,6 +42,8 @@ from lalm_judge.judging.job import score_samples
 from lalm_judge.judging.windows import plan_long_audio, turn_windows
 from lalm_judge.manifest.samples import Sample
 from lalm_judge.workflow.config import ConfigError, load_config
+from lalm_judge.workflow.preflight import preflight
+from tests.support import bad_inputs
 from tests.support.workflow import ROOT, TEST_CONFIG, snakemake
 
 SR = 16000
@@ -142,36 +147,6 @@ def _turn(speaker: str, text: str, **extra) -> dict:
     return {"speaker": speaker, "text": text, "emotion": "neutral", **extra}
 
 
-GOOD = {"id": "fine_dialogue", "turns": [_turn("A", "Hello there."), _turn("B", "Hi, how are you?")]}
-
-CORPUS_CASES = {
-    "missing_id": ([{"turns": GOOD["turns"]}], CorpusError, r"dialogues\.jsonl:2: a dialogue is an object"),
-    "missing_turns": ([{"id": "no_turns"}], CorpusError, r"dialogues\.jsonl:2: dialogue 'no_turns' needs 'turns'"),
-    "turn_without_text": (
-        [{"id": "d", "turns": [_turn("A", "Hi."), {"speaker": "B", "emotion": "sad"}]}],
-        CorpusError,
-        r"dialogues\.jsonl:2: turn 1 of 'd' needs a speaker and a text",
-    ),
-    "turn_without_speaker": (
-        [{"id": "d", "turns": [{"text": "Hi."}, _turn("B", "Hello.")]}],
-        CorpusError,
-        r"dialogues\.jsonl:2: turn 0 of 'd' needs a speaker and a text",
-    ),
-    "empty_text": (
-        [{"id": "d", "turns": [_turn("A", "Hi."), _turn("B", "   ")]}],
-        CorpusError,
-        r"dialogues\.jsonl:2: turn 1 of 'd' needs a speaker and a text",
-    ),
-    "id_with_slash": ([{**GOOD, "id": "a/b"}], InvalidIdentifier, r"dialogues\.jsonl:2: invalid dialogue id 'a/b'"),
-    "id_dot_dot": ([{**GOOD, "id": ".."}], InvalidIdentifier, r"dialogues\.jsonl:2: invalid dialogue id '\.\.'"),
-    "id_with_spaces": ([{**GOOD, "id": "two words"}], InvalidIdentifier, r":2: invalid dialogue id 'two words'"),
-    "id_with_unicode": ([{**GOOD, "id": "café_talk"}], InvalidIdentifier, r":2: invalid dialogue id 'café_talk'"),
-    "duplicate_id": ([GOOD], CorpusError, r"dialogues\.jsonl:2: duplicate dialogue id 'fine_dialogue'"),
-    "not_json": (["{'id': 'single quotes'}"], CorpusError, r"dialogues\.jsonl:2: invalid JSON"),
-    "not_an_object": ([["a", "list"]], CorpusError, r"dialogues\.jsonl:2: a dialogue is an object"),
-}
-
-
 def write_corpus(folder: Path, records: list) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     lines = [r if isinstance(r, str) else json.dumps(r) for r in records]
@@ -179,13 +154,33 @@ def write_corpus(folder: Path, records: list) -> dict:
     return {"format": "jsonl", "path": str(folder), "pause_s": 0.3}
 
 
-@pytest.mark.parametrize("case", CORPUS_CASES, ids=list(CORPUS_CASES))
-def test_bad_corpus_record_names_file_and_line(case, tmp_path):
-    """The second line is the bad one: the error points at it, at parse time, before any job runs."""
-    records, error, message = CORPUS_CASES[case]
-    corpus = write_corpus(tmp_path / "corpus", [GOOD, *records])
-    with pytest.raises(error, match=message):
-        list_source_dialogues(corpus)
+@pytest.mark.parametrize("case", bad_inputs.CASES, ids=list(bad_inputs.CASES))
+def test_bad_input_is_refused_before_the_first_job_naming_the_culprit(case, tmp_path, monkeypatch):
+    """Every case of the bad-input corpus (tests/support/bad_inputs.py) goes through the checks the workflow runs when
+    it is parsed (`preflight`): the error names the key and value, or the file, line, dialogue, turn and field."""
+    bad = bad_inputs.CASES[case]
+    configfile = bad_inputs.prepare(tmp_path, bad)
+    monkeypatch.chdir(tmp_path)
+    if bad.message is None:
+        preflight(load_config(configfile))
+    else:
+        with pytest.raises((ConfigError, CorpusError, InvalidIdentifier), match=bad.message):
+            preflight(load_config(configfile))
+
+
+def test_turns_a_voice_cannot_speak_are_warned_about_with_the_reason(tmp_path, monkeypatch):
+    configfile = bad_inputs.prepare(tmp_path, bad_inputs.ACCEPTED_CASES["emoji_only_turn"])
+    edit = bad_inputs.edit_turn("demo_travel", 1, text="See you there \U0001f44b\U0001f44b!")
+    edit(tmp_path / "corpus")
+    monkeypatch.chdir(tmp_path)
+    warnings = preflight(load_config(configfile)).warnings
+    assert len(warnings) == 2
+    assert re.match(
+        r"corpus/dialogues\.jsonl:2: dialogue 'demo_travel' turn 1: the text holds 2 emoji or symbol", warnings[0]
+    )
+    assert re.match(
+        r"corpus/dialogues\.jsonl:2: dialogue 'demo_travel' turn 2: the text '.*' has no letters or digits", warnings[1]
+    )
 
 
 def test_one_turn_dialogue_is_recorded_as_skipped(tmp_path):
@@ -380,3 +375,63 @@ def test_a_file_that_is_not_parquet_is_rejected_by_metrics_naming_it(tmp_path, c
     assert metrics_cli.main([str(table), "--out", str(tmp_path / "m")]) == 2
     assert "scores.parquet' is not a readable parquet table" in capsys.readouterr().err
     assert not (tmp_path / "m").exists()
+
+
+# --- validate-config and the run agree ----------------------------------------------------------------------------
+def agreement_cases() -> dict[str, bad_inputs.BadInput]:
+    """Every case of the bad-input corpus of the config and the corpus: the schema cases above and those of
+    tests/support/bad_inputs.py (the classes the run used to fail on mid-run, and the accepted ones)."""
+    schema = {name: bad_inputs.BadInput(message, config=edit) for name, (edit, message) in CONFIG_CASES.items()}
+    return {**schema, **bad_inputs.CASES}
+
+
+AGREEMENT = agreement_cases()
+
+
+@pytest.fixture(scope="module")
+def planned_cases(tmp_path_factory) -> tuple[Path, dict[str, dict]]:
+    """Every agreement case in a working directory of its own, dry-run by the workflow: Snakemake's API in one
+    process for all of them (tests/support/plan_runs.py; the command line agrees: see the test after the next)."""
+    root = tmp_path_factory.mktemp("agreement")
+    for name, case in AGREEMENT.items():
+        bad_inputs.prepare(root / name, case)
+    command = [sys.executable, "-m", "tests.support.plan_runs", *(str(root / name) for name in AGREEMENT)]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=1800)
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = {Path(run["workdir"]).name: run for run in map(json.loads, result.stdout.splitlines())}
+    assert set(runs) == set(AGREEMENT)
+    return root, runs
+
+
+@pytest.mark.slow
+@pytest.mark.workflow
+@pytest.mark.parametrize("case", AGREEMENT, ids=list(AGREEMENT))
+def test_validate_config_fails_exactly_when_the_run_would(case, planned_cases, capsys):
+    """`lalm-judge validate-config` and the workflow's dry run (the run, stopped before its first job) on the same
+    working directory: both refuse a bad input with the same message, and both accept the inputs the run accepts."""
+    root, runs = planned_cases
+    workdir, bad, run = root / case, AGREEMENT[case], runs[case]
+
+    validated = validate_cli.main([str(workdir / "config.yaml"), "--directory", str(workdir)])
+    printed = capsys.readouterr()
+
+    assert (validated != 0) == (run["returncode"] != 0), (printed, run["error"][-3000:])
+    if bad.message is None:
+        assert validated == 0 and run["returncode"] == 0
+    else:
+        assert re.search(bad.message, printed.err), printed.err
+        assert re.search(bad.message, run["error"]), run["error"][-3000:]
+        assert not (workdir / "results").exists(), "no job ran"
+
+
+@pytest.mark.slow
+@pytest.mark.workflow
+@pytest.mark.parametrize("case", ["severity_as_decimal", "wav_cut_short", "emoji_only_turn"])
+def test_the_command_line_run_refuses_what_the_api_dry_run_refuses(case, tmp_path):
+    """`snakemake -n` as users run it gives the answer and the message of the API dry run above."""
+    bad = AGREEMENT[case]
+    result = snakemake(tmp_path, bad_inputs.prepare(tmp_path, bad), "-n", check=False, timeout_s=300)
+    output = result.stdout + result.stderr
+    assert (result.returncode == 0) == (bad.message is None), output[-3000:]
+    assert bad.message is None or re.search(bad.message, output), output[-3000:]

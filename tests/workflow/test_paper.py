@@ -82,6 +82,7 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
     result, _ = plan
     assert sum(CLEAN_CELLS.values()) * 5 == 225 and sum(CELLS.values()) == 1620
     assert scheduled_jobs(result) == {
+        "index_dialogue": len(DIALOGUE_IDS),
         "ingest_dialogue": len(DIALOGUE_IDS),
         "rewrite_turn": N_TURNS,
         "synthesize_variants": N_TURNS,

@@ -40,6 +40,7 @@ pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 DEFAULT_PROFILE = ROOT / "profiles" / "default"
 AGGREGATES = {"compute_metrics", "control_metrics", "figures", "control_figures", "report", "all"}
 PER_DIALOGUE_RULES = {
+    "index_dialogue",
     "ingest_dialogue",
     "rewrite_turn",
     "synthesize_variants",
@@ -196,6 +197,7 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
     n_turns = len(plan.turns(new))
     assert n_turns >= 2
     assert planned == {
+        "index_dialogue": 1,
         "ingest_dialogue": 1,
         "rewrite_turn": n_turns,
         "synthesize_variants": n_turns,

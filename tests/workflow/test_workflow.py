@@ -12,8 +12,10 @@ import json
 import re
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+import soundfile as sf
 import yaml
 
 from lalm_judge.workflow.config import load_config
@@ -239,7 +241,9 @@ def test_corrupt_audio_fails_only_its_dialogue(tmp_path):
     corpus = tmp_path / "corpus" / "dialogues.jsonl"
     records = [json.loads(line) for line in corpus.read_text().splitlines()]
     (tmp_path / "corpus/clips").mkdir()
-    (tmp_path / "corpus/clips/broken.wav").write_bytes(b"RIFF\x00\x00")
+    # A whole header (the corpus listing reads headers and would refuse the run) over samples that are not numbers.
+    samples = np.array([0.1, np.nan] * 8000, np.float32)
+    sf.write(tmp_path / "corpus/clips/broken.wav", samples, 16000, subtype="FLOAT")
     records[0]["turns"][0]["audio"] = "clips/broken.wav"
     corpus.write_text("".join(json.dumps(r) + "\n" for r in records))
     config = yaml.safe_load((Path(__file__).parents[1] / "config/test.yaml").read_text())

@@ -36,9 +36,10 @@ class EspeakEngine:
                     str(self.pitch),
                     "-w",
                     str(out),
-                    "--",
-                    request.text,
+                    "--stdin",
                 ],
+                # On stdin, not as an argument: an argument is limited to 128 KiB (E2BIG); the speech is the same.
+                input=request.text.encode("utf-8"),
                 check=True,
                 capture_output=True,
             )

@@ -445,17 +445,24 @@ def ask_all_cached(
     return [task.result() for task in tasks]
 
 
+def load_rewrite_prompt(settings: LLMSettings) -> RewritePrompt:
+    """The rewrite prompt the settings name, which must be the version they ask for (when they ask for one); the
+    workflow calls this when it is parsed, the generator when it starts."""
+    prompt = RewritePrompt.load(settings.prompt)
+    if settings.prompt_version is not None and str(settings.prompt_version) != prompt.version:
+        raise GeneratorConfigError(
+            f"config asks for rewrite prompt version {settings.prompt_version!r} but "
+            f"{settings.prompt} is version {prompt.version!r}; update one of them"
+        )
+    return prompt
+
+
 class LLMGenerator:
     name = "llm"
 
     def __init__(self, config: Mapping[str, Any], cache_dir: str | Path):
         self.settings = LLMSettings.from_config(config)
-        self.prompt = RewritePrompt.load(self.settings.prompt)
-        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
-            raise GeneratorConfigError(
-                f"config asks for rewrite prompt version {self.settings.prompt_version!r} but "
-                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
-            )
+        self.prompt = load_rewrite_prompt(self.settings)
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
         self.generation = {

@@ -1,0 +1,343 @@
+"""Everything a run checks before its first job, in one place: the workflow (`rules/common.smk`) and
+`lalm-judge validate-config` both call `preflight`, so they refuse the same inputs with the same messages.
+
+In order: the value types the schema names, strictly (an integer key refuses 1.0, which would name files
+'...s1.0'); the cross-references of `workflow.config.check_config` and the run environment; the endpoint
+settings a schema cannot type (judge `options`, `api_key_env` names); the rewrite generator's own settings; the
+corpus, listed and checked record by record (`data.records`, audio headers with `check_audio`); that every
+speaker who is spoken has a voice; and that the plan measures something: variants, judge cells, a metric.
+A problem is a ConfigError (or CorpusError) naming the key, the value and what is allowed; what the run can go on
+with is a note (cells routed to a documented alternative, unpinned revisions, a variable not set here) or a
+warning about a corpus record (a turn a voice cannot speak as written).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema
+import yaml
+
+from lalm_judge.core.vocabulary import AUDIO, Condition, TranscriptSource, condition_cell_error
+from lalm_judge.data import benchmark
+from lalm_judge.data.generators import GeneratorConfigError, build_generator
+from lalm_judge.judging.backends.chat import validate_score_tokens
+from lalm_judge.workflow.config import (
+    PAIRWISE,
+    PREFERENCE,
+    SAFETY,
+    SCHEMA_PATH,
+    ConfigError,
+    check_config,
+    check_run_environment,
+    tracks,
+)
+from lalm_judge.workflow.pairwise import PairwisePlan
+from lalm_judge.workflow.plan import Plan, judge_cells
+from lalm_judge.workflow.preference import PreferencePlan
+
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# What the `openai` judge backend reads from its options (judging/backends/openai_backend.py): (kind, lowest
+# allowed value, whether the lowest value itself is refused). timeout_s 0 would time every request out.
+OPENAI_OPTIONS = {
+    "timeout_s": ("number", 0, True),
+    "concurrency": ("integer", 1, False),
+    "max_retries": ("integer", 0, False),
+    "backoff_base_s": ("number", 0, False),
+    "top_logprobs": ("integer", 0, False),
+}
+# OpenAI's chat completions return at most 20 alternatives per position.
+MAX_TOP_LOGPROBS = 20
+DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
+
+
+@dataclass
+class Preflight:
+    """The checked run: the plans of its tracks, notes on the config and warnings about corpus records."""
+
+    notes: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    plan: Plan | None = None
+    pairwise_plan: PairwisePlan | None = None
+    preference_plan: PreferencePlan | None = None
+
+
+def preflight(
+    config: dict[str, Any],
+    *,
+    environ: Mapping[str, str] | None = None,
+    check_audio: bool = True,
+    config_only: bool = False,
+) -> Preflight:
+    """Check a schema-validated config (defaults filled) and its corpus as the run would; raise the first problem.
+
+    `check_audio` reads the header of every corpus audio file; the jobs' own parses of the workflow skip it (the
+    main process has checked). `config_only` checks the config alone: not the run environment, the corpus or the
+    plan made of it (`lalm-judge validate-config --config-only`, before the corpus is downloaded)."""
+    environ = os.environ if environ is None else environ
+    check_value_types(config)
+    notes = check_config(config) + ([] if config_only else check_run_environment(config, environ))
+    notes += check_endpoints(config, environ)
+    result = Preflight(notes=notes)
+    if SAFETY in tracks(config):
+        check_generator(config)
+    if config_only:
+        return result
+    if SAFETY in tracks(config):
+        result.plan = Plan(config, check_audio=check_audio)
+        check_voices(config, result.plan)
+        check_plan_measures(config, result.plan)
+        result.warnings = result.plan.warnings()
+    if PAIRWISE in tracks(config):
+        result.pairwise_plan = PairwisePlan(config)
+    if PREFERENCE in tracks(config):
+        result.preference_plan = PreferencePlan(config)
+    return result
+
+
+def summarized(warnings: list[str], limit: int = 10) -> list[str]:
+    """The first `limit` warnings and a line counting the rest (each is also in its dialogue.json)."""
+    rest = len(warnings) - limit
+    more = [f"... and {rest} more like these (each dialogue's dialogue.json lists its own)"] if rest > 0 else []
+    return warnings[:limit] + more
+
+
+# --- value types --------------------------------------------------------------------------------------------------
+def _is_integer(_checker: Any, value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@functools.cache
+def _strict_validator() -> jsonschema.protocols.Validator:
+    """The schema's validator with `integer` meaning an integer, not also a float with no fractional part (JSON
+    Schema's rule, which Snakemake's validation follows)."""
+    base = jsonschema.Draft202012Validator
+    strict = jsonschema.validators.extend(base, type_checker=base.TYPE_CHECKER.redefine("integer", _is_integer))
+    return strict(yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8")))
+
+
+def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of a oneOf / anyOf error, the error of the alternative that got furthest into the value (for `turns: [1.0]`,
+    the list's item, not 'is not a string')."""
+    while error.context:
+        error = max(error.context, key=lambda sub: len(sub.absolute_path))
+    return error
+
+
+def _type_message(error: jsonschema.ValidationError) -> str:
+    if error.validator == "type" and isinstance(error.instance, float) and "integer" in str(error.validator_value):
+        return (
+            f"{error.instance!r} is a decimal number, and this key takes an integer: write {int(error.instance)} "
+            f"(as given it would name ids and files '...{error.instance!r}')"
+            if error.instance.is_integer()
+            else f"{error.instance!r} is not an integer"
+        )
+    return error.message
+
+
+def check_value_types(config: Mapping[str, Any]) -> None:
+    """Refuse values of the wrong JSON type under the strict reading of `integer`, naming key and value."""
+    errors = [_deepest(error) for error in _strict_validator().iter_errors(config)]
+    errors.sort(key=lambda e: [str(p) for p in e.absolute_path])
+    if errors:
+        lines = [f"{'.'.join(map(str, e.absolute_path)) or '<root>'}: {_type_message(e)}" for e in errors]
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
+
+
+# --- endpoints ----------------------------------------------------------------------------------------------------
+def _keys_named(value: Any, name: str, path: str = "") -> Iterator[tuple[str, Any]]:
+    """(key path, value) of every key `name` anywhere in the config."""
+    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        where = f"{path}.{key}" if path else str(key)
+        if key == name:
+            yield where, item
+        yield from _keys_named(item, name, where)
+
+
+def _run_judges(config: Mapping[str, Any]) -> list[str]:
+    names = [*config.get("evaluation", {}).get("judges", []), *config.get("pairwise", {}).get("judges", [])]
+    return list(dict.fromkeys(names))
+
+
+def _option_problem(key: str, value: Any) -> str | None:
+    kind, lowest, exclusive = OPENAI_OPTIONS[key]
+    numeric = isinstance(value, int | float) and not isinstance(value, bool)
+    if not numeric or (kind == "integer" and not isinstance(value, int)):
+        return f"{value!r} is not {'an integer' if kind == 'integer' else 'a number'}"
+    if value < lowest or (exclusive and value == lowest):
+        return f"{value!r} must be {'above' if exclusive else 'at least'} {lowest}"
+    if key == "top_logprobs" and value > MAX_TOP_LOGPROBS:
+        return f"{value!r} is more than the {MAX_TOP_LOGPROBS} alternatives an OpenAI-compatible endpoint returns"
+    return None
+
+
+def _openai_option_problems(name: str, options: Mapping[str, Any]) -> list[str]:
+    where = f"judges.{name}.options"
+    problems = [
+        f"{where}.{key}: {problem}"
+        for key in OPENAI_OPTIONS
+        if key in options and (problem := _option_problem(key, options[key]))
+    ]
+    base_url = options.get("base_url")
+    if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
+        problems.append(f"{where}.base_url: {base_url!r} is not an http:// or https:// URL")
+    return problems
+
+
+def _score_token_problem(name: str, options: Mapping[str, Any]) -> str | None:
+    score_tokens = options.get("score_tokens")
+    if not score_tokens:
+        return None
+    try:
+        validate_score_tokens(score_tokens if isinstance(score_tokens, Mapping) else {})
+    except ValueError as err:
+        return f"judges.{name}.{err}"
+    return None
+
+
+def _key_variables(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
+    """(key path, variable name) of every endpoint the run calls with a key: the variable, or None for none."""
+    used = []
+    generator = config.get("variants", {}).get("generator", {}) if SAFETY in tracks(config) else {}
+    if generator.get("name") == "llm":
+        used.append(("variants.generator.api_key_env", generator.get("api_key_env", DEFAULT_API_KEY_ENV)))
+    for name in _run_judges(config):
+        entry = config["judges"][name]
+        if entry["backend"] == "openai":
+            variable = entry["options"].get("api_key_env", DEFAULT_API_KEY_ENV)
+            used.append((f"judges.{name}.options.api_key_env", variable))
+    rationales = config.get("preference", {}).get("rationales", {})
+    if rationales.get("generator") == "llm":
+        variable = rationales["llm"].get("api_key_env", DEFAULT_API_KEY_ENV)
+        used.append(("preference.rationales.llm.api_key_env", variable))
+    return used
+
+
+def check_endpoints(config: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
+    """Refuse endpoint settings the jobs would fail on: an `api_key_env` that is not a variable name, numeric
+    options of the `openai` judges out of range, malformed `score_tokens`. Returns notes on key variables that
+    are not set in this environment (the jobs may run where they are)."""
+    problems = [
+        f"{where}: {value!r} is not the name of an environment variable (letters, digits and _, not starting with a "
+        "digit); give the NAME of the variable that holds the key, or null for an endpoint that takes none"
+        for where, value in _keys_named(config, "api_key_env")
+        if value is not None and not (isinstance(value, str) and _ENV_NAME.match(value))
+    ]
+    for name in _run_judges(config):
+        entry = config["judges"][name]
+        if entry["backend"] == "openai":
+            problems += _openai_option_problems(name, entry["options"])
+        problem = _score_token_problem(name, entry["options"])
+        if problem:
+            problems.append(problem)
+    if problems:
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
+    return [
+        f"{where}: the environment variable {variable} is not set here; the jobs that call this endpoint fail at "
+        f"their first request unless it is set where they run"
+        for where, variable in _key_variables(config)
+        if variable is not None and not environ.get(variable)
+    ]
+
+
+def check_generator(config: Mapping[str, Any]) -> None:
+    """The rewrite generator's settings as its jobs read them: keys, the llm generator's prompt file and version,
+    the template generator's bank."""
+    generator = config["variants"].get("generator")
+    if config["variants"]["source"] == benchmark.IMPORTED or generator is None:
+        return
+    options = {key: value for key, value in generator.items() if key != "cache_dir"}
+    try:
+        if options["name"] == "llm":
+            from lalm_judge.data.generators.llm import LLMSettings, load_rewrite_prompt
+
+            load_rewrite_prompt(LLMSettings.from_config(options))
+        else:
+            build_generator(options, generator["cache_dir"])
+    except (GeneratorConfigError, OSError, yaml.YAMLError) as err:
+        raise ConfigError(f"variants.generator: {err}") from None
+
+
+# --- voices and the plan --------------------------------------------------------------------------------------------
+def _spoken_turns(config: Mapping[str, Any], plan: Plan, dialogue_id: str) -> list[int]:
+    """Turns of a dialogue some voice speaks: text-only turns at ingest, and the turns that get variants (generated
+    variants are spoken in their speaker's voice; an imported benchmark's TTS controls re-speak its target turns)."""
+    source = plan.source(dialogue_id)
+    turns = set(source.spoken_turns)
+    if config["variants"]["source"] != benchmark.IMPORTED or plan.synthesized_controls():
+        turns |= set(plan.turns(dialogue_id))
+    return sorted(turns)
+
+
+def check_voices(config: Mapping[str, Any], plan: Plan) -> None:
+    """Every speaker who is spoken has a voice (`tts.voices`: their own, or the 'default*' voices), else a
+    ConfigError naming the speaker, where they speak first and how many turns they have."""
+    voices = config["tts"]["voices"]
+    if any(name.startswith("default") for name in voices):
+        return
+    missing: dict[str, list[str]] = {}
+    for dialogue in plan.dialogues:
+        if not dialogue.speakers:  # the listing does not know them (an imported benchmark's index)
+            continue
+        for turn in _spoken_turns(config, plan, dialogue.dialogue_id):
+            speaker = dialogue.speakers[turn]
+            if speaker not in voices:
+                place = f"{dialogue.location}: dialogue {dialogue.dialogue_id!r} turn {turn}"
+                missing.setdefault(speaker, []).append(place)
+    if missing:
+        lines = [
+            f"tts.voices has no voice for speaker {speaker!r}, who is spoken in {len(places)} turn(s), first at "
+            f"{places[0]}; add tts.voices.{speaker} (configured: {sorted(voices)}), or a 'default' voice for every "
+            "speaker without one"
+            for speaker, places in missing.items()
+        ]
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(lines))
+
+
+def _empty_cells_reason(config: Mapping[str, Any], judge: str) -> str:
+    """Why a judge has no cell: the counts of what its cells are made of and what the conditions took away."""
+    evaluation, entry = config["evaluation"], config["judges"][judge]
+    schedule = entry["schedule"]
+    modalities = [m for m in evaluation["modalities"] if m in entry["modalities"]]
+    sources = schedule.get("transcript_sources") or evaluation["transcript_sources"]
+    conditions = schedule.get("conditions") or evaluation["conditions"]
+    reasons = {
+        condition_cell_error(Condition(c), m, TranscriptSource(s))
+        for m in modalities
+        for s in ([TranscriptSource.NONE] if m == AUDIO else sources)
+        for c in conditions
+    }
+    return (
+        f"modalities {modalities} x transcript sources {list(sources)} x conditions {list(conditions)} leave no cell: "
+        + "; ".join(sorted(filter(None, reasons)))
+    )
+
+
+def check_plan_measures(config: Mapping[str, Any], plan: Plan) -> None:
+    """A plan that would measure nothing is an error with the counts that made it empty: no dialogue, no variant
+    (every dialogue too short, or `variants.turns` past their ends), a judge with no cell."""
+    corpus, variants = config["corpus"], config["variants"]
+    if not plan.dialogues:
+        raise ConfigError(
+            f"corpus: {corpus['path']} ({corpus['format']}) lists no dialogue"
+            + (f" (corpus.max_dialogues {corpus['max_dialogues']})" if corpus.get("max_dialogues") else "")
+        )
+    n_variants = len(plan.dialogue_turn_pairs()) * len(variants["categories"]) * len(variants["severities"])
+    if n_variants == 0:
+        short = [d for d in plan.dialogues if d.n_turns < corpus["min_turns"]]
+        longest = max(d.n_turns for d in plan.dialogues)
+        raise ConfigError(
+            f"the plan has no variant, so no metric: of {len(plan.dialogues)} dialogue(s), {len(short)} have fewer "
+            f"than corpus.min_turns={corpus['min_turns']} turns and variants.turns {variants['turns']} names no turn "
+            f"of the others (the longest has {longest} turns, indices 0-{longest - 1})"
+        )
+    empty = [judge for judge in config["evaluation"]["judges"] if not judge_cells(dict(config), judge)]
+    if empty:
+        lines = [f"judges.{judge}: no judge cell to score: {_empty_cells_reason(config, judge)}" for judge in empty]
+        raise ConfigError("the plan measures nothing for:\n  " + "\n  ".join(lines))
