@@ -2,7 +2,7 @@
 # Table of contents only; each stage lives in rules/<stage>.smk.
 from snakemake.utils import min_version
 
-from lalm_judge.workflow.config import validate_config
+from lalm_judge.workflow.config import check_config_files, validate_config
 
 min_version("9.0")
 
@@ -17,6 +17,9 @@ if not workflow.overwrite_configfiles:
 
 # The schema (schemas/config.schema.yaml), defaults filled in, by the code of `lalm-judge validate-config`, so that an
 # error reads the same in both (the key path, the value, what is allowed); the checks beyond it: rules/common.smk.
+# The config files themselves first: a key given twice in one file (in `config` the last one silently wins) is named
+# with its file and line.
+check_config_files(workflow.configfiles)
 config.update(validate_config(config))
 
 

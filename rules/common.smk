@@ -8,7 +8,7 @@ from snakemake.logging import logger
 from lalm_judge.core.vocabulary import BABBLE, MODALITIES, Condition, TranscriptSource
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
-from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, check_config_files, tracks
+from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, tracks
 from lalm_judge.workflow.gpu import check_gpu_budget
 from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
 from lalm_judge.workflow.preference import speak_gpus
@@ -19,7 +19,6 @@ from lalm_judge.workflow.preflight import preflight, summarized
 # the same): problems stop the parse. Notes are cells routed to a documented alternative, unpinned revisions and
 # unset key variables; warnings are corpus turns a voice cannot speak as written. Only the main process reads the
 # corpus audio headers and prints them (jobs parse the workflow again).
-check_config_files(workflow.configfiles)
 PREFLIGHT = preflight(config, check_audio=workflow.is_main_process)
 if workflow.is_main_process:
     for note in PREFLIGHT.notes:

@@ -4,7 +4,6 @@ from them; per-turn WER of every cut clip against its turn text with Whisper tin
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from pathlib import Path
@@ -148,7 +147,7 @@ def test_published_dialogue_with_a_label_outside_the_set_is_listed_and_ingested(
     """A published sample relabelled with 'worried' (a label DeepDialogue uses beyond the 20): the corpus is
     still listed, the label is kept, and the ingest warns in its log and in dialogue.json."""
     folder = _copy_sample("food_28_3", tmp_path / "corpus")
-    os.symlink(DATA / "food_28_3/food_28_3_xtts.wav", folder / "food_28_3_xtts.wav")
+    shutil.copy(DATA / "food_28_3/food_28_3_xtts.wav", folder / "food_28_3_xtts.wav")
     record = json.loads((folder / "food_28_3.json").read_text())
     record["conversation"][1]["emotion"] = "worried"
     (folder / "food_28_3.json").write_text(json.dumps(record))
