@@ -209,6 +209,12 @@ def get_judge_resource(name):
     return resource
 
 
+def get_ingest_corpus():
+    """The corpus settings ingest reads: without the release's terms (license, source, citation), which only the
+    dataset card states, so stating them reruns no ingest."""
+    return canonical({k: v for k, v in config["corpus"].items() if k not in ("license", "source", "citation")})
+
+
 def get_ingest_voices():
     """Voices that speak text-only turns at ingest: only `jsonl` corpora have such turns (DeepDialogue ships its audio),
     so for the other formats a TTS change reruns no ingest."""

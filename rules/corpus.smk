@@ -5,7 +5,7 @@ rule ingest_dialogue:
     log:
         "logs/corpus/{dialogue}.log",
     params:
-        corpus=canonical(config["corpus"]),
+        corpus=get_ingest_corpus(),
         sample_rate=config["audio"]["sample_rate"],
         voices=get_ingest_voices(),
     resources:
