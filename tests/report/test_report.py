@@ -491,9 +491,18 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
     root = tmp_path / "run"
     stage.run_metrics(workspace["scores"], root / "metrics", settings)
     controls.run_controls(workspace["scores"], root / "metrics", root / "controls", settings)
-    figures.write_figures(root / "metrics", root / "figures")
-    report_controls.write_control_figures(root / "controls", root / "control_figures")
-    page = build({**workspace, "root": root}, tmp_path / "report").read_text(encoding="utf-8")
+    index = site.build_report(
+        metrics_dir=root / "metrics",
+        figure_dir=workspace["root"] / "figures",  # the figures do not change what this test reads
+        manifest_paths=workspace["manifests"],
+        asr_paths=workspace["asr"],
+        accounting_path=workspace["accounting"],
+        config=CONFIG,
+        out_dir=tmp_path / "report",
+        controls_dir=root / "controls",
+        control_figure_dir=workspace["root"] / "control_figures",
+    )
+    page = index.read_text(encoding="utf-8")
     banners = [w for w in re.findall(r'<div class="warning">(.*?)</div>', page) if "Minimum support" in w]
     assert len(banners) == 1
     assert "rest on fewer than 10 dialogues (metrics.min_dialogues)" in banners[0]

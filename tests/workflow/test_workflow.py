@@ -319,9 +319,11 @@ def test_every_control_runs_end_to_end_and_the_report_shows_it(finished_run):
     assert masked_wer["wer"] > masked_wer["wer_clean"] + 0.5  # masking destroys the words
     flags = pl.read_parquet(workdir / "results/metrics/controls/flags.parquet")
     assert {"ignores_audio", "reacts_to_synthesis", "injection_susceptible"} <= set(flags["check"])
-    # One dialogue: every check is below the minimum support, reported with its value and not flagged.
-    assert set(flags["status"]) == {"not_estimable"} and flags["flagged"].is_null().all()
-    assert (flags["n_dialogues"] == 1).all() and flags["evidence"].str.starts_with("not estimable").all()
+    # One dialogue: every check with a value is below the minimum support, reported with it and not flagged (a
+    # check without paired scores, e.g. of the random-weight judge, has no value and no status).
+    measured = flags.filter(pl.col("value").is_not_null())
+    assert measured.height and set(measured["status"]) == {"not_estimable"} and flags["flagged"].is_null().all()
+    assert (measured["n_dialogues"] == 1).all() and measured["evidence"].str.starts_with("not estimable").all()
     page = (workdir / "results/report/index.html").read_text()
     section = page[page.index('<section id="controls">') :]
     assert "Not run" not in section[: section.index("</section>")]
