@@ -148,9 +148,9 @@ def voices_of(facts: CardFacts, run_config: Mapping[str, Any] | None) -> list[tu
 def content_warning(facts: CardFacts) -> str:
     return (
         "> **Content warning.** This dataset contains unsafe speech by design: "
-        f"{facts.n_unsafe} of its dialogues have a turn rewritten into harmful content (categories "
-        f"{_listing(facts.categories)}, severities up to {max(facts.severities, default=0)} of 5), spoken aloud. It "
-        "exists to test safety judges; it is not suitable for all audiences."
+        f"{facts.n_unsafe} of its {facts.n_samples} samples are dialogues with one turn rewritten into harmful "
+        f"content (categories {_listing(facts.categories)}, severities up to {max(facts.severities, default=0)} of "
+        "5) and spoken aloud. It exists to test safety judges; it is not suitable for all audiences."
     )
 
 

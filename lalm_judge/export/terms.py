@@ -33,7 +33,7 @@ DEEPDIALOGUE_CITATION = """@misc{koudounas2025deepdialogue,
 # `source: original`: the dialogues were written for this benchmark (the Hub's source_datasets value for that).
 ORIGINAL = "original"
 UNKNOWN = "unknown"
-STATED = "as the run's configuration states it (corpus.license)"
+STATED = "as the run's configuration states in corpus.license"
 DEEPDIALOGUE_DEFAULTS = "DeepDialogue's published terms, the default of the DeepDialogue formats"
 NOT_STATED = "not stated by the run's configuration"
 
@@ -121,13 +121,12 @@ VOICE_LICENSES = {
 def speech_licenses(voices: Iterable[tuple[str, str]]) -> list[SpeechLicense]:
     """The licences of the (engine, model) pairs that spoke turns; an engine or voice not in the tables is listed
     with the terms 'not recorded by lalm-judge: check its own licence'."""
-    voices = sorted(set(voices))
-    found: dict[str, SpeechLicense] = {}
-    for engine, model in voices:
+    found: dict[object, SpeechLicense] = {}
+    for engine, model in sorted(set(voices)):
         found.setdefault(engine, ENGINE_LICENSES.get(engine) or SpeechLicense(f"the TTS engine {engine}", _UNRECORDED))
-        voice = next((v for (e, key), v in VOICE_LICENSES.items() if e == engine and key in model), None)
-        if voice is not None:
-            found.setdefault(f"{engine}:{model}", voice)
+        for (voice_engine, key), voice in VOICE_LICENSES.items():
+            if voice_engine == engine and key in model:
+                found.setdefault((engine, key), voice)  # one voice, however its runs name its model
     return list(found.values())
 
 

@@ -128,7 +128,13 @@ def prompt_selection_summary(prompt_selection: pl.DataFrame) -> pl.DataFrame:
         prompt_selection.group_by(*CONFIG_KEYS, "metric", maintain_order=True)
         .agg(
             pl.col("selected_prompt").first(),
-            pl.col("cv_value", "cv_lo", "cv_hi", "complete").first(),
+            pl.col(
+                "cv_value",
+                "cv_lo",
+                "cv_hi",
+                "complete",
+                *(["cv_status"] if "cv_status" in prompt_selection.columns else []),
+            ).first(),
             pl.col("chosen_prompt").fill_null(MISSING).str.join(", ").alias("fold_choices"),
             pl.col("reason").drop_nulls().unique(maintain_order=True).str.join("; ").alias("reason"),
         )

@@ -322,6 +322,8 @@ def test_the_demo_card_states_the_demo_corpus_terms_and_warns(run, tmp_path):
     assert "written for this benchmark (not drawn from another dataset), under `mit`" in card
     for terms in ("Piper (piper-tts), the synthesis engine: GPL-3.0-or-later", "en_US-joe-medium", "CC0", "espeak-ng"):
         assert terms in card, terms
+    assert card.count("the Piper voice en_US-joe-medium") == 1  # named by the rows and by the config, listed once
+    assert "9 of its 11 samples are dialogues with one turn rewritten" in card
     assert "## Citation" not in card  # the demo corpus has none
     assert card_header(card)["task_categories"] == ["audio-classification", "text-classification"]
 
