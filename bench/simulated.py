@@ -65,16 +65,18 @@ def _metrics_by_group_by(variants: pl.DataFrame, keys: Sequence[str]) -> pl.Data
 
 
 def cell_metrics_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
-    """Sensitivity, specificity, Delta_i, n_severities and mean_safe per cell computed directly with polars
-    group_by, without the array engine.
+    """Sensitivity, specificity, Delta_i, n_severities and mean_safe (the mean over dialogues of each dialogue's mean
+    safe score) per cell computed directly with polars group_by, without the array engine.
 
     The straightforward reference the vectorized engine and its bootstrap are checked and benchmarked against.
     """
     metrics = _metrics_by_group_by(_paired_by_group_by(scores), CELL_KEYS)
     safe = (
         scores.filter((pl.col("parse_status") == ParseStatus.OK.value) & (pl.col("severity") == 0))
+        .group_by(*CELL_KEYS, "dialogue_id")
+        .agg(dialogue_mean=pl.col("score").mean())
         .group_by(CELL_KEYS)
-        .agg(mean_safe=pl.col("score").mean())
+        .agg(mean_safe=pl.col("dialogue_mean").mean())
     )
     return metrics.join(safe, on=CELL_KEYS, how="full", coalesce=True, nulls_equal=True)
 
@@ -85,7 +87,8 @@ def position_bias_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
     variants = _paired_by_group_by(scores).with_columns(position=pl.col("turn_index") + 1)
     keys = [*CELL_KEYS, "n_turns", "position"]
     metrics = _metrics_by_group_by(variants, keys)
-    counts = variants.group_by(keys).agg(n_dialogues=pl.col("dialogue_id").n_unique().cast(pl.Int64))
+    paired = variants.filter(pl.col("safe_score").is_not_null())
+    counts = paired.group_by(keys).agg(n_dialogues=pl.col("dialogue_id").n_unique().cast(pl.Int64))
     long = metrics.join(counts, on=keys, nulls_equal=True).unpivot(
         index=[*keys, "n_dialogues"], on=["sensitivity", "specificity"], variable_name="metric", value_name="value"
     )

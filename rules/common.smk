@@ -73,9 +73,10 @@ def get_corpus_location():
 
 
 def get_ingest_corpus_settings():
-    """The corpus settings that change an ingested dialogue; which dialogues are used (dialogues, max_dialogues) and
-    where audio may be (allow_external_audio) do not."""
-    unused = ("dialogues", "max_dialogues", "allow_external_audio")
+    """The corpus settings that change an ingested dialogue; which dialogues are used (dialogues, max_dialogues),
+    where audio may be (allow_external_audio) and the release's terms (license, source, citation: only the dataset
+    card states them) do not, so changing them reruns no ingest."""
+    unused = ("dialogues", "max_dialogues", "allow_external_audio", "license", "source", "citation")
     return canonical({key: value for key, value in config["corpus"].items() if key not in unused})
 
 

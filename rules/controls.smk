@@ -95,6 +95,7 @@ rule control_metrics:
     params:
         bootstrap=config["metrics"]["bootstrap"],
         folds=config["metrics"]["folds"],
+        min_dialogues=config["metrics"]["min_dialogues"],
         seed=SEED,
     resources:
         mem_mb=8000,

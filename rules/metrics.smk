@@ -30,6 +30,7 @@ rule compute_metrics:
         folds=config["metrics"]["folds"],
         min_pb_dialogues=config["metrics"]["position_bias_min_dialogues"],
         permutations=config["metrics"]["permutations"],
+        min_dialogues=config["metrics"]["min_dialogues"],
         seed=SEED,
     resources:
         mem_mb=8000,

@@ -86,6 +86,7 @@ rule pairwise_metrics:
     params:
         bootstrap=config["pairwise"]["metrics"]["bootstrap"],
         duration_bins=config["pairwise"]["metrics"]["duration_bins"],
+        min_items=config["pairwise"]["metrics"]["min_items"],
         seed=SEED,
     resources:
         mem_mb=4000,

@@ -14,5 +14,6 @@ with log_to(snakemake.log[0]):
             n_folds=snakemake.params.folds,
             min_pb_dialogues=snakemake.params.min_pb_dialogues,
             n_permutations=snakemake.params.permutations,
+            min_dialogues=snakemake.params.min_dialogues,
         ),
     )

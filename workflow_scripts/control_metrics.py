@@ -9,7 +9,12 @@ with log_to(snakemake.log[0]):
         list(snakemake.input.scores),
         Path(snakemake.input.cells).parent,
         Path(snakemake.output.effects).parent,
-        MetricSettings(n_boot=snakemake.params.bootstrap, seed=snakemake.params.seed, n_folds=snakemake.params.folds),
+        MetricSettings(
+            n_boot=snakemake.params.bootstrap,
+            seed=snakemake.params.seed,
+            n_folds=snakemake.params.folds,
+            min_dialogues=snakemake.params.min_dialogues,
+        ),
         prosody_paths=list(snakemake.input.prosody),
         condition_asr_paths=list(snakemake.input.condition_asr),
         clean_asr_paths=list(snakemake.input.asr),

@@ -11,5 +11,6 @@ with log_to(snakemake.log[0]):
             n_boot=snakemake.params.bootstrap,
             seed=snakemake.params.seed,
             duration_bins=tuple(snakemake.params.duration_bins),
+            min_items=snakemake.params.min_items,
         ),
     )

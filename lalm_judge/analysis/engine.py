@@ -5,11 +5,13 @@ vectorized from per-dialogue sufficient statistics.
 A judge cell is (judge, modality, transcript_source, prompt, condition); a configuration is a cell without its
 prompt. Rows whose parse_status is not 'ok' are left out of every mean and counted in the rates. A variant
 enters Delta_i only when the safe original of its dialogue has a parsed score in the same cell (several safe
-rows of one dialogue in a cell are averaged); S_i uses every parsed variant. Confidence intervals come from
-the cluster bootstrap over dialogues in `lalm_judge.analysis.stats`; the resampled dialogues of a slice are
-those that contribute a parsed variant to it. Position bias is in `lalm_judge.analysis.position`, prompt
-selection and the Pareto front in `lalm_judge.analysis.selection`, the input rules in
-`lalm_judge.analysis.inputs`; reading inputs and writing the tables in `lalm_judge.analysis.stage`.
+rows of one dialogue in a cell are averaged, and `mean_safe` is the mean over dialogues of those averages); S_i
+uses every parsed variant. Confidence intervals come from the cluster bootstrap over dialogues in
+`lalm_judge.analysis.stats`; the resampled dialogues of a slice are those that contribute a parsed variant to it.
+Every value with an interval carries `<value>_n_dialogues`, the dialogues it rests on, and `<value>_status`: below
+`min_dialogues` it is `not_estimable` and has no interval (`lalm_judge.analysis.support`). Position bias is in
+`lalm_judge.analysis.position`, prompt selection and the Pareto front in `lalm_judge.analysis.selection`, the input
+rules in `lalm_judge.analysis.inputs`; reading inputs and writing the tables in `lalm_judge.analysis.stage`.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 import polars as pl
 
 from lalm_judge.analysis import stats as st
+from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES, fewest_present, with_min_support
 from lalm_judge.core.tables import METRIC_INPUT
 from lalm_judge.core.vocabulary import ParseStatus
 
@@ -56,13 +59,30 @@ class MetricSettings:
     min_pb_dialogues: int = 5
     # Permutations of the positions within dialogues: the null distribution of AvgAbsPB.
     n_permutations: int = 200
+    # No interval, finding or flag rests on fewer dialogues than this (`lalm_judge.analysis.support`).
+    min_dialogues: int = DEFAULT_MIN_DIALOGUES
 
     def __post_init__(self) -> None:
-        for name, flag in (("n_boot", "--bootstrap"), ("min_pb_dialogues", "--min-pb-dialogues")):
+        for name, flag in (
+            ("n_boot", "--bootstrap"),
+            ("min_pb_dialogues", "--min-pb-dialogues"),
+            ("min_dialogues", "--min-dialogues"),
+        ):
             if getattr(self, name) < 1:
                 raise MetricsInputError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.n_permutations < 1:
             raise MetricsInputError(f"--permutations must be >= 1, got {self.n_permutations}")
+
+    def provenance(self) -> dict[str, int]:
+        """The provenance columns of the metric tables these settings made."""
+        return {
+            "seed": self.seed,
+            "n_bootstrap": self.n_boot,
+            "n_folds": self.n_folds,
+            "min_pb_dialogues": self.min_pb_dialogues,
+            "n_permutations": self.n_permutations,
+            "min_dialogues": self.min_dialogues,
+        }
 
 
 @dataclass(frozen=True)
@@ -134,14 +154,13 @@ def encode_scores(scores: pl.DataFrame) -> EncodedScores:
 
 
 def cell_counts(rows: pl.DataFrame, cell_keys: Sequence[str] = ("cell",)) -> pl.DataFrame:
-    """Per cell: rows, parsed rows, rates, mean safe score and the number of parsed safe rows."""
+    """Per cell: rows, parsed rows, rates and the number of parsed safe rows."""
     ok = pl.col("parse_status") == ParseStatus.OK
     safe_ok = ok & (pl.col("severity") == 0)
     return rows.group_by(cell_keys).agg(
         n_rows=pl.len().cast(pl.Int64),
         n_scored=ok.sum().cast(pl.Int64),
         n_safe=safe_ok.sum().cast(pl.Int64),
-        mean_safe=pl.col("score").filter(safe_ok).mean(),
         parse_failure_rate=(~ok).mean(),
         refusal_rate=(pl.col("parse_status") == ParseStatus.REFUSAL).mean(),
     )
@@ -221,20 +240,20 @@ def resample_groups(present: np.ndarray, n_boot: int, seed: int) -> Iterator[tup
 
 
 def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -> dict[str, np.ndarray]:
-    """Percentile 95 % bounds of sensitivity, specificity and every Delta_i per slice (see `resample_groups`)."""
+    """95 % bounds of sensitivity (`stats.sensitivity_interval`), specificity and every Delta_i (percentile) per
+    slice (see `resample_groups`)."""
     bounds = {name: np.full(arrays.n_slices, np.nan) for name in _CI_COLUMNS}
     for members, dialogue_index, weights in resample_groups(contributing_dialogues(arrays), n_boot, seed):
         subset = arrays.take_dialogues(dialogue_index)
         for start in range(0, len(members), BOOTSTRAP_BATCH):
             batch = members[start : start + BOOTSTRAP_BATCH]
             deltas, means = st.bootstrap_severity_arrays(subset.take_slices(batch), weights)
-            samples = {
-                "sensitivity": st.sensitivity_from_deltas(deltas),
-                "specificity": st.specificity_from_means(means)[0],
-                **{f"delta_{i}": deltas[..., i - 1] for i in SEVERITY_LEVELS},
+            intervals = {
+                "sensitivity": st.sensitivity_interval(deltas),
+                "specificity": st.percentile_interval(st.specificity_from_means(means)[0]),
+                **{f"delta_{i}": st.percentile_interval(deltas[..., i - 1]) for i in SEVERITY_LEVELS},
             }
-            for metric, values in samples.items():
-                low, high = st.percentile_interval(values)
+            for metric, (low, high) in intervals.items():
                 bounds[f"{metric}_lo"][batch] = low
                 bounds[f"{metric}_hi"][batch] = high
     return bounds
@@ -254,9 +273,11 @@ def ratio_intervals(sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int
 
 _INTERVAL_METRICS = ("sensitivity", "specificity", *(f"delta_{i}" for i in SEVERITY_LEVELS))
 _CI_COLUMNS = tuple(f"{metric}_{bound}" for metric in _INTERVAL_METRICS for bound in ("lo", "hi"))
+# A value, its interval, its support status and the dialogues it rests on.
+INTERVAL_SUFFIXES = ("", "_lo", "_hi", "_status", "_n_dialogues")
 
 METRIC_COLUMNS = (
-    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in ("", "_lo", "_hi")),
+    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in INTERVAL_SUFFIXES),
     "n_pairs",
     "n_severities",
     "n_dialogues",
@@ -267,21 +288,45 @@ def _nan_to_null(frame: pl.DataFrame) -> pl.DataFrame:
     return frame.with_columns(pl.col(pl.Float64).fill_nan(None))
 
 
+def metric_support(arrays: st.SeverityStatistics) -> dict[str, np.ndarray]:
+    """The dialogues each value of each slice rests on, (n_slices,) each: Delta_i the dialogues with a paired
+    severity-i variant (original and variant parsed); sensitivity, the minimum over the Delta_i, the fewest of
+    those; specificity, which compares every severity's mean, the fewest dialogues with a parsed variant of a
+    severity."""
+    paired = (arrays.diff_n > 0).sum(axis=0).astype(np.int64)
+    scored = (arrays.score_n > 0).sum(axis=0).astype(np.int64)
+    return {
+        "sensitivity": fewest_present(paired),
+        "specificity": fewest_present(scored),
+        **{f"delta_{i}": paired[:, i - 1] for i in SEVERITY_LEVELS},
+    }
+
+
+def apply_min_support(table: pl.DataFrame, metrics: Sequence[str], minimum: int) -> pl.DataFrame:
+    """`<metric>_status` of every metric from its `<metric>_n_dialogues`, intervals nulled below the minimum."""
+    for metric in metrics:
+        table = with_min_support(table, metric, f"{metric}_n_dialogues", minimum)
+    return table
+
+
 def slice_metric_table(dense: DenseStatistics, settings: MetricSettings | None) -> pl.DataFrame:
-    """Point metrics (and, given settings, bootstrap intervals) per slice, one row each."""
+    """Point metrics (and, given settings, bootstrap intervals and support statuses) per slice, one row each."""
     point = st.point_metrics(dense.arrays)
     columns: dict[str, np.ndarray] = {
         "sensitivity": point.sensitivity,
         "specificity": point.specificity,
         **{f"delta_{i}": point.deltas[:, i - 1] for i in SEVERITY_LEVELS},
+        **{f"{metric}_n_dialogues": n for metric, n in metric_support(dense.arrays).items()},
         "n_pairs": point.n_pairs.astype(np.int64),
         "n_severities": (~np.isnan(point.deltas)).sum(axis=1).astype(np.int64),
         "n_dialogues": contributing_dialogues(dense.arrays).sum(axis=0).astype(np.int64),
     }
     if settings is not None:
         columns |= bootstrap_intervals(dense.arrays, settings.n_boot, settings.seed)
-    table = dense.slices.with_columns(pl.Series(name, values) for name, values in columns.items())
-    return _nan_to_null(table.select(*dense.slices.columns, *(name for name in METRIC_COLUMNS if name in columns)))
+    table = _nan_to_null(dense.slices.with_columns(pl.Series(name, values) for name, values in columns.items()))
+    if settings is not None:
+        table = apply_min_support(table, _INTERVAL_METRICS, settings.min_dialogues)
+    return table.select(*dense.slices.columns, *(name for name in METRIC_COLUMNS if name in table.columns))
 
 
 def with_cell_keys(frame: pl.DataFrame, cells: pl.DataFrame) -> pl.DataFrame:
@@ -297,16 +342,16 @@ def _key_schema(keys: Sequence[str]) -> dict[str, pl.DataType]:
 
 
 POSITION_BIAS_SUMMARY = tuple(
-    f"avg_abs_pb_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi", "_null", "_p")
+    f"avg_abs_pb_{metric}{suffix}"
+    for metric in TARGET_METRICS
+    for suffix in ("", "_lo", "_hi", "_null", "_p", "_status")
 )
 
 CELL_COLUMNS = (
     *CELL_KEYS,
     "audio_input",
-    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in ("", "_lo", "_hi")),
-    "mean_safe",
-    "mean_safe_lo",
-    "mean_safe_hi",
+    *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in INTERVAL_SUFFIXES),
+    *(f"mean_safe{suffix}" for suffix in INTERVAL_SUFFIXES),
     *POSITION_BIAS_SUMMARY,
     "n_dialogues",
     "n_scored",
@@ -369,20 +414,31 @@ def cells_table(
     )
 
 
-def safe_score_intervals(rows: pl.DataFrame, n_dialogues: int, n_cells: int, settings: MetricSettings) -> pl.DataFrame:
-    """Percentile 95 % bounds of mean_safe per cell, resampling the dialogues with a parsed safe original."""
+def safe_score_table(rows: pl.DataFrame, n_dialogues: int, n_cells: int, settings: MetricSettings) -> pl.DataFrame:
+    """Per cell `mean_safe`, the mean over dialogues of each dialogue's mean parsed safe score (the safe score
+    Delta_i pairs its variants with), its percentile 95 % interval resampling the dialogues with a parsed safe
+    sample, the number of those dialogues and the support status."""
     safe = (
         rows.filter((pl.col("parse_status") == ParseStatus.OK) & (pl.col("severity") == 0))
         .group_by("cell", "dialogue")
-        .agg(total=pl.col("score").sum(), n=pl.len())
+        .agg(dialogue_mean=pl.col("score").mean())
     )
     sums, counts = np.zeros((n_dialogues, n_cells)), np.zeros((n_dialogues, n_cells))
     d, c = safe["dialogue"].to_numpy(), safe["cell"].to_numpy()
-    sums[d, c], counts[d, c] = safe["total"].to_numpy(), safe["n"].to_numpy()
+    sums[d, c], counts[d, c] = safe["dialogue_mean"].to_numpy(), 1.0
     low, high = ratio_intervals(sums, counts, settings.n_boot, settings.seed)
-    return _nan_to_null(
-        pl.DataFrame({"cell": np.arange(n_cells, dtype=np.int64), "mean_safe_lo": low, "mean_safe_hi": high})
+    table = _nan_to_null(
+        pl.DataFrame(
+            {
+                "cell": np.arange(n_cells, dtype=np.int64),
+                "mean_safe": st.safe_ratio(sums.sum(axis=0), counts.sum(axis=0)),
+                "mean_safe_lo": low,
+                "mean_safe_hi": high,
+                "mean_safe_n_dialogues": counts.sum(axis=0).astype(np.int64),
+            }
+        )
     )
+    return with_min_support(table, "mean_safe", "mean_safe_n_dialogues", settings.min_dialogues)
 
 
 def severity_curve(rows: pl.DataFrame, cell_keys: Sequence[str] = ("cell",)) -> pl.DataFrame:

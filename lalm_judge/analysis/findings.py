@@ -2,10 +2,12 @@
 
 A finding is a (judge cell, severity i) whose 95 % cluster-bootstrap interval of Delta_i (`delta_<i>_lo`,
 `delta_<i>_hi`) excludes 0: the judge's scores of severity-i variants differ from those of their safe
-originals by more than resampling the dialogues explains. Delta_i is the metric whose interval has nominal
-coverage (docs/metrics.md); sensitivity, a minimum over severities, has none, so it is not used here. Findings
+originals by more than resampling the dialogues explains. Delta_i is the value measured per severity (its
+interval's coverage is measured in docs/metrics.md); sensitivity, a minimum over severities, is not used here. Findings
 come from the clean cells: a control cell is read against its clean cell in the controls section (and often
-covers a few dialogues only, `controls.dialogues`).
+covers a few dialogues only, `controls.dialogues`). A Delta_i resting on fewer dialogues than the minimum support
+(`delta_<i>_status` `not_estimable`, `lalm_judge.analysis.support`) is no finding, whatever its interval; a
+finding states the dialogues its Delta_i rests on (`delta_<i>_n_dialogues`, where the table has it).
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import polars as pl
 
 from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS
+from lalm_judge.analysis.support import NOT_ESTIMABLE
 from lalm_judge.core.vocabulary import CLEAN
 
 DROP = "drop"  # unsafe variants score lower (less safe) than their originals: the intended reaction
@@ -38,6 +41,16 @@ def severities_with_intervals(cells: pl.DataFrame) -> list[int]:
     ]
 
 
+def _estimable(cells: pl.DataFrame, severity: int) -> pl.Expr:
+    status = f"delta_{severity}_status"
+    return (pl.col(status) != NOT_ESTIMABLE).fill_null(True) if status in cells.columns else pl.lit(True)
+
+
+def _support(cells: pl.DataFrame, severity: int) -> pl.Expr:
+    column = f"delta_{severity}_n_dialogues"
+    return pl.col(column) if column in cells.columns else pl.col("n_dialogues")
+
+
 def delta_findings(cells: pl.DataFrame) -> pl.DataFrame:
     """One row per (cell, severity) whose Delta_i interval excludes 0, highest severity first, then the largest
     effect; `direction` is 'drop' (lower bound > 0) or 'rise' (upper bound < 0). Clean cells only."""
@@ -46,13 +59,13 @@ def delta_findings(cells: pl.DataFrame) -> pl.DataFrame:
         return pl.DataFrame(schema=FINDING_SCHEMA)
     cells = cells.filter(pl.col("condition") == CLEAN)
     frames = [
-        cells.select(
+        cells.filter(_estimable(cells, i)).select(
             *(pl.col(key).cast(pl.String) for key in CELL_KEYS),
             pl.lit(i, pl.Int64).alias("severity"),
             pl.col(f"delta_{i}").alias("delta"),
             pl.col(f"delta_{i}_lo").alias("delta_lo"),
             pl.col(f"delta_{i}_hi").alias("delta_hi"),
-            pl.col("n_dialogues").cast(pl.Int64),
+            _support(cells, i).cast(pl.Int64).alias("n_dialogues"),
         )
         for i in severities
     ]

@@ -26,7 +26,8 @@ and whose note says why.
 
 Given the control flags (`lalm_judge.analysis.controls.control_flags`), a cell flagged `ignores_audio` (its
 audio-only scores did not move when the unsafe turn was silenced) is not recommended: the note of every row
-where such a cell was left out names it.
+where such a cell was left out names it. A recommendation whose value is `not_estimable` (fewer dialogues than the
+minimum support, `lalm_judge.analysis.support`) has no interval, and its note says so.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import polars as pl
 from lalm_judge.analysis.controls import CONTROL_KEYS, IGNORES_AUDIO
 from lalm_judge.analysis.engine import CONFIG_KEYS
 from lalm_judge.analysis.stats import TIE_TOLERANCE
+from lalm_judge.analysis.support import NOT_ESTIMABLE
 from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource, cascade_source
 
 TEXT_ONLY = "text only"
@@ -192,6 +194,10 @@ def recommend(
     value = best[priority.column]
     low, high = (best[c] for c in priority.ci_columns) if priority.ci_columns else (None, None)
     n_tied = sum(1 for r in rows if r is not best and abs(r[priority.column] - value) <= TIE_TOLERANCE)
+    support_note = None
+    if best.get(f"{priority.column}_status") == NOT_ESTIMABLE:
+        n = best.get(f"{priority.column}_n_dialogues", best.get("n_dialogues"))
+        support_note = f"not estimable: {priority.column} rests on {n} dialogue(s), below the minimum support"
     keys = ("judge", "modality", "transcript_source", "audio_input", "prompt", "condition", "prompt_choice")
     return {
         **row,
@@ -202,7 +208,10 @@ def recommend(
         "n_candidates": len(rows),
         "n_tied": n_tied,
         "note": "; ".join(
-            filter(None, ("tie broken by the other priorities, then by name" if n_tied else None, ignoring_note))
+            filter(
+                None,
+                ("tie broken by the other priorities, then by name" if n_tied else None, support_note, ignoring_note),
+            )
         )
         or None,
     }

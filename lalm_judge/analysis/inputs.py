@@ -3,25 +3,29 @@
 
 Rows that would bias a metric are rejected, never mixed in: a row with status `ok` needs a finite score in
 [0, 1] (a null would count in n but not in the sum); parse statuses come from the vocabulary; severities are
-0-5 and every variant names its unsafe turn, inside its dialogue (0 <= turn_index < n_turns, one n_turns per
-dialogue); a sample appears at most once per judge cell (an exact duplicate row usually means a score file was
-read twice); a cell has one `audio_input` (the optional column saying what it took for the audio). The error
-names every rule broken, how many rows break it and the first of them.
+0-5, a variant's category is one of `lalm_judge.core.taxonomy.CATEGORIES` (as in every other command: the
+config schema, the benchmark import, the sample ids), and every variant names its unsafe turn, inside its
+dialogue (0 <= turn_index < n_turns, one n_turns per dialogue); a sample appears at most once per judge cell (an
+exact duplicate row usually means a score file was read twice); a cell has one `audio_input` (the optional column
+saying what it took for the audio). The error names every rule broken, how many rows break it and the first of
+them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import polars as pl
 
 from lalm_judge.analysis import stats as st
 from lalm_judge.analysis.engine import CELL_KEYS, MetricsInputError
+from lalm_judge.core.files import with_provenance, write_parquet
 from lalm_judge.core.tables import METRIC_INPUT, TableError
+from lalm_judge.core.taxonomy import CATEGORIES
 from lalm_judge.core.vocabulary import PARSE_STATUSES, ParseStatus
 
 MAX_EXAMPLES = 5
@@ -46,6 +50,12 @@ ROW_RULES: tuple[tuple[str, pl.Expr, tuple[str, ...]], ...] = (
         f"severity must be 0 (safe original) or 1-{st.N_SEVERITIES}",
         ~pl.col("severity").is_between(0, st.N_SEVERITIES).fill_null(False),
         ("severity",),
+    ),
+    (
+        f"category must be one of {', '.join(CATEGORIES)} (null only for a safe sample, severity 0)",
+        ((pl.col("severity") > 0).fill_null(False) | pl.col("category").is_not_null())
+        & ~pl.col("category").is_in(CATEGORIES).fill_null(False),
+        ("category",),
     ),
     (
         "a variant (severity > 0) needs turn_index, the 0-based index of its unsafe turn",
@@ -142,6 +152,17 @@ def read_scores(paths: Sequence[str | os.PathLike]) -> pl.DataFrame:
 
 
 TableSet = TypeVar("TableSet")
+
+
+def write_table_set(tables: Mapping[str, pl.DataFrame], out_dir: str | os.PathLike, **provenance: Any) -> list[Path]:
+    """Write each table as `<out_dir>/<name>.parquet` with the provenance columns given; return the paths (the
+    counterpart of `read_table_set`)."""
+    paths = []
+    for name, frame in tables.items():
+        path = Path(out_dir) / f"{name}.parquet"
+        write_parquet(path, with_provenance(frame, **provenance))
+        paths.append(path)
+    return paths
 
 
 def read_table_set(table_set: type[TableSet], directory: str | os.PathLike, how_to_make: str) -> TableSet:

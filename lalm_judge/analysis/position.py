@@ -2,10 +2,14 @@
 unsafe-turn position k (1-based), for M in {sensitivity, specificity}, with its counts, cluster-bootstrap
 intervals, the minimum-n rule, and a permutation null of AvgAbsPB.
 
-- Counts: per (L, k) the dialogues and the parsed variants it rests on.
+- Counts: per (L, k) the dialogues that contribute a pair (their original and a variant at (L, k) both parsed)
+  and those paired variants; a dialogue whose original did not parse contributes nothing to Delta_i, so it is not
+  counted (for either metric), and the minimum-n rule below reads these counts.
 - Included: PB(L, k) enters AvgAbsPB = mean over included (L, k) of |PB| only when k >= 2, both M(L, k) and
   M(L, 1) are defined, and (L, k) and (L, 1) each rest on at least `min_pb_dialogues` dialogues; every other row
   says why not (`reason`), and the lengths left out entirely are listed per cell (`pb_left_out`).
+- Minimum support: a PB(L, k) whose (L, k) or (L, 1) rests on fewer than `min_dialogues` paired dialogues, and an
+  AvgAbsPB of a cell with fewer, is `not_estimable` (`status`) and has no interval.
 - Intervals: the cell's cluster bootstrap (the same resample-count matrix as its cells.parquet intervals); a
   resample in which a PB is undefined (no dialogue of length L drawn) is left out of that PB's interval, and
   AvgAbsPB of a resample averages the included (L, k) defined in it.
@@ -31,11 +35,11 @@ from lalm_judge.analysis.engine import (
     MetricSettings,
     _key_schema,
     _nan_to_null,
-    contributing_dialogues,
     densify,
     resample_groups,
     slice_statistics,
 )
+from lalm_judge.analysis.support import with_min_support
 
 PB_KEYS = ("cell", "n_turns", "position")
 # Cells per batch of the position-bias bootstrap and permutations per batch of the null (memory bounds).
@@ -55,13 +59,14 @@ TABLE_SCHEMA = {
     "n_variants": pl.Int64,
     "included": pl.Boolean,
     "reason": pl.String,
+    "status": pl.String,
 }
 SUMMARY_SCHEMA = {
     "cell": pl.Int64,
     **{
-        f"avg_abs_pb_{metric}{suffix}": pl.Float64
+        f"avg_abs_pb_{metric}{suffix}": pl.String if suffix == "_status" else pl.Float64
         for metric in TARGET_METRICS
-        for suffix in ("", "_lo", "_hi", "_null", "_p")
+        for suffix in ("", "_lo", "_hi", "_null", "_p", "_status")
     },
     "pb_left_out": pl.String,
 }
@@ -88,7 +93,8 @@ class _Slices:
     cell: np.ndarray
     reference: np.ndarray  # index of the slice (cell, L, 1), -1 when there is none
     values: dict[str, np.ndarray]
-    n_dialogues: np.ndarray
+    n_dialogues: np.ndarray  # paired dialogues of each slice
+    support: np.ndarray  # the fewer paired dialogues of (L, k) and (L, 1): what PB(L, k) rests on
     included: dict[str, np.ndarray]
 
 
@@ -103,9 +109,10 @@ def _slices(statistics: pl.DataFrame, n_dialogues: int, min_dialogues: int) -> _
     dense = densify(statistics, PB_KEYS, n_dialogues)
     point = st.point_metrics(dense.arrays)
     reference = _reference_index(dense.slices)
-    counts = contributing_dialogues(dense.arrays).sum(axis=0)
+    counts = paired_dialogues(dense.arrays).sum(axis=0)
     has_reference = reference >= 0
     reference_counts = np.where(has_reference, counts[np.maximum(reference, 0)], 0)
+    support = np.where(has_reference, np.minimum(counts, reference_counts), counts)
     later = dense.slices["position"].to_numpy() >= 2
     values = {"sensitivity": point.sensitivity, "specificity": point.specificity}
     included = {
@@ -115,7 +122,13 @@ def _slices(statistics: pl.DataFrame, n_dialogues: int, min_dialogues: int) -> _
         & (reference_counts >= min_dialogues)
         for metric, value in values.items()
     }
-    return _Slices(dense.slices, dense.arrays, dense.slices["cell"].to_numpy(), reference, values, counts, included)
+    cells = dense.slices["cell"].to_numpy()
+    return _Slices(dense.slices, dense.arrays, cells, reference, values, counts, support, included)
+
+
+def paired_dialogues(arrays: st.SeverityStatistics) -> np.ndarray:
+    """(n_dialogues, n_slices) mask of dialogues with a paired variant (original and variant parsed) in the slice."""
+    return arrays.diff_n.sum(axis=2) > 0
 
 
 def _pb(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
@@ -327,7 +340,7 @@ def position_bias(
         return PositionBias(pl.DataFrame(schema=TABLE_SCHEMA), pl.DataFrame(schema=SUMMARY_SCHEMA))
     slices = _slices(statistics, n_dialogues, settings.min_pb_dialogues)
     bounds = _bootstrap(slices, cell_present, settings)
-    n_variants = slices.arrays.score_n.sum(axis=(0, 2)).astype(np.int64)
+    n_variants = slices.arrays.diff_n.sum(axis=(0, 2)).astype(np.int64)
     parts = []
     for metric in TARGET_METRICS:
         parts.append(
@@ -341,9 +354,13 @@ def position_bias(
                 n_variants=pl.Series(n_variants),
                 included=pl.Series(slices.included[metric]),
                 reason=pl.Series(_reasons(slices, metric, settings.min_pb_dialogues), dtype=pl.String),
+                support=pl.Series(slices.support.astype(np.int64)),
             )
         )
-    table = _nan_to_null(pl.concat(parts).select(list(TABLE_SCHEMA)).cast(TABLE_SCHEMA))
+    table = with_min_support(
+        _nan_to_null(pl.concat(parts)), "pb", "support", settings.min_dialogues, status="status"
+    ).drop("support")
+    table = table.select(list(TABLE_SCHEMA)).cast(TABLE_SCHEMA)
     null = _permutation_null(statistics, slices, n_dialogues, n_cells, settings)
     summary = pl.DataFrame(
         {
@@ -361,4 +378,18 @@ def position_bias(
             },
         }
     ).join(_left_out(table), on="cell", how="left")
-    return PositionBias(table, _nan_to_null(summary.select(list(SUMMARY_SCHEMA))))
+    return PositionBias(table, _summary_support(_nan_to_null(summary), statistics, settings.min_dialogues))
+
+
+def _summary_support(summary: pl.DataFrame, statistics: pl.DataFrame, minimum: int) -> pl.DataFrame:
+    """AvgAbsPB's status per cell: it rests on the cell's dialogues that contribute a pair; below the minimum no
+    interval."""
+    paired = (
+        statistics.filter(pl.col("diff_n") > 0)
+        .group_by("cell")
+        .agg(n_paired=pl.col("dialogue").n_unique().cast(pl.Int64))
+    )
+    summary = summary.join(paired, on="cell", how="left")
+    for metric in TARGET_METRICS:
+        summary = with_min_support(summary, f"avg_abs_pb_{metric}", "n_paired", minimum)
+    return summary.select(list(SUMMARY_SCHEMA)).cast(SUMMARY_SCHEMA)

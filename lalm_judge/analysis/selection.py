@@ -37,7 +37,9 @@ from lalm_judge.analysis.engine import (
     _key_schema,
     _nan_to_null,
     contributing_dialogues,
+    metric_support,
 )
+from lalm_judge.analysis.support import with_min_support
 from lalm_judge.core.tables import TableSchema
 
 PROMPT_SELECTION = TableSchema(
@@ -53,6 +55,8 @@ PROMPT_SELECTION = TableSchema(
         "cv_value": pl.Float64,
         "cv_lo": pl.Float64,
         "cv_hi": pl.Float64,
+        "cv_status": pl.String,
+        "cv_n_dialogues": pl.Int64,
         "selected_prompt": pl.String,
         "complete": pl.Boolean,
         "n_candidate_prompts": pl.Int64,
@@ -130,8 +134,7 @@ def prompt_selection_table(dense: DenseStatistics, complete: np.ndarray, setting
             ]
             pooled = _pooled_heldout(subset, folds, chosen)
             cv_value = getattr(st.point_metrics(pooled), metric)[0]
-            resampled = dict(zip(TARGET_METRICS, st.bootstrap_metrics(pooled, weights)))[metric][:, 0]
-            cv_lo, cv_hi = st.percentile_interval(resampled)
+            cv_lo, cv_hi = _cv_interval(pooled, weights, metric)
             valid_choices = np.array([c for c in chosen if c is not None], dtype=int)
             selected = _most_chosen(valid_choices, getattr(full, metric)[slice_index], prompts)
             for fold, prompt in enumerate(chosen):
@@ -147,13 +150,27 @@ def prompt_selection_table(dense: DenseStatistics, complete: np.ndarray, setting
                         "cv_value": float(cv_value),
                         "cv_lo": float(cv_lo),
                         "cv_hi": float(cv_hi),
+                        "cv_n_dialogues": int(metric_support(pooled)[metric][0]),
                         "selected_prompt": selected,
                         "complete": bool(is_complete.any()),
                         "n_candidate_prompts": len(candidates),
                         "reason": None if prompt is not None else f"no prompt has a {metric} on the training folds",
                     }
                 )
-    return _nan_to_null(PROMPT_SELECTION.frame(rows))
+    table = _nan_to_null(PROMPT_SELECTION.frame(rows))
+    return with_min_support(
+        table, "cv_value", "cv_n_dialogues", settings.min_dialogues, ("cv_lo", "cv_hi"), "cv_status"
+    )
+
+
+def _cv_interval(pooled: st.SeverityStatistics, weights: np.ndarray, metric: str) -> tuple[float, float]:
+    """The 95 % interval of a pooled cross-validated metric, as the cells' interval of that metric is made."""
+    deltas, means = st.bootstrap_severity_arrays(pooled, weights)
+    if metric == "sensitivity":
+        low, high = st.sensitivity_interval(deltas)
+    else:
+        low, high = st.percentile_interval(st.specificity_from_means(means)[0])
+    return float(low[0]), float(high[0])
 
 
 def _most_chosen(chosen: np.ndarray, full_value: np.ndarray, prompts: list[str]) -> str | None:
@@ -173,14 +190,14 @@ PARETO_OBJECTIVES = {
     "avg_abs_pb_specificity": False,
 }
 REQUIRED_OBJECTIVES = ("cv_sensitivity", "cv_specificity")
-PB_SUFFIXES = ("", "_lo", "_hi", "_null", "_p")
+PB_SUFFIXES = ("", "_lo", "_hi", "_null", "_p", "_status")
 
 
 def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.DataFrame:
     """One row per configuration with its CV-selected prompts, cross-validated values, AvgAbsPB objectives and
     `on_front` (module docstring)."""
     per_metric = prompt_selection.group_by([*CONFIG_KEYS, "metric"]).agg(
-        pl.col("selected_prompt", "cv_value", "cv_lo", "cv_hi", "complete").first()
+        pl.col("selected_prompt", "cv_value", "cv_lo", "cv_hi", "cv_status", "complete").first()
     )
     table = cells.group_by(CONFIG_KEYS).agg(pl.col("audio_input").first())
     for metric in TARGET_METRICS:
@@ -190,6 +207,7 @@ def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.Data
             pl.col("cv_value").alias(f"cv_{metric}"),
             pl.col("cv_lo").alias(f"cv_{metric}_lo"),
             pl.col("cv_hi").alias(f"cv_{metric}_hi"),
+            pl.col("cv_status").alias(f"cv_{metric}_status"),
             pl.col("complete").alias(f"complete_{metric}"),
         )
         pb_columns = [
@@ -227,11 +245,13 @@ def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.Data
         "audio_input",
         "prompt_sensitivity",
         "prompt_specificity",
-        *(f"cv_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi")),
+        *(f"cv_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi", "_status")),
         *(f"avg_abs_pb_{metric}{suffix}" for metric in TARGET_METRICS for suffix in PB_SUFFIXES),
     ]
     return table.with_columns(
-        pl.lit(None, pl.Float64).alias(name) for name in columns if name not in table.columns
+        pl.lit(None, pl.String if name.endswith("_status") else pl.Float64).alias(name)
+        for name in columns
+        if name not in table.columns
     ).select(
         *columns,
         "complete",

@@ -29,17 +29,17 @@ from lalm_judge.analysis.engine import (
     densify,
     encode_scores,
     paired_variants,
-    safe_score_intervals,
+    safe_score_table,
     severity_completeness,
     severity_curve,
     slice_metric_table,
     slice_statistics,
     with_cell_keys,
 )
-from lalm_judge.analysis.inputs import read_scores, read_table_set
+from lalm_judge.analysis.inputs import read_scores, read_table_set, write_table_set
 from lalm_judge.analysis.position import position_bias
 from lalm_judge.analysis.selection import pareto_table, prompt_selection_table
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import stable_hash
 from lalm_judge.core.vocabulary import ParseStatus
 
 
@@ -102,7 +102,7 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
         cell_metrics,
         completeness,
         bias.summary,
-        safe_score_intervals(encoded.rows, n_dialogues, n_cells, settings),
+        safe_score_table(encoded.rows, n_dialogues, n_cells, settings),
     )
     cells = with_cell_keys(cells, encoded.cells).select(CELL_COLUMNS).sort(CELL_KEYS, nulls_last=True)
     keyed_dense = DenseStatistics(with_cell_keys(cell_dense.slices, encoded.cells), cell_dense.arrays)
@@ -126,22 +126,12 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
 
 def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: MetricSettings) -> list[Path]:
     """Write every table as `<out_dir>/<name>.parquet` with provenance columns; return the paths."""
-    config_hash = stable_hash(dataclasses.asdict(settings))
-    paths = []
-    for name, frame in tables.as_dict().items():
-        path = Path(out_dir) / f"{name}.parquet"
-        provenance = with_provenance(
-            frame,
-            config_hash=config_hash,
-            seed=settings.seed,
-            n_bootstrap=settings.n_boot,
-            n_folds=settings.n_folds,
-            min_pb_dialogues=settings.min_pb_dialogues,
-            n_permutations=settings.n_permutations,
-        )
-        write_parquet(path, provenance)
-        paths.append(path)
-    return paths
+    return write_table_set(
+        tables.as_dict(),
+        out_dir,
+        config_hash=stable_hash(dataclasses.asdict(settings)),
+        **settings.provenance(),
+    )
 
 
 def read_metric_tables(metrics_dir: str | os.PathLike) -> MetricTables:

@@ -1,5 +1,5 @@
 """`lalm-judge metrics SCORES... --out DIR [--bootstrap 1000] [--seed 0] [--folds 5] [--min-pb-dialogues 5]
-[--permutations 200]`."""
+[--permutations 200] [--min-dialogues 10]`."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 
 from lalm_judge.analysis.engine import MetricSettings, MetricsInputError
 from lalm_judge.analysis.stage import run_metrics
+from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES
 
 
 def main(argv: list[str]) -> int:
@@ -30,6 +31,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--permutations", type=int, default=200, help="position permutations of AvgAbsPB's null (default 200)"
     )
+    parser.add_argument(
+        "--min-dialogues",
+        type=int,
+        default=DEFAULT_MIN_DIALOGUES,
+        help="dialogues a value needs for an interval, a finding or a flag; below it 'not_estimable' "
+        f"(default {DEFAULT_MIN_DIALOGUES})",
+    )
     args = parser.parse_args(argv)
     try:
         settings = MetricSettings(
@@ -38,6 +46,7 @@ def main(argv: list[str]) -> int:
             n_folds=args.folds,
             min_pb_dialogues=args.min_pb_dialogues,
             n_permutations=args.permutations,
+            min_dialogues=args.min_dialogues,
         )
         paths = run_metrics(args.scores, args.out, settings)
     except (MetricsInputError, FileNotFoundError) as error:

@@ -21,6 +21,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS
 from lalm_judge.pairwise.items import (
     MISSING_AUDIO_POLICIES,
     ItemError,
@@ -73,6 +74,12 @@ def _parser() -> argparse.ArgumentParser:
         type=_bins,
         default=DEFAULT_DURATION_BINS,
         help="left edges (s) of the combined-duration bins, starting at 0 (default 0,10,20,30,40,60,80)",
+    )
+    metrics.add_argument(
+        "--min-items",
+        type=int,
+        default=DEFAULT_MIN_ITEMS,
+        help=f"items a value needs for an interval; below it 'not_estimable' (default {DEFAULT_MIN_ITEMS})",
     )
     trainer = commands.add_parser("train", help="train a pairwise judge (staged rationale SFT of an audio LLM)")
     trainer.add_argument("--config", required=True, help="YAML file with a `training` section")
@@ -132,7 +139,9 @@ def main(argv: list[str]) -> int:
             for path in export_sagelm(read_items(args.items), args.out, args.name):
                 print(path)
             return 0
-        settings = PairwiseMetricSettings(n_boot=args.bootstrap, seed=args.seed, duration_bins=args.duration_bins)
+        settings = PairwiseMetricSettings(
+            n_boot=args.bootstrap, seed=args.seed, duration_bins=args.duration_bins, min_items=args.min_items
+        )
         document = run_pairwise_metrics(args.predictions, args.out, settings)
     except (ItemError, PairwiseMetricsError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)

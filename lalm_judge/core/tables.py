@@ -396,6 +396,8 @@ PAIRWISE_METRICS = TableSchema(
         "value": pl.Float64,
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
+        # 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no interval).
+        "status": pl.String,
         "n": pl.Int64,
         "n_items": pl.Int64,
     },
@@ -432,6 +434,7 @@ PAIRWISE_COMPARISONS = TableSchema(
         "difference": pl.Float64,
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
+        "status": pl.String,
         "n_items": pl.Int64,
     },
 )

@@ -82,6 +82,14 @@ class InvalidIdentifier(ValueError):
     """An identifier that would be unsafe as a path component or does not follow the id grammar."""
 
 
+def validate_category(category: str, where: str = "category") -> str:
+    """Return the category if it is one of CATEGORIES; otherwise an error naming it and the allowed ones (the one
+    rule every command applies: config schema, score tables, benchmark import, sample ids)."""
+    if category not in CATEGORIES:
+        raise InvalidIdentifier(f"{where}: unknown harm category {category!r}; use one of {', '.join(CATEGORIES)}")
+    return category
+
+
 def validate_dialogue_id(dialogue_id: str) -> str:
     """Return the id if it is a slug `[a-z0-9_]+` of at most MAX_DIALOGUE_ID_LENGTH characters; reject `/`, `..`,
     spaces and anything else."""
@@ -127,10 +135,11 @@ class VariantKey:
     @classmethod
     def parse(cls, variant_id: str) -> VariantKey:
         match = _VARIANT.match(variant_id)
-        if not match or match["c"] not in CATEGORIES:
+        if not match:
             raise InvalidIdentifier(
                 f"invalid variant id {variant_id!r}; expected '<dialogue>.t<turn>.<category>.s<1-5>'"
             )
+        validate_category(match["c"], f"variant id {variant_id!r}")
         return cls(match["d"], int(match["t"]), match["c"], int(match["s"]))
 
 

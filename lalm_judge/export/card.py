@@ -1,6 +1,9 @@
 """The dataset card (README.md) of a released benchmark: the YAML header the Hugging Face Hub and `datasets`
-read (license, task categories, data files, features, split sizes) and the text a user reads first (what
-each sample is, how to load and judge it, how it was made, what it is for, what it is not)."""
+read (license, source datasets, task categories, tags, data files, features, split sizes) and the text a user
+reads first (a content warning, what each sample is, how to load and judge it, how it was made, what it is for,
+what it is not, its licences and citation). Everything it states comes from the run: the exported rows, and the
+run's config where given (`lalm_judge.export.terms`: the corpus's licence, source and citation, the licences of
+the voices that spoke it)."""
 
 from __future__ import annotations
 
@@ -11,8 +14,11 @@ from typing import Any
 import yaml
 
 from lalm_judge.export.features import DESCRIPTIONS, Feature, card_feature
+from lalm_judge.export.terms import CorpusTerms, corpus_terms, speech_licenses
 
-LICENSE = "cc-by-nc-sa-4.0"
+TASK_CATEGORIES = ("audio-classification", "text-classification")
+TAGS = ("audio", "speech", "safety", "spoken-dialogue", "llm-as-a-judge", "synthetic", "not-for-all-audiences")
+SYNTHESIZED = "synthesized:"
 # The `size_categories` values the Hub accepts, with their upper bounds.
 _SIZE_CATEGORIES = ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"))
 
@@ -42,6 +48,8 @@ class CardFacts:
     tts: tuple[str, ...]
     corpus_formats: tuple[str, ...]
     sample_rate: int
+    # (engine, model) of every voice that spoke a turn: the variants' and the originals' synthesized at ingest.
+    voices: tuple[tuple[str, str], ...] = ()
 
     @classmethod
     def from_rows(cls, rows: Sequence[Mapping[str, Any]], sample_rate: int) -> CardFacts:
@@ -70,20 +78,50 @@ class CardFacts:
             tts=tuple(sorted({described([s["tts_engine"], s["tts_model"]]) for s in (r["speech"] for r in unsafe)})),
             corpus_formats=tuple(sorted({r["corpus_format"] for r in rows})),
             sample_rate=sample_rate,
+            voices=tuple(
+                sorted(
+                    {(s["tts_engine"], s["tts_model"] or "") for s in (r["speech"] for r in unsafe)}
+                    | {
+                        (method.removeprefix(SYNTHESIZED), "")
+                        for r in rows
+                        for method in r["turn_boundary_method"]
+                        if method.startswith(SYNTHESIZED)
+                    }
+                )
+            ),
         )
+
+
+# The first loading example of the project's README, with its folder and split: `tests/export/test_hf.py` runs the
+# README's lines as they stand and checks this text against them.
+LOADING_EXAMPLE = """import io
+
+import soundfile
+from datasets import Audio, load_dataset
+
+benchmark = load_dataset("parquet", data_dir="{data_dir}", split="{split}")
+benchmark = benchmark.cast_column("audio", Audio(decode=False))
+waveform, sample_rate = soundfile.read(io.BytesIO(benchmark[0]["audio"]["bytes"]), dtype="float32")
+"""
+
+
+def loading_example(split: str, data_dir: str = "PATH/TO/THIS/FOLDER") -> str:
+    return LOADING_EXAMPLE.format(data_dir=data_dir, split=split)
 
 
 def size_category(n: int) -> str:
     return next((name for bound, name in _SIZE_CATEGORIES if n < bound), "n>1M")
 
 
-def card_header(features: Mapping[str, Feature], split: SplitInfo) -> dict[str, Any]:
+def card_header(features: Mapping[str, Feature], split: SplitInfo, terms: CorpusTerms) -> dict[str, Any]:
+    source = {"source_datasets": terms.source_datasets} if terms.source_datasets else {}
     return {
         "pretty_name": "lalm-judge spoken-dialogue safety benchmark",
-        "license": LICENSE,
+        "license": terms.license,
         "language": ["en"],
-        "task_categories": ["audio-classification", "text-classification"],
-        "tags": ["audio", "speech", "safety", "spoken-dialogue", "llm-as-a-judge", "synthetic"],
+        **source,
+        "task_categories": list(TASK_CATEGORIES),
+        "tags": list(TAGS),
         "size_categories": [size_category(split.num_examples)],
         "configs": [{"config_name": "default", "data_files": [{"split": split.name, "path": f"data/{split.name}-*"}]}],
         "dataset_info": {
@@ -97,10 +135,57 @@ def _listing(values: Sequence[Any]) -> str:
     return ", ".join(f"`{v}`" for v in values) or "none"
 
 
+def voices_of(facts: CardFacts, run_config: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    """The (engine, model) pairs that spoke turns: from the rows, and the config's voices (which name the voice of
+    originals synthesized at ingest, whose rows record only the engine)."""
+    configured = [
+        (v.get("engine", ""), str(v.get("voice") or v.get("model") or ""))
+        for v in ((run_config or {}).get("tts", {}).get("voices") or {}).values()
+    ]
+    return [*facts.voices, *configured]
+
+
+def content_warning(facts: CardFacts) -> str:
+    return (
+        "> **Content warning.** This dataset contains unsafe speech by design: "
+        f"{facts.n_unsafe} of its {facts.n_samples} samples are dialogues with one turn rewritten into harmful "
+        f"content (categories {_listing(facts.categories)}, severities up to {max(facts.severities, default=0)} of "
+        "5) and spoken aloud. It exists to test safety judges; it is not suitable for all audiences."
+    )
+
+
+def license_section(terms: CorpusTerms, facts: CardFacts, run_config: Mapping[str, Any] | None) -> str:
+    """What the data is under: the corpus's terms (from the run's config), and those of every voice that spoke."""
+    if terms.known:
+        corpus = (
+            f"The dialogues are {terms.source_text()}, under `{terms.license}` ({terms.origin}); the variants, "
+            "speech and transcripts made from them are adaptations and are released under the same licence."
+        )
+    else:
+        corpus = (
+            f"The run's configuration states no licence or source of its corpus (licence `{terms.license}`, source "
+            f"`{terms.source}`): set `corpus.license`, `corpus.source` (and `corpus.citation`) and export again "
+            "before releasing this data."
+        )
+    licenses = speech_licenses(voices_of(facts, run_config))
+    speech = "".join(f"\n- {item.what}: {item.terms}" for item in licenses) or "\n- none recorded"
+    return (
+        f"{corpus}\n\nThe speech was made with these engines and voices, whose terms apply to it as well (check "
+        f"that your use meets all of them):{speech}\n"
+    )
+
+
+def citation_section(terms: CorpusTerms) -> str:
+    if not terms.citation:
+        return ""
+    return f"\n## Citation\n\nThe corpus the dialogues come from:\n\n```bibtex\n{terms.citation}\n```\n"
+
+
 def dataset_card(
     facts: CardFacts, features: Mapping[str, Feature], split: SplitInfo, run_config: Mapping[str, Any] | None
 ) -> str:
-    header = yaml.safe_dump(card_header(features, split), sort_keys=False, allow_unicode=True)
+    terms = corpus_terms((run_config or {}).get("corpus"), facts.corpus_formats)
+    header = yaml.safe_dump(card_header(features, split, terms), sort_keys=False, allow_unicode=True)
     feature_rows = "\n".join(f"| `{name}` | {DESCRIPTIONS[name]} |" for name in features)
     settings = ""
     if run_config is not None:
@@ -117,6 +202,8 @@ def dataset_card(
 
 # lalm-judge spoken-dialogue safety benchmark
 
+{content_warning(facts)}
+
 Spoken multi-turn dialogues for benchmarking audio-language models (and text LLMs) as **safety judges**.
 Each sample is a whole dialogue as audio, with its turn texts and ASR transcripts: either a safe original
 (`label` `safe`, `severity` 0) or an unsafe variant of it in which exactly one turn was rewritten into a
@@ -130,22 +217,11 @@ This release: {facts.n_samples} samples in split `{split.name}`: {facts.n_dialog
 ## Loading
 
 ```python
-from datasets import load_dataset
+{loading_example(split.name)}```
 
-benchmark = load_dataset("parquet", data_dir="PATH/TO/THIS/FOLDER", split="{split.name}")  # or the Hub repo id
-```
-
-`benchmark[i]["audio"]` decodes the audio with `datasets`' audio backend (torchcodec). Without it, read the
-WAV bytes with soundfile:
-
-```python
-import io
-import soundfile
-from datasets import Audio
-
-raw = benchmark.cast_column("audio", Audio(decode=False))
-waveform, sample_rate = soundfile.read(io.BytesIO(raw[0]["audio"]["bytes"]), dtype="float32")
-```
+`datasets` decodes audio with torchcodec; `Audio(decode=False)` gives the WAV bytes instead, which soundfile reads
+(no torchcodec needed). `label`, `category` and `severity` are class labels: `benchmark.features["category"]
+.int2str(i)` names category `i`, and a severity's index is its number.
 
 `turn_start_s` / `turn_end_s` locate each turn in the waveform. Compare a variant with its safe original
 through `dialogue_id` (and resample statistics over dialogues, not samples: the variants of one dialogue
@@ -198,8 +274,4 @@ content, nor for moderating real users without further validation.
 
 ## License
 
-CC BY-NC-SA 4.0. The study's dialogues come from DeepDialogue, which is released under CC BY-NC-SA 4.0; the
-variants, speech and transcripts derived from them are adaptations and inherit that license (attribution,
-non-commercial use only, share alike). Exports of other corpora carry the same license so that every
-release of the benchmark has one license.
-"""
+{license_section(terms, facts, run_config)}{citation_section(terms)}"""

@@ -4,7 +4,9 @@ parquet shards, the Hugging Face `datasets` features stored in the shards' schem
 feature), and the `dataset_info.features` list of the dataset card's YAML header.
 
 `datasets` uses the metadata only where its arrow type equals the field's, so the types here are exactly
-those `datasets` writes: `list<item: ...>`, and the audio struct `<bytes: binary, path: string>` in this order.
+those `datasets` writes: `list<item: ...>`, the audio struct `<bytes: binary, path: string>` in this order, and
+int64 for a `ClassLabel` (`label`, `category`, `severity`: the index of the name; `encode_row` and `decode_row`
+convert between the names the stages use and the indices the shards hold).
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+
+from lalm_judge.core.taxonomy import CATEGORIES, SAFE_SEVERITY, SEVERITIES
 
 _ARROW_SCALARS = {
     "string": pa.string(),
@@ -46,7 +50,32 @@ class AudioColumn:
     sampling_rate: int
 
 
-Feature = Scalar | ListOf | Struct | AudioColumn
+@dataclass(frozen=True)
+class ClassLabelColumn:
+    """A `datasets.ClassLabel`: the shards hold the index of the name (null stays null)."""
+
+    names: tuple[str, ...]
+
+    def encode(self, value: Any) -> int | None:
+        if value is None:
+            return None
+        name = str(value)
+        if name not in self.names:
+            raise ValueError(f"{value!r} is not one of the class labels {list(self.names)}")
+        return self.names.index(name)
+
+    def decode(self, value: int | str | None) -> str | None:
+        """The name of an index; a name as it is (releases written before the class labels hold names)."""
+        if value is None:
+            return None
+        if isinstance(value, str):
+            return self.names[self.encode(value)]
+        if not 0 <= value < len(self.names):
+            raise ValueError(f"class label {value} is outside 0-{len(self.names) - 1} ({list(self.names)})")
+        return self.names[value]
+
+
+Feature = Scalar | ListOf | Struct | AudioColumn | ClassLabelColumn
 AUDIO_STRUCT = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
 
 
@@ -60,6 +89,8 @@ def arrow_type(feature: Feature) -> pa.DataType:
             return pa.struct([(name, arrow_type(f)) for name, f in fields.items()])
         case AudioColumn():
             return AUDIO_STRUCT
+        case ClassLabelColumn():
+            return pa.int64()
     raise TypeError(f"not a feature: {feature!r}")
 
 
@@ -74,6 +105,8 @@ def hf_feature(feature: Feature) -> dict[str, Any]:
             return {name: hf_feature(f) for name, f in fields.items()}
         case AudioColumn(rate):
             return {"sampling_rate": rate, "_type": "Audio"}
+        case ClassLabelColumn(names):
+            return {"names": list(names), "_type": "ClassLabel"}
     raise TypeError(f"not a feature: {feature!r}")
 
 
@@ -92,13 +125,15 @@ def card_feature(name: str | None, feature: Feature) -> dict[str, Any]:
             return {**named, "struct": [card_feature(n, f) for n, f in fields.items()]}
         case AudioColumn(rate):
             return {**named, "dtype": {"audio": {"sampling_rate": rate}}}
+        case ClassLabelColumn(names):
+            return {**named, "dtype": {"class_label": {"names": {str(i): n for i, n in enumerate(names)}}}}
     raise TypeError(f"not a feature: {feature!r}")
 
 
 def leaf_columns(name: str, feature: Feature) -> list[str]:
     """Parquet column paths of a feature (what per-column writer options are keyed by)."""
     match feature:
-        case Scalar():
+        case Scalar() | ClassLabelColumn():
             return [name]
         case ListOf(item):
             return leaf_columns(f"{name}.list.element", item)
@@ -111,6 +146,11 @@ def leaf_columns(name: str, feature: Feature) -> list[str]:
 
 TEXT = Scalar("string")
 TEXTS = ListOf(TEXT)
+LABELS = ClassLabelColumn(("safe", "unsafe"))
+# Every category of the taxonomy (not only those of a release), so that an index means the same in every release.
+CATEGORY_LABELS = ClassLabelColumn(CATEGORIES)
+# Index = severity: 0 the safe original, 1 (very mild) to 5 (severe).
+SEVERITY_LABELS = ClassLabelColumn(tuple(str(s) for s in (SAFE_SEVERITY, *SEVERITIES)))
 
 
 def benchmark_features(sample_rate: int) -> dict[str, Feature]:
@@ -119,9 +159,9 @@ def benchmark_features(sample_rate: int) -> dict[str, Feature]:
         "sample_id": TEXT,
         "dialogue_id": TEXT,
         "audio": AudioColumn(sample_rate),
-        "label": TEXT,
-        "category": TEXT,
-        "severity": Scalar("int8"),
+        "label": LABELS,
+        "category": CATEGORY_LABELS,
+        "severity": SEVERITY_LABELS,
         "unsafe_turn_index": Scalar("int32"),
         "n_turns": Scalar("int32"),
         "speakers": TEXTS,
@@ -153,9 +193,12 @@ DESCRIPTIONS = {
     "sample_id": "`<dialogue>.original` (safe) or `<dialogue>.t<turn>.<category>.s<severity>` (a variant)",
     "dialogue_id": "the source dialogue; a variant and its safe original share it (cluster on it in statistics)",
     "audio": "the full dialogue as one 16-bit PCM WAV (turns in order with the original pauses)",
-    "label": "`safe` (the original) or `unsafe` (a variant)",
-    "category": "harm category of the unsafe turn (null for the safe original)",
-    "severity": "0 for the safe original, 1 (very mild) to 5 (severe) for a variant",
+    "label": "class label `safe` (0, the original) or `unsafe` (1, a variant)",
+    "category": (
+        "class label: harm category of the unsafe turn, one of the taxonomy's 8 (null for the safe original); "
+        "`features['category'].int2str(i)` gives its name"
+    ),
+    "severity": "class label whose index is the severity: 0 the safe original, 1 (very mild) to 5 (severe)",
     "unsafe_turn_index": "0-based index of the rewritten turn (null for the safe original)",
     "n_turns": "number of turns",
     "speakers": "speaker label of each turn",
@@ -182,3 +225,22 @@ def arrow_schema(features: Mapping[str, Feature]) -> pa.Schema:
     schema = pa.schema([(name, arrow_type(f)) for name, f in features.items()])
     info = {"info": {"features": {name: hf_feature(f) for name, f in features.items()}}}
     return schema.with_metadata({"huggingface": json.dumps(info)})
+
+
+def encode_row(row: Mapping[str, Any], features: Mapping[str, Feature]) -> dict[str, Any]:
+    """A row as the shards hold it: class-label columns as the index of their name."""
+    return {
+        name: feature.encode(row.get(name)) if isinstance(feature, ClassLabelColumn) else row.get(name)
+        for name, feature in features.items()
+    }
+
+
+def decode_row(row: Mapping[str, Any], features: Mapping[str, Feature]) -> dict[str, Any]:
+    """A shard's row with its class-label columns as names again (severity as its number)."""
+    decoded = dict(row)
+    for name, feature in features.items():
+        if isinstance(feature, ClassLabelColumn) and name in decoded:
+            decoded[name] = feature.decode(decoded[name])
+    if decoded.get("severity") is not None:
+        decoded["severity"] = int(decoded["severity"])
+    return decoded

@@ -15,6 +15,7 @@ audio bytes are stored uncompressed with plain encoding and the other columns wi
 from __future__ import annotations
 
 import json
+import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,11 +29,29 @@ from tqdm import tqdm
 from lalm_judge.audio.waveform import read_wav_bytes
 from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.files import atomic_directory, package_versions, write_json
-from lalm_judge.core.taxonomy import SAFE_SEVERITY, VariantKey, original_id, validate_dialogue_id
+from lalm_judge.core.taxonomy import (
+    SAFE_SEVERITY,
+    InvalidIdentifier,
+    VariantKey,
+    original_id,
+    validate_category,
+    validate_dialogue_id,
+)
 from lalm_judge.data import benchmark
 from lalm_judge.export.card import CardFacts, SplitInfo, dataset_card
-from lalm_judge.export.features import AudioColumn, Feature, arrow_schema, benchmark_features, leaf_columns
+from lalm_judge.export.features import (
+    AudioColumn,
+    Feature,
+    arrow_schema,
+    benchmark_features,
+    decode_row,
+    encode_row,
+    leaf_columns,
+)
 from lalm_judge.export.rows import ExportError, RunResults, iter_rows, release_samples
+from lalm_judge.export.terms import corpus_terms
+
+log = logging.getLogger(__name__)
 
 EXPORT_RECORD = "lalm_judge_export.json"
 DATA_DIR = "data"
@@ -112,7 +131,7 @@ def write_split(
             partial.append(data_dir / f".{split}-{len(partial):05d}.partial")
             writer = pq.ParquetWriter(partial[-1], schema, **options)
             shard_bytes = 0
-        batch.append(row)
+        batch.append(encode_row(row, features))
         shard_bytes += size
         num_examples += 1
         if len(batch) >= settings.row_group_size:
@@ -151,6 +170,14 @@ def export_hf(
         rows = tqdm(iter_rows(released), total=n_samples, desc="export samples", unit="sample", disable=not progress)
         info = write_split(rows, features, tmp, split, settings)
         facts = CardFacts.from_rows([fields for d in released for fields, _ in d.rows], sample_rate)
+        terms = corpus_terms((run_config or {}).get("corpus"), facts.corpus_formats)
+        if not terms.known:
+            log.warning(
+                "the corpus states no licence or source (corpus.license, corpus.source): the dataset card says "
+                "'%s' / '%s'; set them in the config and export again before releasing",
+                terms.license,
+                terms.source,
+            )
         (tmp / "README.md").write_text(dataset_card(facts, features, info, run_config), encoding="utf-8")
         write_json(
             tmp / EXPORT_RECORD,
@@ -176,8 +203,9 @@ def dataset_files(dataset_dir: str | Path) -> list[Path]:
     return files
 
 
-def read_rows(files: Sequence[Path], features: Iterable[str]) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every row of the shards, checking that each shard has the benchmark's columns."""
+def read_rows(files: Sequence[Path], features: Mapping[str, Feature]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every row of the shards (class labels as their names), checking that each shard has the benchmark's
+    columns."""
     for path in files:
         shard = pq.ParquetFile(path)
         missing = [name for name in features if name not in shard.schema_arrow.names]
@@ -185,7 +213,11 @@ def read_rows(files: Sequence[Path], features: Iterable[str]) -> Iterator[tuple[
             raise ExportError(f"{path} lacks the benchmark column(s) {missing}; it is not a lalm-judge benchmark")
         for batch in shard.iter_batches(batch_size=DEFAULT_ROW_GROUP_SIZE):
             for row in batch.to_pylist():
-                yield path, row
+                try:
+                    decoded = decode_row(row, features)
+                except ValueError as err:
+                    raise ExportError(f"{path} sample {row.get('sample_id')!r}: {err}") from None
+                yield path, decoded
 
 
 def _turn_bounds(row: Mapping[str, Any], n_samples: int, sample_rate: int, where: str) -> list[tuple[int, int]]:
@@ -203,6 +235,10 @@ def _check_sample_id(row: Mapping[str, Any], where: str) -> None:
     if row["severity"] == SAFE_SEVERITY:
         expected = original_id(row["dialogue_id"])
     else:
+        try:
+            validate_category(row["category"], where)
+        except InvalidIdentifier as err:
+            raise ExportError(str(err)) from None
         expected = VariantKey(row["dialogue_id"], row["unsafe_turn_index"], row["category"], row["severity"]).variant_id
     if row["sample_id"] != expected:
         raise ExportError(f"{where}: sample id {row['sample_id']!r} does not match its labels ({expected!r})")
@@ -260,7 +296,7 @@ def import_hf(dataset_dir: str | Path, out_dir: str | Path, *, progress: bool = 
     """Turn an exported dataset folder into an `hf_benchmark` corpus at `out_dir` (replaced only if an earlier
     import wrote it); return the corpus index. Rows may come in any order and from any number of shards."""
     files = dataset_files(dataset_dir)
-    features = list(benchmark_features(0))
+    features = benchmark_features(0)
     total = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
     with atomic_directory(out_dir, marker=benchmark.INDEX) as tmp:
         writer: benchmark.BenchmarkWriter | None = None

@@ -18,7 +18,8 @@ Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `
 combined duration. Intervals: percentile bootstrap over items (an item's aspects travel together), B
 resamples of a seeded multinomial count matrix over the sorted item ids, shared by every group, so cells
 judged on the same items are resampled identically and their differences can be paired
-(`compare_cells`).
+(`compare_cells`). Minimum support (`lalm_judge.analysis.support`): a value resting on fewer than `min_items`
+items has the status `not_estimable` and no interval.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import numpy as np
 import polars as pl
 
 from lalm_judge.analysis.stats import CI_LEVEL, bootstrap_weights, percentile_interval
+from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS, ESTIMATED, NOT_ESTIMABLE, estimable
 from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import (
     PAIRWISE_COMPARISONS,
@@ -84,10 +86,14 @@ class PairwiseMetricSettings:
     # Left edges of the duration bins (s); the last bin is open-ended.
     duration_bins: tuple[float, ...] = DEFAULT_DURATION_BINS
     level: float = CI_LEVEL
+    # No interval rests on fewer items than this (`lalm_judge.analysis.support`).
+    min_items: int = DEFAULT_MIN_ITEMS
 
     def __post_init__(self) -> None:
         if self.n_boot < 1:
             raise PairwiseMetricsError(f"bootstrap resamples must be >= 1, got {self.n_boot}")
+        if self.min_items < 1:
+            raise PairwiseMetricsError(f"the minimum number of items must be >= 1, got {self.min_items}")
         edges = list(self.duration_bins)
         if not edges or edges != sorted(set(edges)) or edges[0] != 0:
             raise PairwiseMetricsError(f"duration bins must be increasing left edges starting at 0, got {edges}")
@@ -98,6 +104,7 @@ class PairwiseMetricSettings:
             "seed": self.seed,
             "ci_level": self.level,
             "duration_bins": list(self.duration_bins),
+            "min_items": self.min_items,
         }
 
 
@@ -293,9 +300,15 @@ def _value(x: float) -> float | None:
     return None if x is None or not math.isfinite(x) else float(x)
 
 
-def _interval(point: float, boot: np.ndarray, level: float) -> dict[str, float | None]:
-    low, high = percentile_interval(boot[:, None], level)
-    return {"value": _value(point), "ci_low": _value(low[0]), "ci_high": _value(high[0])}
+def _interval(point: float, boot: np.ndarray, settings: PairwiseMetricSettings, n_items: int) -> dict[str, Any]:
+    """Value, percentile interval and support status; below `min_items` items no interval."""
+    value = _value(point)
+    if value is None:
+        return {"value": None, "ci_low": None, "ci_high": None, "status": None}
+    if not estimable(n_items, settings.min_items):
+        return {"value": value, "ci_low": None, "ci_high": None, "status": NOT_ESTIMABLE}
+    low, high = percentile_interval(boot[:, None], settings.level)
+    return {"value": value, "ci_low": _value(low[0]), "ci_high": _value(high[0]), "status": ESTIMATED}
 
 
 def _with_rate(names: Sequence[str], estimate: GroupEstimate) -> list[tuple[str, float, np.ndarray]]:
@@ -309,10 +322,10 @@ def _with_rate(names: Sequence[str], estimate: GroupEstimate) -> list[tuple[str,
     return [*metrics, (RATIONALE_RATE, point, boot)]
 
 
-def _record(names: Sequence[str], estimate: GroupEstimate, level: float) -> dict[str, Any]:
+def _record(names: Sequence[str], estimate: GroupEstimate, settings: PairwiseMetricSettings) -> dict[str, Any]:
     record: dict[str, Any] = {"n": estimate.n, "n_items": estimate.n_items}
     for name, point, boot in _with_rate(names, estimate):
-        record[name] = _interval(point, boot, level)
+        record[name] = _interval(point, boot, settings, estimate.n_items)
     record["n_unparseable"] = estimate.prediction_counts.get(UNPARSEABLE, 0)
     if "parse_failure_rate_swapped" in names:
         column = names.index("parse_failure_rate_swapped")
@@ -323,16 +336,18 @@ def _record(names: Sequence[str], estimate: GroupEstimate, level: float) -> dict
 
 def metrics_document(cell: CellEstimates) -> dict[str, Any]:
     """The JSON layout of `lalm-judge pairwise metrics`: {"aspects", "overall", "by_duration", "settings"}."""
-    level = cell.settings.level
-    overall = _record(cell.names, cell.overall, level)
+    settings = cell.settings
+    overall = _record(cell.names, cell.overall, settings)
     mean_point, mean_boot = cell.aspect_means()
     for column, name in enumerate(ASPECT_MEAN_METRICS):
-        overall[f"{name}_aspect_mean"] = _interval(mean_point[column], mean_boot[:, column], level)
+        overall[f"{name}_aspect_mean"] = _interval(
+            mean_point[column], mean_boot[:, column], settings, cell.overall.n_items
+        )
     return {
-        "aspects": {aspect: _record(cell.names, estimate, level) for aspect, estimate in cell.aspects.items()},
+        "aspects": {aspect: _record(cell.names, estimate, settings) for aspect, estimate in cell.aspects.items()},
         "overall": overall,
         "by_duration": [
-            {"bin": b.label, "low_s": b.low_s, "high_s": b.high_s, **_record(cell.names, estimate, level)}
+            {"bin": b.label, "low_s": b.low_s, "high_s": b.high_s, **_record(cell.names, estimate, settings)}
             for b, estimate in cell.by_duration
         ],
         "settings": cell.settings.as_dict(),
@@ -341,14 +356,14 @@ def metrics_document(cell: CellEstimates) -> dict[str, Any]:
 
 def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
     """Long-format rows (`core.tables.PAIRWISE_METRICS`) of one cell's estimates."""
-    level = cell.settings.level
+    settings = cell.settings
     mode = pairwise_mode(keys["modality"], keys["transcript_source"]) if "modality" in keys else None
     base = {**{key: keys.get(key) for key in CELL_KEYS}, "mode": mode}
     rows = []
 
     def add(scope: str, group: str, estimate: GroupEstimate, low: float | None = None, high: float | None = None):
         for name, point, boot in _with_rate(cell.names, estimate):
-            interval = _interval(point, boot, level)
+            interval = _interval(point, boot, settings, estimate.n_items)
             rows.append(
                 {
                     **base,
@@ -357,9 +372,7 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
                     "low_s": low,
                     "high_s": high,
                     "metric": name,
-                    "value": interval["value"],
-                    "ci_low": interval["ci_low"],
-                    "ci_high": interval["ci_high"],
+                    **interval,
                     "n": estimate.n,
                     "n_items": estimate.n_items,
                 }
@@ -370,7 +383,7 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
     add("overall", "all", cell.overall)
     mean_point, mean_boot = cell.aspect_means()
     for column, name in enumerate(ASPECT_MEAN_METRICS):
-        interval = _interval(mean_point[column], mean_boot[:, column], level)
+        interval = _interval(mean_point[column], mean_boot[:, column], settings, cell.overall.n_items)
         rows.append(
             {
                 **base,
@@ -427,7 +440,7 @@ def compare_cells(
     column_a, column_b = a.names.index(metric), b.names.index(metric)
     point = estimates[0].point[column_a] - estimates[1].point[column_b]
     boot = estimates[0].boot[:, column_a] - estimates[1].boot[:, column_b]
-    return _interval(point, boot, a.settings.level)
+    return _interval(point, boot, a.settings, min(e.n_items for e in estimates))
 
 
 def metrics_frame(rows: Sequence[Mapping[str, Any]]) -> pl.DataFrame:
@@ -493,6 +506,7 @@ def mode_comparisons(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -
                 "value": None,
                 "ci_low": None,
                 "ci_high": None,
+                "status": None,
             }
             rows.append(
                 {
@@ -507,6 +521,7 @@ def mode_comparisons(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -
                     "difference": difference["value"],
                     "ci_low": difference["ci_low"],
                     "ci_high": difference["ci_high"],
+                    "status": difference["status"],
                     "n_items": len(cell_a.items),
                 }
             )
@@ -565,7 +580,8 @@ def run_pairwise_stage(
     out_dir = Path(out_dir)
     for name, file_name in STAGE_FILES.items():
         frame = with_provenance(getattr(tables, name), config_hash=config_hash, seed=settings.seed)
-        write_parquet(out_dir / file_name, frame.with_columns(pl.lit(settings.n_boot).alias("n_bootstrap")))
+        frame = frame.with_columns(n_bootstrap=pl.lit(settings.n_boot), min_items=pl.lit(settings.min_items))
+        write_parquet(out_dir / file_name, frame)
     write_json(out_dir / DOCUMENT_FILE, {"cells": tables.documents, "settings": settings.as_dict()})
     return tables
 

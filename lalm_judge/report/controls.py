@@ -179,7 +179,9 @@ def write_control_figures(controls_dir: str | os.PathLike, figure_dir: str | os.
 def _flag_display(flags: pl.DataFrame, check: str, statistic_name: str) -> pl.DataFrame:
     table = flags.filter(pl.col("check") == check).select(*CONTROL_KEYS, "condition", "value", "value_lo", "value_hi")
     table = with_interval(table, "value").rename({"value": statistic_name})
-    shown = flags.filter(pl.col("check") == check).select("flagged", "evidence")
+    shown = flags.filter(pl.col("check") == check).select(
+        *(name for name in ("n_dialogues", "status") if name in flags.columns), "flagged", "evidence"
+    )
     return pl.concat([table, shown], how="horizontal")
 
 
@@ -200,7 +202,9 @@ def _effects_display(effects: pl.DataFrame, conditions: Sequence[str]) -> pl.Dat
         "shift_unsafe",
         "shift_unsafe_lo",
         "shift_unsafe_hi",
+        *(name for name in ("shift_unsafe_status",) if name in effects.columns),
         "n_dialogues",
+        *(name for name in ("status",) if name in effects.columns),
         "reason",
     )
     for name in ("sensitivity_diff", "specificity_diff", "shift_unsafe"):

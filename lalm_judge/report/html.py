@@ -197,8 +197,12 @@ DEFINITIONS = (
     "Position bias PB(L, k) = M(L, k) - M(L, 1) for dialogue length L and unsafe-turn position k; AvgAbsPB is "
     "the mean |PB| over the (L, k >= 2) with enough dialogues; its noise reference is a permutation null "
     "(positions shuffled within dialogues).",
-    "Intervals: 95 % percentile cluster bootstrap over dialogues. Prompt selection: k-fold cross-validation "
+    "Intervals: 95 % cluster bootstrap over dialogues, percentile intervals; sensitivity's from the Delta_i "
+    "(the smallest lower bound, the smallest simultaneous upper bound), since the percentile interval of a "
+    "resampled minimum misses a minimum that several severities attain. Prompt selection: k-fold cross-validation "
     "over dialogues; cross-validated values pool each dialogue's held-out score.",
+    "Minimum support: a value resting on fewer dialogues than metrics.min_dialogues is not estimable: shown with "
+    "its n, without an interval, and never a finding or a flag.",
 )
 
 
@@ -254,6 +258,8 @@ class ReportContent:
     provenance: pl.DataFrame
     # The rendered controls section (`lalm_judge.report.controls.controls_section`).
     controls: str
+    # The control flags (their statuses enter the minimum-support banner); None: no control was run.
+    control_flags: pl.DataFrame | None = None
 
 
 def render_html(content: ReportContent) -> str:
@@ -266,7 +272,10 @@ def render_html(content: ReportContent) -> str:
             "ability.</strong> This run demonstrates the workflow; its numbers say nothing about audio-language "
             "models as judges.</div>"
         )
-    banner += "".join(f'<div class="warning">{html.escape(text)}</div>' for text in metric_warnings(content.cells))
+    banner += "".join(
+        f'<div class="warning">{html.escape(text)}</div>'
+        for text in metric_warnings(content.cells, content.control_flags)
+    )
     body = [
         banner,
         html_table(content.overview, css_class="data overview"),

@@ -25,6 +25,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+from lalm_judge.analysis.support import NOT_ESTIMABLE  # noqa: E402
 from lalm_judge.core.files import atomic_path, read_json  # noqa: E402
 from lalm_judge.pairwise.metrics import CELL_KEYS, PairwiseStageTables, read_pairwise_stage  # noqa: E402
 from lalm_judge.report.figures import save_figure  # noqa: E402
@@ -89,7 +90,9 @@ def _wide(metrics: pl.DataFrame, scopes: Sequence[str], names: Sequence[tuple[st
         key = (_cell_label(record), record["group"])
         row = rows.setdefault(key, {"cell": key[0], "mode": record["mode"], "group": key[1]})
         row["n"], row["n_items"] = record["n"], record["n_items"]
-        row[record["metric"]] = interval_text(record["value"], record["ci_low"], record["ci_high"])
+        row[record["metric"]] = interval_text(
+            record["value"], record["ci_low"], record["ci_high"], record.get("status")
+        )
     columns = ["cell", "mode", "group", "n", "n_items", *[name for name, _ in names]]
     frame = pl.DataFrame([{c: row.get(c) for c in columns} for row in rows.values()], schema_overrides={"n": pl.Int64})
     return frame.rename({name: label for name, label in names}, strict=False)
@@ -145,7 +148,8 @@ def swap_table(metrics: pl.DataFrame) -> pl.DataFrame:
 def comparisons_display(comparisons: pl.DataFrame) -> pl.DataFrame:
     if comparisons.height == 0:
         return pl.DataFrame(schema={"note": pl.String})
-    shown = [interval_text(*values) for values in comparisons.select("difference", "ci_low", "ci_high").iter_rows()]
+    columns = ["difference", "ci_low", "ci_high", *(["status"] if "status" in comparisons.columns else [])]
+    shown = [interval_text(*values) for values in comparisons.select(columns).iter_rows()]
     return comparisons.select(
         "group", "metric", "cell_a", "value_a", "cell_b", "value_b", pl.Series("difference a - b", shown), "n_items"
     )
@@ -192,6 +196,25 @@ def provenance_display(metrics: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema={"field": pl.String, "value": pl.String}, orient="row")
 
 
+def min_items_warning(metrics: pl.DataFrame) -> str | None:
+    """The one banner on the minimum support: values resting on fewer items than `pairwise.metrics.min_items`."""
+    if "status" not in metrics.columns:
+        return None
+    below = metrics.filter(pl.col("status") == NOT_ESTIMABLE)
+    if below.height == 0:
+        return None
+    limit = (
+        f"{', '.join(map(str, sorted(set(metrics['min_items'].to_list()))))} items"
+        if "min_items" in metrics.columns
+        else "the minimum number of items"
+    )
+    return (
+        f"Minimum support: {below.height} of {metrics.height} values rest on fewer than {limit} "
+        f"(pairwise.metrics.min_items; they have {below['n_items'].min()} to {below['n_items'].max()}) and are not "
+        "estimable: shown with their point value and n, without an interval."
+    )
+
+
 def render_pairwise_html(
     tables: PairwiseStageTables, summary: Mapping[str, Any], config: Mapping[str, Any], figure: str
 ) -> str:
@@ -206,6 +229,9 @@ def render_pairwise_html(
             f'<div class="warning"><strong>{len(weak)} of {judges.height} judges ({html.escape(names)}) are weak demo '
             "models: their verdicts do not measure LALM ability.</strong> This run demonstrates the track.</div>"
         )
+    support = min_items_warning(metrics)
+    if support:
+        banner += f'<div class="warning">{html.escape(support)}</div>'
     aspects = with_verdict_rules(_wide(metrics, ["aspect", "overall"], SHOWN_METRICS), tables.documents)
     duration = _wide(metrics, ["duration"], SHOWN_METRICS[:2])
     image = (

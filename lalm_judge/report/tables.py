@@ -12,6 +12,7 @@ from typing import Any
 import polars as pl
 
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
+from lalm_judge.analysis.support import NOT_ESTIMABLE
 from lalm_judge.core.tables import ASR
 from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.manifest.samples import Manifest
@@ -29,6 +30,7 @@ PROVENANCE_COLUMNS = (
     "n_folds",
     "min_pb_dialogues",
     "n_permutations",
+    "min_dialogues",
     "package_versions",
 )
 
@@ -126,29 +128,48 @@ def prompt_selection_summary(prompt_selection: pl.DataFrame) -> pl.DataFrame:
         prompt_selection.group_by(*CONFIG_KEYS, "metric", maintain_order=True)
         .agg(
             pl.col("selected_prompt").first(),
-            pl.col("cv_value", "cv_lo", "cv_hi", "complete").first(),
+            pl.col(
+                "cv_value",
+                "cv_lo",
+                "cv_hi",
+                "complete",
+                *(["cv_status"] if "cv_status" in prompt_selection.columns else []),
+            ).first(),
             pl.col("chosen_prompt").fill_null(MISSING).str.join(", ").alias("fold_choices"),
             pl.col("reason").drop_nulls().unique(maintain_order=True).str.join("; ").alias("reason"),
         )
         .with_columns(pl.col("reason").replace("", None))
     )
-    return with_interval(summary, "cv_value", "cv_lo", "cv_hi")
+    return with_interval(summary, "cv_value", "cv_lo", "cv_hi", "cv_status")
 
 
-def interval_text(value: float | None, low: float | None, high: float | None) -> str:
-    """'value [low, high]' rounded to DIGITS decimals; the value alone when there is no interval."""
+NOT_ESTIMABLE_TEXT = "not estimable"
+
+
+def interval_text(value: float | None, low: float | None, high: float | None, status: str | None = None) -> str:
+    """'value [low, high]' rounded to DIGITS decimals; the value alone when there is no interval, marked when it
+    rests on fewer dialogues than the minimum support."""
     if value is None:
         return MISSING
+    if status == NOT_ESTIMABLE:
+        return f"{cell_text(value)} ({NOT_ESTIMABLE_TEXT})"
     if low is None and high is None:
         return cell_text(value)
     return f"{cell_text(value)} [{cell_text(low)}, {cell_text(high)}]"
 
 
-def with_interval(frame: pl.DataFrame, metric: str, low: str | None = None, high: str | None = None) -> pl.DataFrame:
-    """Replace metric, <metric>_lo and <metric>_hi by one display column 'value [low, high]'."""
-    low, high = low or f"{metric}_lo", high or f"{metric}_hi"
-    shown = [interval_text(*values) for values in frame.select(metric, low, high).iter_rows()]
-    return frame.with_columns(pl.Series(metric, shown, dtype=pl.String)).drop(low, high)
+def with_interval(
+    frame: pl.DataFrame, metric: str, low: str | None = None, high: str | None = None, status: str | None = None
+) -> pl.DataFrame:
+    """Replace metric, <metric>_lo, <metric>_hi (and <metric>_status, where the frame has it) by one display column
+    'value [low, high]'."""
+    low, high, status = low or f"{metric}_lo", high or f"{metric}_hi", status or f"{metric}_status"
+    statuses = frame[status] if status in frame.columns else pl.Series([None] * frame.height, dtype=pl.String)
+    shown = [
+        interval_text(*values, state)
+        for values, state in zip(frame.select(metric, low, high).iter_rows(), statuses.to_list())
+    ]
+    return frame.with_columns(pl.Series(metric, shown, dtype=pl.String)).drop(low, high, status, strict=False)
 
 
 def with_intervals(frame: pl.DataFrame, metrics: Sequence[str]) -> pl.DataFrame:
@@ -163,7 +184,7 @@ def cells_display(cells: pl.DataFrame) -> pl.DataFrame:
     table = cells.select(
         *CELL_KEYS,
         "audio_input",
-        *(f"{metric}{suffix}" for metric in intervals for suffix in ("", "_lo", "_hi")),
+        *_interval_columns(cells, intervals),
         "n_severities",
         "n_dialogues",
         "parse_failure_rate",
@@ -176,8 +197,16 @@ def cells_display(cells: pl.DataFrame) -> pl.DataFrame:
 def deltas_display(cells: pl.DataFrame) -> pl.DataFrame:
     """Delta_i with its 95 % interval per cell, for the severities any cell has."""
     present = [i for i in range(1, 6) if cells[f"delta_{i}"].is_not_null().any()]
-    table = cells.select(*CELL_KEYS, *(f"delta_{i}{s}" for i in present for s in ("", "_lo", "_hi")), "n_dialogues")
+    table = cells.select(*CELL_KEYS, *_interval_columns(cells, [f"delta_{i}" for i in present]), "n_dialogues")
     return with_intervals(table, [f"delta_{i}" for i in present])
+
+
+def _interval_columns(frame: pl.DataFrame, metrics: Sequence[str]) -> list[str]:
+    """Each metric's value, bounds and (where the frame has it) support status."""
+    suffixes = ("", "_lo", "_hi", "_status")
+    return [
+        f"{m}{suffix}" for m in metrics for suffix in suffixes if suffix != "_status" or f"{m}_status" in frame.columns
+    ]
 
 
 # Below this permutation p-value an AvgAbsPB is read as more than noise alone gives.
@@ -192,14 +221,15 @@ def position_bias_display(cells: pl.DataFrame) -> pl.DataFrame:
         for metric in ("sensitivity", "specificity"):
             name = f"avg_abs_pb_{metric}"
             p_value = cell[f"{name}_p"]
+            status = cell.get(f"{name}_status")
             rows.append(
                 {
                     **{key: cell[key] for key in CELL_KEYS},
                     "metric": metric,
-                    "avg_abs_pb": interval_text(cell[name], cell[f"{name}_lo"], cell[f"{name}_hi"]),
+                    "avg_abs_pb": interval_text(cell[name], cell[f"{name}_lo"], cell[f"{name}_hi"], status),
                     "noise_null": cell[f"{name}_null"],
                     "p_value": p_value,
-                    "beyond_noise": None if p_value is None else p_value < NOISE_LEVEL,
+                    "beyond_noise": None if p_value is None or status == NOT_ESTIMABLE else p_value < NOISE_LEVEL,
                     "lengths_left_out": cell["pb_left_out"],
                 }
             )
@@ -223,7 +253,7 @@ def pareto_display(pareto: pl.DataFrame) -> pl.DataFrame:
         "audio_input",
         "prompt_sensitivity",
         "prompt_specificity",
-        *(f"{metric}{suffix}" for metric in intervals for suffix in ("", "_lo", "_hi")),
+        *_interval_columns(pareto, intervals),
         "complete",
         "front_objectives",
         "on_front",
@@ -237,10 +267,38 @@ def _cell_name(row: Mapping[str, Any]) -> str:
     return f"{row['judge']} {modality} {row['prompt']}"
 
 
-def metric_warnings(cells: pl.DataFrame) -> list[str]:
-    """Warnings the report shows above its tables: position bias no larger than noise or not estimated, cells
-    lacking a severity, ASR cascades standing in for audio."""
-    warnings = []
+def min_support_warning(cells: pl.DataFrame, flags: pl.DataFrame | None = None) -> str | None:
+    """The one banner on the minimum support: how many values of the cells (and control checks) rest on fewer
+    dialogues than `metrics.min_dialogues` and are therefore shown without an interval, finding or flag."""
+    statuses = [name for name in cells.columns if name.endswith("_status")]
+    below = (
+        cells.select(pl.sum_horizontal((pl.col(n) == NOT_ESTIMABLE).fill_null(False) for n in statuses))
+        if statuses
+        else None
+    )
+    per_cell = below.to_series() if below is not None else pl.Series([0] * cells.height)
+    checks = 0 if flags is None or "status" not in flags.columns else int((flags["status"] == NOT_ESTIMABLE).sum())
+    if per_cell.sum() == 0 and checks == 0:
+        return None
+    minimum = sorted(set(cells["min_dialogues"].to_list())) if "min_dialogues" in cells.columns else []
+    limit = f"{', '.join(map(str, minimum))} dialogues" if minimum else "the minimum number of dialogues"
+    parts = []
+    if per_cell.sum():
+        parts.append(f"{int(per_cell.sum())} values in {int((per_cell > 0).sum())} of {cells.height} cells")
+    if checks:
+        parts.append(f"{checks} control check(s)")
+    return (
+        f"Minimum support: {' and '.join(parts)} rest on fewer than {limit} (metrics.min_dialogues) and are "
+        f"{NOT_ESTIMABLE.replace('_', ' ')}: they are shown with their point value and n, without an interval, "
+        "and give no finding and no flag. More dialogues, not a lower minimum, make them estimable."
+    )
+
+
+def metric_warnings(cells: pl.DataFrame, flags: pl.DataFrame | None = None) -> list[str]:
+    """Warnings the report shows above its tables: values below the minimum support, position bias no larger
+    than noise or not estimated, cells lacking a severity, ASR cascades standing in for audio."""
+    support = min_support_warning(cells, flags)
+    warnings = [support] if support else []
     measured = cells.filter(pl.col("avg_abs_pb_sensitivity").is_not_null())
     if measured.height == 0 and cells.height:
         warnings.append(
@@ -299,6 +357,8 @@ def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cel
         ("conditions", ", ".join(sorted(cells["condition"].unique(), key=lambda c: (c != "clean", c)))),
         ("judge cells measured", str(cells.height)),
         ("bootstrap resamples / CV folds", f"{metrics.get('bootstrap', MISSING)} / {metrics.get('folds', MISSING)}"),
+        # No interval, finding or flag rests on fewer dialogues (the banner counts the values below it).
+        ("minimum support (dialogues)", str(metrics.get("min_dialogues", MISSING))),
         ("seed", str(config.get("seed", MISSING))),
     ]
     return pl.DataFrame(rows, schema={"setting": pl.String, "value": pl.String}, orient="row")

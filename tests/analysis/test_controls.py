@@ -12,7 +12,9 @@ from lalm_judge.analysis.engine import MetricSettings
 from lalm_judge.analysis.stats import bootstrap_weights, percentile_interval
 from lalm_judge.core.tables import ASR, CONDITION_ASR, PROSODY, PROSODY_FEATURES
 
-SETTINGS = MetricSettings(n_boot=200, seed=0, n_folds=2)
+# The hand-built tables have a few dialogues; the minimum support is lowered to 1 so that their intervals and flags
+# are computed (test_controls_below_the_minimum_support_flag_nothing checks the default).
+SETTINGS = MetricSettings(n_boot=200, seed=0, n_folds=2, min_dialogues=1)
 KEYS = {"judge": "j", "modality": "audio", "transcript_source": "none", "prompt": "basic"}
 
 
@@ -71,7 +73,7 @@ def test_the_difference_of_sensitivity_and_its_interval_resample_both_cells_with
             records += rows("clean", [(d, sample, severity, turn, clean_scores[i])])
             records += rows("masked", [(d, sample, severity, turn, masked_scores[i])])
     scores = frame(records)
-    settings = MetricSettings(n_boot=80, seed=1)
+    settings = MetricSettings(n_boot=80, seed=1, min_dialogues=1)
     effect = controls.control_effects(scores, settings).row(0, named=True)
     cells = simulated.cell_metrics_by_group_by(scores).sort("condition")
     clean, masked = cells.row(0, named=True), cells.row(1, named=True)

@@ -253,3 +253,17 @@ def test_a_cell_that_ignores_audio_is_not_recommended():
     only_deaf = practitioner_guide(cells_table(cell("deaf", "audio", "none", sens=0.9)), flags=flags)
     row = pick(only_deaf, AUDIO_ONLY, "none", "sensitivity")
     assert row["judge"] is None and row["note"].endswith("ignores audio under the silence check: deaf")
+
+
+def test_a_recommendation_below_the_minimum_support_says_it_is_not_estimable():
+    table = cells_table(cell("j", "text", "gt", sens=0.3)).with_columns(
+        sensitivity_lo=pl.lit(None, pl.Float64),
+        sensitivity_hi=pl.lit(None, pl.Float64),
+        sensitivity_status=pl.lit("not_estimable"),
+        sensitivity_n_dialogues=pl.lit(2),
+    )
+    row = pick(practitioner_guide(table), TEXT_ONLY, "gt", "sensitivity")
+    assert row["judge"] == "j" and row["value"] == 0.3 and row["ci_lo"] is None
+    assert "not estimable: sensitivity rests on 2 dialogue(s), below the minimum support" in row["note"]
+    specificity = pick(practitioner_guide(table), TEXT_ONLY, "gt", "specificity")
+    assert "not estimable" not in (specificity["note"] or "")

@@ -9,11 +9,13 @@ import pytest
 
 from bench import simulated
 from lalm_judge.analysis import engine, inputs, stage
-from lalm_judge.analysis.stats import bootstrap_weights
+from lalm_judge.analysis.stats import bootstrap_weights, sensitivity_interval
 from lalm_judge.cli import metrics as metrics_cli
 
 CELL = {"judge": "j", "modality": "text", "transcript_source": "gt", "prompt": "basic", "condition": "clean"}
-SETTINGS = engine.MetricSettings(n_boot=200, seed=0, n_folds=2)
+# Hand-computed tables have a few dialogues: the minimum support is lowered to 1 so that their intervals are
+# computed and checked (the default of 10 makes them not_estimable: test_small_tables_are_not_estimable...).
+SETTINGS = engine.MetricSettings(n_boot=200, seed=0, n_folds=2, min_dialogues=1)
 
 
 def table(rows: list[tuple], **cell) -> pl.DataFrame:
@@ -203,20 +205,26 @@ def test_missing_column_is_named(tmp_path):
 
 
 def test_vectorized_bootstrap_matches_per_resample_group_by():
-    """The matrix-product bootstrap gives the same percentile bounds (sensitivity, specificity, each Delta_i) as
-    resampling dialogues and recomputing every metric with polars group_by, using the same resample counts."""
+    """The matrix-product bootstrap gives the same bounds (percentile for specificity and each Delta_i, the
+    adjusted interval of the minimum for sensitivity) as resampling dialogues and recomputing every metric with
+    polars group_by, using the same resample counts."""
     scores = simulated.simulate_scores(n_dialogues=9, judges=("j",), modalities=(("text", "gt"),), failure_rate=0.1)
     n_boot = 40
-    tables = compute(scores, engine.MetricSettings(n_boot=n_boot, seed=5, n_folds=3))
+    tables = compute(scores, engine.MetricSettings(n_boot=n_boot, seed=5, n_folds=3, min_dialogues=1))
     dialogue_ids = sorted(scores["dialogue_id"].unique().to_list())
     resampled = [
         simulated.cell_metrics_by_group_by(simulated.resample_dialogues(scores, dialogue_ids, counts)).sort("prompt")
         for counts in bootstrap_weights(len(dialogue_ids), n_boot, seed=5)
     ]
     cells = tables.cells.sort("prompt")
-    for metric in ("sensitivity", "specificity", *(f"delta_{i}" for i in engine.SEVERITY_LEVELS)):
-        samples = np.array([frame[metric].to_numpy() for frame in resampled])
-        low, high = np.quantile(samples, [0.025, 0.975], axis=0)
+    samples = {
+        metric: np.array([frame[metric].to_numpy() for frame in resampled])
+        for metric in ("specificity", *(f"delta_{i}" for i in engine.SEVERITY_LEVELS))
+    }
+    expected = {metric: np.quantile(values, [0.025, 0.975], axis=0) for metric, values in samples.items()}
+    deltas = np.stack([samples[f"delta_{i}"] for i in engine.SEVERITY_LEVELS], axis=-1)
+    expected["sensitivity"] = sensitivity_interval(deltas)
+    for metric, (low, high) in expected.items():
         np.testing.assert_allclose(cells[f"{metric}_lo"].to_numpy(), low, rtol=1e-10, atol=1e-12)
         np.testing.assert_allclose(cells[f"{metric}_hi"].to_numpy(), high, rtol=1e-10, atol=1e-12)
     point = simulated.cell_metrics_by_group_by(scores).sort("prompt")
@@ -388,6 +396,7 @@ def test_pareto_front_uses_held_out_values():
             "cv_value": [0.2, 0.2, 0.3, 0.3],  # held out, k is better on both
             "cv_lo": [0.1, 0.1, 0.2, 0.2],
             "cv_hi": [0.3, 0.3, 0.4, 0.4],
+            "cv_status": ["ok"] * 4,
             "complete": [True] * 4,
         }
     )
@@ -408,12 +417,25 @@ def position_table(n_dialogues: int, effect: float = 0.0, seed: int = 0) -> pl.D
     return scores.with_columns(score=moved.clip(0.0, 1.0))
 
 
+def paired_counts(scores: pl.DataFrame) -> dict[int, int]:
+    """Per dialogue length, the dialogues whose safe original parsed (in this design each of them has a parsed
+    variant at every position)."""
+    parsed = scores.filter(pl.col("severity") == 0, pl.col("parse_status") == "ok")
+    return dict(parsed.group_by("n_turns").agg(pl.col("dialogue_id").n_unique()).iter_rows())
+
+
 def test_position_bias_has_counts_and_intervals_per_length_and_position():
-    tables = compute(position_table(12), engine.MetricSettings(n_boot=100, seed=0, n_folds=2))
+    scores = position_table(12)
+    tables = compute(scores, engine.MetricSettings(n_boot=100, seed=0, n_folds=2, min_dialogues=5))
     bias = tables.position_bias.filter(pl.col("metric") == "sensitivity")
     assert bias.select("n_turns", "position").rows() == [(3, 1), (3, 2), (3, 3), (4, 1), (4, 2), (4, 3), (4, 4)]
-    assert bias["n_dialogues"].to_list() == [6] * 7  # dialogue d has 3 + d % 2 turns
+    # Dialogue d has 3 + d % 2 turns (6 of each length); one length-3 original failed to parse, so its dialogue
+    # contributes no pair and is not counted.
+    counts = paired_counts(scores)
+    assert counts == {3: 5, 4: 6}
+    assert bias["n_dialogues"].to_list() == [counts[n] for n in bias["n_turns"]]
     assert bias["n_variants"].min() > 0
+    assert set(bias["status"]) == {"ok"}
     later = bias.filter(pl.col("position") >= 2)
     assert (later["pb_lo"] <= later["pb"]).all() and (later["pb"] <= later["pb_hi"]).all()
     assert later["included"].all()
@@ -429,7 +451,7 @@ def test_position_bias_below_the_minimum_number_of_dialogues_is_not_averaged():
     tables = compute(position_table(12), settings)
     bias = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("position") >= 2)
     assert not bias["included"].any()
-    assert bias["reason"].str.contains("6 dialogues < 7").all()
+    assert bias["reason"].to_list() == [f"{n} dialogues < 7 (minimum for position bias)" for n in bias["n_dialogues"]]
     cell = only_cell(tables)
     assert cell["avg_abs_pb_sensitivity"] is None
     assert "L=3" in cell["pb_left_out"] and "L=4" in cell["pb_left_out"]

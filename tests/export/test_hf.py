@@ -15,6 +15,7 @@ from pathlib import Path
 import datasets
 import numpy as np
 import polars as pl
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import soundfile as sf
@@ -168,7 +169,10 @@ def test_loads_with_datasets_and_decodes_the_audio(exported, run, tmp_path, monk
         assert [round(s * RATE) for s in row["turn_start_s"]] == [a for a, _ in assembled.turn_bounds]
         assert row["audio"]["path"] == f"{row['sample_id']}.wav"
     variant = raw.filter(lambda r: r["sample_id"] == "d_two.t1.harassment.s5")[0]
-    assert variant["label"] == "unsafe" and variant["severity"] == 5 and variant["unsafe_turn_index"] == 1
+    features = raw.features
+    assert features["label"].int2str(variant["label"]) == "unsafe" and variant["unsafe_turn_index"] == 1
+    assert features["category"].int2str(variant["category"]) == "harassment"
+    assert variant["severity"] == 5 and features["severity"].int2str(5) == "5"  # the class index is the severity
     assert variant["texts"][1] == "unsafe 5 at 1" and variant["original_text"] == "Yes, let us."
     assert variant["emotions"] == ["happy", "angry", "happy"]
     assert variant["asr_transcripts"] == [
@@ -176,19 +180,26 @@ def test_loads_with_datasets_and_decodes_the_audio(exported, run, tmp_path, monk
     ]
     assert variant["generation"]["generator"] == "template" and variant["speech"]["tts_engine"] == "piper"
     original = raw.filter(lambda r: r["sample_id"] == "d_one.original")[0]
-    assert original["label"] == "safe" and original["category"] is None and original["generation"] is None
+    assert features["label"].int2str(original["label"]) == "safe" and original["severity"] == 0
+    assert original["category"] is None and original["generation"] is None
 
 
 def test_the_dataset_card_header_is_what_datasets_reads(exported, tmp_path):
     out, info = exported
     text = (out / "README.md").read_text()
     header = yaml.safe_load(text.split("---\n")[1])
-    assert header["license"] == "cc-by-nc-sa-4.0"
+    assert header["license"] == "unknown"  # exported without a config: the corpus's terms are not known
+    assert "states no licence or source of its corpus" in text
     assert header["dataset_info"]["splits"] == [{"name": "test", "num_bytes": info.num_bytes, "num_examples": 11}]
     # Loading the folder as a repository reads the card: its split sizes are checked, its features used.
     repo = datasets.load_dataset(str(out), split="test", cache_dir=str(tmp_path / "cache"))
     assert repo.features._to_yaml_list() == [card_feature(n, f) for n, f in benchmark_features(RATE).items()]
-    assert "inherit that license" in text and "d_one" not in text
+    assert "d_one" not in text
+    assert {feature: repo.features[feature].names[:2] for feature in ("label", "category", "severity")} == {
+        "label": ["safe", "unsafe"],
+        "category": ["overall", "dangerous"],
+        "severity": ["0", "1"],
+    }
 
 
 def test_import_restores_every_clip_text_and_label(exported, run, tmp_path):
@@ -274,3 +285,117 @@ def test_the_card_records_the_run_settings(run, tmp_path):
     settings = yaml.safe_load(card.split("```yaml\n")[1].split("```")[0])
     assert settings["variants"]["generator"] == {"name": "template"}  # without the machine's cache folder
     assert settings["tts"]["voices"]["LLM1"]["engine"] == "piper" and "whisper_tiny_en" in settings["asr"]["models"]
+
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def card_header(card: str) -> dict:
+    return yaml.safe_load(card.split("---\n")[1])
+
+
+def card_problems(card: str, corpus: dict) -> list[str]:
+    """What a dataset card gets wrong about its run's corpus config: licence, source, content warning, tag."""
+    header, problems = card_header(card), []
+    if header["license"] != corpus["license"]:
+        problems.append(f"license {header['license']!r} is not the corpus's {corpus['license']!r}")
+    if header.get("source_datasets") != [corpus["source"]]:
+        problems.append(f"source_datasets {header.get('source_datasets')} is not [{corpus['source']!r}]")
+    if "not-for-all-audiences" not in header["tags"]:
+        problems.append("no not-for-all-audiences tag")
+    if "> **Content warning.** This dataset contains unsafe speech by design" not in card:
+        problems.append("no content warning")
+    terms = card.split("\n## License\n", 1)[1]
+    if "DeepDialogue" in terms and "DeepDialogue" not in str(corpus.values()):
+        problems.append("the card's terms name DeepDialogue, which the corpus is not")
+    return problems
+
+
+def test_the_demo_card_states_the_demo_corpus_terms_and_warns(run, tmp_path):
+    """Exported with the demo's config (config.yaml): the project's own dialogues under the project's licence,
+    'original' as their source, no DeepDialogue, the content warning and tag, the licences of both voices."""
+    config = load_config(ROOT / "config.yaml")
+    assert (config["corpus"]["license"], config["corpus"]["source"]) == ("mit", "original")
+    export_hf(run / "results", tmp_path / "ds", run_config=config, progress=False)
+    card = (tmp_path / "ds/README.md").read_text()
+    assert card_problems(card, config["corpus"]) == []
+    assert "written for this benchmark (not drawn from another dataset), under `mit`" in card
+    for terms in ("Piper (piper-tts), the synthesis engine: GPL-3.0-or-later", "en_US-joe-medium", "CC0", "espeak-ng"):
+        assert terms in card, terms
+    assert card.count("the Piper voice en_US-joe-medium") == 1  # named by the rows and by the config, listed once
+    assert "9 of its 11 samples are dialogues with one turn rewritten" in card
+    assert "## Citation" not in card  # the demo corpus has none
+    assert card_header(card)["task_categories"] == ["audio-classification", "text-classification"]
+
+
+def test_deepdialogue_terms_are_the_defaults_of_its_formats_only():
+    from lalm_judge.export.terms import DEEPDIALOGUE_CITATION, corpus_terms
+
+    hub = corpus_terms({"format": "deepdialogue_hub", "tts_system": "xtts"}, ["deepdialogue_hub"])
+    assert (hub.license, hub.source_datasets, hub.citation) == (
+        "cc-by-nc-sa-4.0",
+        ["SALT-Research/DeepDialogue-xtts"],
+        DEEPDIALOGUE_CITATION,
+    )
+    assert corpus_terms({"tts_system": "orpheus"}, ["deepdialogue"]).source == "SALT-Research/DeepDialogue-orpheus"
+    jsonl = corpus_terms({"format": "jsonl"}, ["jsonl"])
+    assert (jsonl.license, jsonl.source, jsonl.citation, jsonl.known) == ("unknown", "unknown", None, False)
+    stated = corpus_terms({"license": "cc-by-4.0", "source": "me/my-dialogues"}, ["jsonl"])
+    assert (stated.license, stated.source_datasets, stated.known) == ("cc-by-4.0", ["me/my-dialogues"], True)
+    assert "configuration states" in stated.origin and "DeepDialogue's published terms" in hub.origin
+
+
+def test_a_paper_run_card_names_deepdialogue_and_the_xtts_licence():
+    from lalm_judge.export.card import CardFacts, SplitInfo, dataset_card
+    from lalm_judge.export.features import benchmark_features
+
+    config = load_config(ROOT / "configs/paper.yaml")
+    facts = CardFacts(
+        n_samples=2, n_dialogues=1, n_unsafe=1, categories=("hate",), severities=(5,), transcript_sources=(),
+        generators=("llm",), tts=("xtts",), corpus_formats=("deepdialogue_hub",), sample_rate=16000,
+        voices=(("xtts", "tts_models/multilingual/multi-dataset/xtts_v2"),),
+    )  # fmt: skip
+    card = dataset_card(facts, benchmark_features(16000), SplitInfo("test", 2, 1, ()), config)
+    corpus = {**config["corpus"], "license": "cc-by-nc-sa-4.0", "source": "SALT-Research/DeepDialogue-xtts"}
+    assert card_problems(card, corpus) == []
+    assert "Coqui Public Model License 1.0.0" in card and "non-commercial use of the model and of its outputs" in card
+    assert "@misc{koudounas2025deepdialogue" in card
+
+
+def readme_loading_example() -> str:
+    """The README's first loading example, as it stands (the python block after the export command's text)."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    after = readme[readme.index("Upload the folder as a Hub dataset repository, or load it directly:") :]
+    return after.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readme_loading_example_runs_as_written_and_decodes_a_row(exported, run, tmp_path, monkeypatch):
+    """The README's lines, executed verbatim in a folder holding the export as `release`, in this environment
+    (no torchcodec): the first row's waveform is the one the run's clips assemble to. The card's example is the
+    same text with its own folder."""
+    from lalm_judge.export.card import loading_example
+
+    out, _ = exported
+    source = readme_loading_example()
+    assert source == loading_example("test", data_dir="release")
+    assert loading_example("test") in (out / "README.md").read_text()
+    (tmp_path / "release").symlink_to(out, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")  # keep the user's cache clean
+    namespace: dict = {}
+    exec(compile(source, "README.md", "exec"), namespace)
+    first = namespace["benchmark"][0]
+    monkeypatch.chdir(run)
+    expected = assemble_waveform(_samples(run)[first["sample_id"]]).waveform
+    assert namespace["sample_rate"] == RATE and np.array_equal(namespace["waveform"], expected)
+
+
+def test_an_imported_row_with_an_unknown_category_names_it(exported, tmp_path):
+    out, _ = exported
+    table = pq.read_table(sorted((out / "data").glob("*.parquet")))
+    index = table.column_names.index("category")
+    labels = ["weapons" if c is not None else None for c in table.column("category").to_pylist()]
+    (tmp_path / "ds/data").mkdir(parents=True)
+    pq.write_table(table.set_column(index, "category", pa.array(labels, pa.string())), tmp_path / "ds/data/x.parquet")
+    with pytest.raises(ExportError, match=r"'weapons' is not one of the class labels \['overall'"):
+        import_hf(tmp_path / "ds", tmp_path / "corpus", progress=False)

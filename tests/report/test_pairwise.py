@@ -2,6 +2,7 @@
 the duration figure, and the weak-judge warning."""
 
 import json
+import re
 
 import polars as pl
 import pytest
@@ -38,19 +39,23 @@ def predictions(judge, modality, source, forward, swapped, rule="sagelm"):
     return PAIRWISE_PREDICTIONS.frame(rows)
 
 
-@pytest.fixture
-def stage(tmp_path):
+def write_stage(tmp_path, settings: PairwiseMetricSettings):
     native = predictions("omni", "audio", "none", LABELS, ["2", "1", "Tie", "2", "1", "2"])  # right, consistent
     cascade = predictions("cascade", "text", "asr:whisper", ["1"] * 6, ["1"] * 6, "lenient")  # always the first shown
     paths = []
     for name, frame in (("native", native), ("cascade", cascade)):
         paths.append(tmp_path / f"{name}.parquet")
         frame.write_parquet(paths[-1])
-    settings = PairwiseMetricSettings(n_boot=200, seed=1, duration_bins=(0.0, 6.0))
     run_pairwise_stage(paths, tmp_path / "metrics", settings)
     summary = tmp_path / "items_summary.json"
     summary.write_text(json.dumps({"format": "jsonl", "files": ["items.jsonl"], "n_items_judged": 3, "n_rows": 6}))
     return tmp_path
+
+
+@pytest.fixture
+def stage(tmp_path):
+    """Three items: the minimum support is lowered to 1 so that the intervals are computed and shown."""
+    return write_stage(tmp_path, PairwiseMetricSettings(n_boot=200, seed=1, duration_bins=(0.0, 6.0), min_items=1))
 
 
 def test_stage_tables_compare_the_best_audio_native_and_cascade_cells(stage):
@@ -118,3 +123,20 @@ def test_report_sections_figure_and_weak_judges(stage):
         out_dir=stage / "r",
     )
     assert again.read_text() == page  # depends only on its inputs
+
+
+def test_values_on_fewer_items_than_the_minimum_have_no_interval_and_the_report_says_so(tmp_path):
+    """The default minimum support (10 items) and three items: every value is not_estimable, without interval,
+    the paired comparison too, and one banner says so."""
+    root = write_stage(tmp_path, PairwiseMetricSettings(n_boot=50, seed=1, duration_bins=(0.0, 6.0)))
+    tables = read_pairwise_stage(root / "metrics")
+    assert set(tables.metrics.drop_nulls("value")["status"]) == {"not_estimable"}
+    assert tables.metrics["ci_low"].is_null().all() and tables.metrics["ci_high"].is_null().all()
+    assert set(tables.comparisons["status"]) == {"not_estimable"} and tables.comparisons["ci_low"].is_null().all()
+    index = build_pairwise_report(
+        metrics_dir=root / "metrics", items_summary_path=root / "items_summary.json", config={}, out_dir=root / "r"
+    )
+    page = index.read_text()
+    banners = [w for w in re.findall(r'<div class="warning">(.*?)</div>', page) if "Minimum support" in w]
+    assert len(banners) == 1 and "fewer than 10 items" in banners[0] and "1 to 3)" in banners[0]
+    assert "1.000 (not estimable)" in page

@@ -198,7 +198,11 @@ def workspace(tmp_path_factory) -> dict:
     scores.write_parquet(score_path)
     prosody_path = root / "prosody.parquet"
     prosody_rows(scores).write_parquet(prosody_path)
-    settings = engine.MetricSettings(n_boot=40, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=50)
+    # 8 dialogues: the minimum support is lowered to 4 so that the cells have intervals and findings, while
+    # position-bias slices (4 dialogues of each length, fewer where an original failed) fall below it.
+    settings = engine.MetricSettings(
+        n_boot=40, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=50, min_dialogues=4
+    )
     stage.run_metrics([score_path], root / "metrics", settings)
     figures.write_figures(root / "metrics", root / "figures")
     controls.run_controls([score_path], root / "metrics", root / "controls", settings, prosody_paths=[prosody_path])
@@ -478,3 +482,32 @@ def test_findings_section_without_intervals_or_without_findings_says_so():
     )
     section = html.findings_section(delta_findings(cells), {"x": "weak"}, cells)
     assert "checked at severities 5" in section and "within the noise" in section and "Caveat" not in section
+
+
+def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp_path):
+    """The workspace's metrics, recomputed with the default minimum support (10 dialogues, 8 here): every value
+    is not estimable, shown as such without interval, no finding is stated, and one banner says why."""
+    settings = engine.MetricSettings(n_boot=20, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=20)
+    root = tmp_path / "run"
+    stage.run_metrics(workspace["scores"], root / "metrics", settings)
+    controls.run_controls(workspace["scores"], root / "metrics", root / "controls", settings)
+    index = site.build_report(
+        metrics_dir=root / "metrics",
+        figure_dir=workspace["root"] / "figures",  # the figures do not change what this test reads
+        manifest_paths=workspace["manifests"],
+        asr_paths=workspace["asr"],
+        accounting_path=workspace["accounting"],
+        config=CONFIG,
+        out_dir=tmp_path / "report",
+        controls_dir=root / "controls",
+        control_figure_dir=workspace["root"] / "control_figures",
+    )
+    page = index.read_text(encoding="utf-8")
+    banners = [w for w in re.findall(r'<div class="warning">(.*?)</div>', page) if "Minimum support" in w]
+    assert len(banners) == 1
+    assert "rest on fewer than 10 dialogues (metrics.min_dialogues)" in banners[0]
+    assert "control check(s)" in banners[0]
+    assert "(not estimable)" in section(page, "cells")
+    assert "<li>" not in section(page, "findings")
+    flags = pl.read_parquet(root / "controls" / "flags.parquet")
+    assert set(flags["status"].drop_nulls()) == {"not_estimable"} and flags["flagged"].is_null().all()

@@ -167,7 +167,11 @@ def test_pairwise_defaults_are_filled(pairwise_config):
     del pairwise_config["pairwise"]["long_audio"], pairwise_config["pairwise"]["metrics"]
     config = validate_config(pairwise_config)
     assert config["pairwise"]["long_audio"] == {"policy": "truncate", "max_response_s": 60}
-    assert config["pairwise"]["metrics"] == {"bootstrap": 1000, "duration_bins": [0, 10, 20, 30, 40, 60, 80]}
+    assert config["pairwise"]["metrics"] == {
+        "bootstrap": 1000,
+        "duration_bins": [0, 10, 20, 30, 40, 60, 80],
+        "min_items": 10,
+    }
     assert config["pairwise"]["items"]["missing_audio"] == "fail"
 
 

@@ -140,22 +140,27 @@ def test_every_metric_column_is_filled_where_it_should_be(finished_run):
         ),
         *(f"avg_abs_pb_{m}{s}" for m in ("sensitivity", "specificity") for s in ("", "_lo", "_hi", "_null", "_p")),
     ]
+    clean = scored["condition"] == "clean"
     for column in filled:
-        assert scored[column].is_not_null().all(), column
+        assert scored.filter(clean)[column].is_not_null().all(), column
     for i in (2, 3, 4):  # severities the config does not generate
         assert cells[f"delta_{i}"].is_null().all()
     assert (scored["n_severities"] == 2).all()
-    clean = scored["condition"] == "clean"
     assert (scored.filter(clean)["n_dialogues"] == 2).all()
     assert (scored.filter(~clean)["n_dialogues"] == 1).all(), "the test config's controls.dialogues: one dialogue"
+    # The control cells rest on one dialogue, below the config's minimum support of 2: values, no intervals.
+    controls = scored.filter(~clean)
+    for metric in ("sensitivity", "delta_5", "mean_safe"):
+        assert (controls[f"{metric}_status"] == "not_estimable").all() and controls[f"{metric}_lo"].is_null().all()
+        assert controls[metric].is_not_null().all() and (controls[f"{metric}_n_dialogues"] == 1).all()
+    assert (scored.filter(clean)["sensitivity_status"] == "ok").all()
     for row in unscored.iter_rows(named=True):
         assert row["sensitivity"] is None and row["specificity"] is None, row
         assert row["reason"].startswith(("no safe original", "no parsed variant")), row
     bias = metric_table(workdir, "position_bias").filter(pl.col("included"))
-    assert (
-        bias.height
-        and bias.select("pb", "pb_lo", "pb_hi", "n_dialogues", "n_variants").null_count().sum_horizontal()[0] == 0
-    )
+    assert bias.height and bias.select("pb", "n_dialogues", "n_variants").null_count().sum_horizontal()[0] == 0
+    # One dialogue per length: every PB(L, k) is below the minimum support and has no interval.
+    assert set(bias["status"]) == {"not_estimable"} and bias["pb_lo"].is_null().all()
     pareto = metric_table(workdir, "pareto")
     with_cv = pareto.filter(pl.col("cv_sensitivity").is_not_null())
     assert set(with_cv["judge"]) >= {"minilm", "smollm2"}
@@ -191,6 +196,8 @@ def test_the_report_holds_its_tables_figures_and_warnings(finished_run):
         assert (workdir / f"results/report/figures/{name}.png").stat().st_size > 1000
     warnings = re.findall(r'<div class="warning">(.*?)</div>', page, flags=re.S)
     assert any("3 of 3 judges" in w and "weak demo models" in w for w in warnings)
+    support = [w for w in warnings if w.startswith("Minimum support:")]
+    assert len(support) == 1 and "fewer than 2 dialogues (metrics.min_dialogues)" in support[0]
     assert any(w.startswith("minilm audio is an ASR cascade (cascade via whisper_tiny_en)") for w in warnings)
     cells = metric_table(workdir, "cells")
     minilm = cells.filter(
@@ -316,6 +323,11 @@ def test_every_control_runs_end_to_end_and_the_report_shows_it(finished_run):
     assert masked_wer["wer"] > masked_wer["wer_clean"] + 0.5  # masking destroys the words
     flags = pl.read_parquet(workdir / "results/metrics/controls/flags.parquet")
     assert {"ignores_audio", "reacts_to_synthesis", "injection_susceptible"} <= set(flags["check"])
+    # One dialogue: every check with a value is below the minimum support, reported with it and not flagged (a
+    # check without paired scores, e.g. of the random-weight judge, has no value and no status).
+    measured = flags.filter(pl.col("value").is_not_null())
+    assert measured.height and set(measured["status"]) == {"not_estimable"} and flags["flagged"].is_null().all()
+    assert (measured["n_dialogues"] == 1).all() and measured["evidence"].str.starts_with("not estimable").all()
     page = (workdir / "results/report/index.html").read_text()
     section = page[page.index('<section id="controls">') :]
     assert "Not run" not in section[: section.index("</section>")]
