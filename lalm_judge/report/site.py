@@ -88,6 +88,7 @@ def build_report(
         examples=tuple(write_audio_examples(manifests, out_dir / "audio", n_examples)),
         provenance=provenance_table(tables.cells),
         controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
+        unpinned=tuple(config.get("unpinned", ())),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
