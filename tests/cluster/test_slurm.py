@@ -170,7 +170,7 @@ def slurm_run(slurm_cluster, tmp_path_factory) -> SlurmRun:
     partitions.write_text(yaml.safe_dump({"partitions": {"debug": {"max_gpu": gpu_count}}}))
     args = slurm_arguments(partitions)
     # ~30 SLURM jobs of ~20-30 s each on a 2-core machine, the slow judge's about two minutes among them.
-    result = snakemake(workdir, configfile, *args, timeout_s=1500)
+    result = snakemake(workdir, configfile, *args, timeout_s=2700)
     return SlurmRun(workdir, configfile, args, result.stdout + result.stderr)
 
 
@@ -244,7 +244,7 @@ def test_a_judge_job_stopped_at_its_time_limit_is_retried_and_completes(slurm_ru
     configfile.write_text(yaml.safe_dump(config, sort_keys=False))
     before = set(finished_jobs())
 
-    snakemake(workdir, configfile, *slurm_run.args, "scores", timeout_s=1500)
+    snakemake(workdir, configfile, *slurm_run.args, "scores", timeout_s=2700)
 
     slurm = finished_jobs()
     attempts = sorted(

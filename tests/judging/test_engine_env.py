@@ -103,3 +103,20 @@ def test_a_site_cuda_home_is_kept(compiler_prefix, tmp_path):
 def test_without_a_compiler_the_engine_does_not_start(tmp_path):
     with pytest.raises(MissingDependency, match=r"needs nvcc.*envs/judge-vllm-meralion\.yaml.*flashinfer-jit-cache"):
         prepare_flashinfer({"PATH": "/nonexistent"}, tmp_path)
+
+
+def test_the_engines_context_length_never_cuts_an_answer(monkeypatch, meralion_dir, compiler_prefix):
+    """A request whose prompt (as the engine counted it) and answer budget (max_new_tokens 512) do not fit
+    `max_model_len` stops the job naming the request, instead of an answer cut at the engine's length."""
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    recorder = stand_in(monkeypatch, SamplingParams016)
+    recorder.placeholder = "<SpeechHere>"
+    spec = paper_spec("meralion2_10b", meralion_dir)
+    request = test_backend_vllm.requests_with_audio()[2]  # text only
+    assert len(VLLMBackend(spec).generate([request])) == 1  # 6,144 tokens: room for the answer
+    tight = VLLMBackend(paper_spec("meralion2_10b", meralion_dir, options={**spec.options, "max_model_len": 520}))
+    with pytest.raises(ValueError, match=r"request text has \d+ prompt tokens and an answer budget of 512, over"):
+        tight.generate([request])
+    with pytest.raises(ValueError, match=r"max_model_len is 'auto'; give a number"):
+        VLLMBackend(paper_spec("meralion2_10b", meralion_dir, options={**spec.options, "max_model_len": "auto"}))
