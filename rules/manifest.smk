@@ -56,15 +56,16 @@ rule export_audio:
 
 
 # One small index per judge shard: judge jobs depend on it instead of on every manifest of the
-# shard, which keeps the DAG's edges O(judge jobs) at paper scale.
+# shard, which keeps the DAG's edges O(judge jobs) at paper scale. Judges may split the dialogues into different
+# numbers of shards (lalm_judge.workflow.sizing), so an index is of shard {shard} of {n_shards}.
 rule shard_index:
     input:
         manifests=get_shard_manifests,
         condition_asr=get_condition_asr_tables,
     output:
-        index="results/manifests/shards/shard{shard}.json",
+        index="results/manifests/shards/of{n_shards}/shard{shard}.json",
     log:
-        "logs/manifests/shards/shard{shard}.log",
+        "logs/manifests/shards/of{n_shards}/shard{shard}.log",
     resources:
         mem_mb=500,
         runtime=5,

@@ -1,11 +1,16 @@
 from lalm_judge.core.logs import log_to
+from lalm_judge.core.signals import stop_on_sigterm
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.judging.controls import shard_conditions
 from lalm_judge.judging.job import score_judge_shard
 from lalm_judge.manifest.build import read_shard_index
 from lalm_judge.workflow.gpu import job_gpus
 
-with log_to(snakemake.log.job), job_gpus(snakemake.resources.gpu):
+with (
+    log_to(snakemake.log.job),
+    job_gpus(snakemake.resources.gpu),
+    stop_on_sigterm(f"judge {snakemake.params.judge}, shard {snakemake.wildcards.shard}"),
+):
     score_judge_shard(
         read_shard_index(snakemake.input.shard_index),
         JudgeSpec.from_config(snakemake.params.judge, snakemake.params.spec),

@@ -84,6 +84,7 @@ class WhisperASR:
         cpu_threads: int = 2,
         beam_size: int = 1,
         language: str | None = "en",
+        revision: str | None = None,
     ):
         from faster_whisper import WhisperModel
 
@@ -92,8 +93,13 @@ class WhisperASR:
         if device.startswith("cuda"):
             preload_cublas()
         self.model_name = model
+        # `revision`: the hub commit faster-whisper downloads for a model name or hub id (`lalm-judge pin-revisions`).
         self.model = WhisperModel(
-            resolve_model_path(model), device=device, compute_type=compute_type, cpu_threads=cpu_threads
+            resolve_model_path(model),
+            device=device,
+            compute_type=compute_type,
+            cpu_threads=cpu_threads,
+            revision=revision,
         )
         self.beam_size, self.language = beam_size, language
 

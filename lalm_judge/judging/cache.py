@@ -86,6 +86,7 @@ OPTIONS_NOT_IN_KEY = frozenset(
         "concurrency",
         "device",
         "gpu_memory_utilization",
+        "max_model_len",  # the vllm backend refuses an answer the engine's length could cut (`_check_context`)
         "max_retries",
         "num_threads",
         "tensor_parallel_size",

@@ -58,8 +58,18 @@ def weak_judge_box(judge: str, reason: str) -> str:
     )
 
 
-def judges_section(judges: pl.DataFrame) -> str:
+def unpinned_box(unpinned: Sequence[str]) -> str:
+    """The models of the run named by a branch, not a commit (`lalm_judge.workflow.pins`)."""
+    return (
+        f'<div class="warning"><strong>{len(unpinned)} model(s) ran from a branch, not a pinned commit: a rerun may '
+        f"use other weights.</strong> {html.escape('; '.join(unpinned))}. Pin them with "
+        "<code>lalm-judge pin-revisions CONFIG</code> before the next run.</div>"
+    )
+
+
+def judges_section(judges: pl.DataFrame, unpinned: Sequence[str] = ()) -> str:
     boxes = [weak_judge_box(r["judge"], r["weak_reason"]) for r in judges.iter_rows(named=True) if r["weak_reason"]]
+    boxes += [unpinned_box(unpinned)] if unpinned else []
     shown = judges.with_columns(weak_demo_model=pl.col("weak_reason").is_not_null()).drop("weak_reason")
     return section("judges", "Judges", *boxes, html_table(shown))
 
@@ -260,6 +270,8 @@ class ReportContent:
     controls: str
     # The control flags (their statuses enter the minimum-support banner); None: no control was run.
     control_flags: pl.DataFrame | None = None
+    # Models of the run still named by a branch (judges, ASR, XTTS voices), as '<config key> (<repo>@<branch>)'.
+    unpinned: tuple[str, ...] = ()
 
 
 def render_html(content: ReportContent) -> str:
@@ -280,7 +292,7 @@ def render_html(content: ReportContent) -> str:
         banner,
         html_table(content.overview, css_class="data overview"),
         findings_section(content.findings, weak, content.cells),
-        judges_section(content.judges),
+        judges_section(content.judges, content.unpinned),
         guide_section(content.guide, weak),
         figures_section(content.figure_names),
         section(

@@ -89,6 +89,7 @@ def build_report(
         provenance=provenance_table(tables.cells),
         controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
         control_flags=controls.flags,
+        unpinned=tuple(config.get("unpinned", ())),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:

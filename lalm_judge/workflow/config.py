@@ -28,6 +28,8 @@ from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, CLEAN, Condition, Tran
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
+from lalm_judge.workflow.context_length import max_model_len_problems
+from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
 from lalm_judge.workflow.preference import preference_voices
 
@@ -35,7 +37,6 @@ from lalm_judge.workflow.preference import preference_voices
 # fails in a batch job): coqui-tts `TTS/utils/manage.py`, `ModelManager.tos_agreed`.
 COQUI_LICENCE_ENV = "COQUI_TOS_AGREED"
 CALIBRATED_PROMPT = "calibrated"
-LOCAL_BACKENDS = ("transformers", "vllm")
 
 SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 SAFETY = "safety"
@@ -231,6 +232,17 @@ def check_config(config: dict[str, Any]) -> list[str]:
         ]
     if PREFERENCE in tracks(config):
         _check_preference(config)
+    notes += [
+        f"{model.key} ({model.repository}) is on branch {model.revision!r}: a rerun may use other weights; pin the "
+        "commit with `lalm-judge pin-revisions CONFIG`"
+        for model in hub_models(config)
+        if not model.pinned and model.path[0] != "judges"
+    ]
+    safety_judges = config["evaluation"]["judges"] if SAFETY in tracks(config) else []
+    pairwise_judges = config["pairwise"]["judges"] if PAIRWISE in tracks(config) else []
+    problems = max_model_len_problems(config, safety_judges, pairwise_judges)
+    if problems:
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
     _check_imported(config)
     return notes
 
@@ -484,11 +496,6 @@ def judge_notes(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCell])
             "`lalm-judge pin-revisions CONFIG`"
         )
     return notes
-
-
-def hub_model_id(model: str) -> bool:
-    """Whether `model` names a hub repository ('owner/name'), not a local folder or a bundled model."""
-    return model.count("/") == 1 and not model.startswith(("bundled:", ".", "/")) and not Path(model).exists()
 
 
 def _gpu_problems(config: dict[str, Any]) -> list[str]:

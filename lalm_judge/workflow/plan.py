@@ -3,6 +3,10 @@
 The Snakefile calls these at parse time; they read only the corpus index (never job outputs), so
 cluster nodes that re-parse the workflow see the same plan. The config has passed the schema, so every
 key with a default is present.
+
+Each judge has its own shard count (`workflow.sizing`: `evaluation.shards`, or with `auto` the smallest count
+whose jobs fit the judge's runtime); a shard is named by its index and the count it belongs to, and its index
+file (`results/manifests/shards/of<count>/shard<index>.json`) lists the dialogues of that shard under that count.
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ from lalm_judge.core.dialogue import SourceDialogue
 from lalm_judge.core.files import shard_of
 from lalm_judge.core.vocabulary import AUDIO, BABBLE, CLEAN, Condition, TranscriptSource, condition_cell_error
 from lalm_judge.data.corpus import list_source_dialogues
+from lalm_judge.workflow import context_length
 from lalm_judge.workflow.preference import preference_voices, speak_gpus
+from lalm_judge.workflow.sizing import DialogueWork, JudgeSizing, SizingError, size_judges, sizing_table
 
 
 class ConfigError(ValueError):
@@ -107,17 +113,31 @@ class Plan:
         self.config = config
         self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"], check_audio=check_audio)
         self._by_id = {d.dialogue_id: d for d in self.dialogues}
-        self.n_shards = config["evaluation"]["shards"]
         # Input functions run once per job: everything they look up is indexed here, once per parse.
         self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
-        self._shards = {d.dialogue_id: shard_of(d.dialogue_id, self.n_shards) for d in self.dialogues}
-        if self.needs_babble():
-            self._check_babble()
         chosen = config["controls"]["dialogues"]
         unknown = sorted(set(chosen or []) - set(self._turns))
         if unknown:
             raise ConfigError(f"controls.dialogues: {unknown} are not dialogues of the corpus")
         self._control_dialogues = [d for d in self.dialogue_ids if chosen is None or d in chosen]
+        self._longest_turns: list[str] | None = None
+        try:
+            self.sizing: dict[str, JudgeSizing] = size_judges(
+                config, {judge: self.judge_cells(judge) for judge in self.judges()}, self._dialogue_works()
+            )
+        except SizingError as err:
+            raise ConfigError(str(err)) from err
+        self._shards = {n: {d: shard_of(d, n) for d in self.dialogue_ids} for n in self.shard_counts()}
+        if self.needs_babble():
+            self._check_babble()
+
+    def _dialogue_works(self) -> list[DialogueWork]:
+        per_turn = len(self.config["variants"]["categories"]) * len(self.config["variants"]["severities"])
+        controls = set(self._control_dialogues)
+        return [
+            DialogueWork(d.dialogue_id, d.n_turns, len(turns), len(turns) * per_turn, d.dialogue_id in controls)
+            for d, turns in zip(self.dialogues, self._turns.values())
+        ]
 
     @property
     def dialogue_ids(self) -> list[str]:
@@ -145,12 +165,61 @@ class Plan:
     def dialogue_turn_pairs(self) -> list[tuple[str, int]]:
         return [(d, t) for d, turns in self._turns.items() for t in turns]
 
-    def shard_dialogues(self, shard: int) -> list[str]:
-        return [d for d, k in self._shards.items() if k == shard]
+    def judge_shard_count(self, judge: str) -> int:
+        """The number of shards a judge's dialogues are split into (`workflow.sizing`)."""
+        return self.sizing[judge].shards
 
-    def shards(self) -> list[int]:
-        """Shards that hold at least one dialogue (an empty shard would be an empty job)."""
-        return sorted(set(self._shards.values()))
+    def shard_counts(self) -> list[int]:
+        """The shard counts of the judges, each once, sorted."""
+        return sorted({sized.shards for sized in self.sizing.values()})
+
+    def sizing_table(self) -> str:
+        lengths = {j: self.max_model_len(j) for j in self.judges() if self.config["judges"][j]["backend"] == "vllm"}
+        table = sizing_table(self.sizing)
+        if lengths:
+            table += "\nvLLM context length (options.max_model_len): " + ", ".join(
+                f"{j} {n}" for j, n in lengths.items()
+            )
+        return table
+
+    def max_model_len(self, judge: str) -> int | None:
+        """The judge's `options.max_model_len`, with `auto` computed from the run's longest request
+        (`workflow.context_length`); None when unset."""
+        value = self.config["judges"][judge]["options"].get("max_model_len")
+        if value != context_length.AUTO:
+            return value
+        if self._longest_turns is None:
+            texts = context_length.dialogue_turn_texts(self.config["corpus"], self.dialogues)
+            self._longest_turns = context_length.longest_dialogue(texts)
+        changed = context_length.rewritten_turn_bytes(self.config["variants"])
+        changed += context_length.injection_bytes(self.config["controls"])
+        try:
+            return context_length.auto_max_model_len(
+                judge, self.config["judges"][judge], self.judge_cells(judge), self._longest_turns, changed
+            )
+        except context_length.ContextLengthError as err:
+            raise ConfigError(str(err)) from err
+
+    @property
+    def n_shards(self) -> int:
+        """The shard count of every judge, where they share one (`evaluation.shards` a number)."""
+        counts = self.shard_counts()
+        if len(counts) != 1:
+            raise ValueError(f"the judges have different shard counts ({self.sizing_table()}); name the judge")
+        return counts[0]
+
+    def shard_dialogues(self, shard: int, n_shards: int | None = None) -> list[str]:
+        """The dialogues of shard `shard` of `n_shards` (default: the judges' shared count)."""
+        return [d for d, k in self._shards[n_shards or self.n_shards].items() if k == shard]
+
+    def shards_of(self, n_shards: int) -> list[int]:
+        """The shards of `n_shards` that hold at least one dialogue."""
+        return sorted(set(self._shards[n_shards].values()))
+
+    def shards(self, judge: str | None = None) -> list[int]:
+        """The judge's shards that hold at least one dialogue (an empty shard would be an empty job); without a
+        judge, those of the judges' shared count."""
+        return self.shards_of(self.n_shards if judge is None else self.judge_shard_count(judge))
 
     def judge_prompts(self, judge: str) -> list[str]:
         """The prompts of a judge's cells, in first-use order."""
@@ -184,27 +253,48 @@ class Plan:
                 pairs.append((model, cell.condition))
         return list(dict.fromkeys(pairs))
 
-    def control_dialogues(self, shard: int | None = None) -> list[str]:
-        """The dialogues the control conditions are scored on (`controls.dialogues`), of one shard or all."""
+    def control_dialogues(self, shard: int | None = None, n_shards: int | None = None) -> list[str]:
+        """The dialogues the control conditions are scored on (`controls.dialogues`), of shard `shard` of
+        `n_shards`, or all."""
         dialogues = self._control_dialogues
-        return dialogues if shard is None else [d for d in dialogues if self._shards[d] == shard]
+        if shard is None:
+            return dialogues
+        return [d for d in dialogues if self._shards[n_shards or self.n_shards][d] == shard]
 
     def needs_babble(self) -> bool:
         return any(Condition(c).kind == BABBLE for c in self.control_conditions())
 
+    def babble_shard_count(self) -> int:
+        """The shard count babble is drawn within (babble mixes the turns of a shard's other dialogues, and the ASR
+        of a babble turn is one job per dialogue, so every judge with babble cells shares one count)."""
+        counts = {
+            self.judge_shard_count(j)
+            for j in self.judges()
+            if any(Condition(c.condition).kind == BABBLE for c in self.judge_cells(j))
+        }
+        if len(counts) > 1:
+            raise ConfigError(
+                "evaluation.shards: babble conditions are mixed from the other dialogues of a judge's shard, so every "
+                f"judge with babble cells needs the same shard count, but they get {sorted(counts)}; set "
+                "evaluation.shards to one number"
+            )
+        return counts.pop()
+
     def shard_of_dialogue(self, dialogue_id: str) -> int:
-        return self._shards[dialogue_id]
+        """The babble shard of a dialogue (`babble_shard_count`)."""
+        return self._shards[self.babble_shard_count()][dialogue_id]
 
     def _check_babble(self) -> None:
         """Babble is made of the turns of the other dialogues of a shard: every shard with variants needs two
         dialogues that are long enough to be used."""
-        for shard in self.shards():
-            usable = [d for d in self.shard_dialogues(shard) if self._turns[d]]
+        n_shards = self.babble_shard_count()
+        for shard in sorted(set(self._shards[n_shards].values())):
+            usable = [d for d in self.shard_dialogues(shard, n_shards) if self._turns[d]]
             if len(usable) == 1:
                 raise ConfigError(
                     f"evaluation.conditions: babble needs the turns of other dialogues of the judge shard, but "
-                    f"dialogue {usable[0]!r} is the only usable dialogue of shard {shard}; lower evaluation.shards "
-                    f"({self.n_shards}) or use white noise (noise_<snr>)"
+                    f"dialogue {usable[0]!r} is the only usable dialogue of shard {shard} of {n_shards}; lower "
+                    "evaluation.shards or use white noise (noise_<snr>)"
                 )
 
 

@@ -121,14 +121,15 @@ def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path
 
 class _CoquiStandIn:
     """Stands in for coqui-tts 0.28's `TTS.api.TTS` (its weights come from the hub and it imports only with a CUDA
-    torchaudio): `TTS(model_name).to(device)`, `tts(text=..., speaker_wav=..., language=..., split_sentences=...,
-    **inference_kwargs)` returning a list of floats, `synthesizer.output_sample_rate` (24 kHz). Like XTTS it samples
-    from the torch RNG and takes no seed."""
+    torchaudio): `TTS(model_name).to(device)` or `TTS(model_path=<checkpoint folder>, config_path=...)`, `tts(text=...,
+    speaker_wav=..., language=..., split_sentences=..., **inference_kwargs)` returning a list of floats,
+    `synthesizer.output_sample_rate` (24 kHz). Like XTTS it samples from the torch RNG and takes no seed."""
 
-    def __init__(self, model_name):
+    def __init__(self, model_name="", model_path=None, config_path=None):
         import torch
 
         self.torch, self.model_name, self.device = torch, model_name, None
+        self.model_path, self.config_path = model_path, config_path
         self.synthesizer = type("Synthesizer", (), {"output_sample_rate": 24000})()
 
     def to(self, device):
@@ -181,3 +182,23 @@ def test_xtts_utterances_do_not_depend_on_the_order_of_synthesis(monkeypatch, co
         "tts_model": "tts_models/multilingual/multi-dataset/xtts_v2",
         "tts_revision": "coqui-tts==0.28.0",
     }
+
+
+def test_a_pinned_xtts_voice_loads_that_commits_snapshot(monkeypatch, coqui_stand_in, tmp_path):
+    """`revision` (written by `lalm-judge pin-revisions`): huggingface_hub's real snapshot lookup, offline, in a cache
+    that holds that commit of tts-hub/XTTS-v2; coqui-tts then loads the folder by path."""
+    from lalm_judge.audio.tts.xtts import XTTS_REPOSITORY, XTTSEngine
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snapshot = tmp_path / "hub" / f"models--{XTTS_REPOSITORY.replace('/', '--')}" / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text("{}")
+    # huggingface_hub reads these when imported: set where it looks them up, whether it was imported or not.
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("COQUI_TOS_AGREED", "1")
+    engine = XTTSEngine(device="cpu", revision=commit)
+    assert (engine.tts.model_path, engine.tts.config_path) == (str(snapshot), str(snapshot / "config.json"))
+    assert engine.describe()["tts_revision"] == f"coqui-tts==0.28.0 {XTTS_REPOSITORY}@{commit}"

@@ -191,8 +191,16 @@ def test_pin_revisions_writes_each_hub_judges_commit_and_keeps_the_file(tmp_path
             assert "revision" not in pinned["judges"][name]
         else:
             assert pinned["judges"][name].pop("revision") == HubStandIn.commit(entry["model"], "main"), name
+    # The Whisper models (faster-whisper's repositories) and the XTTS-v2 voices (coqui-tts's) are pinned too.
+    whisper = {"whisper_large_v3": "Systran/faster-whisper-large-v3", "whisper_base": "Systran/faster-whisper-base"}
+    for name, repository in whisper.items():
+        assert pinned["asr"]["models"][name].pop("revision") == HubStandIn.commit(repository, "main")
+    for voice in pinned["tts"]["voices"].values():
+        assert voice.pop("revision") == HubStandIn.commit("tts-hub/XTTS-v2", "main")
     assert pinned == original, "only revisions were added"
     assert before.splitlines()[0] in config.read_text(), "comments are kept"
-    assert len([path for path in hub.paths if path.startswith("/api/models/")]) == 6
-    validated = lalm_judge("validate-config", "--config-only", str(config))
+    # One question per repository and branch: 6 judges, 2 Whisper models, XTTS-v2 once for both voices.
+    assert len([path for path in hub.paths if path.startswith("/api/models/")]) == 9, "\n".join(hub.paths)
+    assert "no checksum is recorded" in result.stdout, "the corpus is not downloaded here"
+    validated = lalm_judge("validate-config", "--config-only", str(config), env={"COQUI_TOS_AGREED": "1"})
     assert validated.returncode == 0 and "revision is 'main'" not in validated.stdout

@@ -10,7 +10,9 @@
 #   1. /etc/slurm/slurm.conf links to our slurm.conf: the plugin's job step drops every SLURM_*
 #      variable (SLURM_CONF too) before its inner `srun`, so only the compiled-in path is read.
 #   2. MinJobAge >= 3 x --slurm-init-seconds-before-status-checks: without slurmdbd, job states come
-#      from `squeue`, which must still list a job when its first status check happens.
+#      from `squeue`, which must still list a job when its first status check happens. The test cluster keeps
+#      finished jobs for a day, far longer than any test run on a loaded machine: Snakemake and the test read
+#      every job's final state from squeue after the run (SLURM's default, 300 s, is shorter than a slow run).
 #
 # State, logs and PID files live under $LALM_SLURM_BASE (default ${TMPDIR:-/tmp}/lalm-judge-slurm);
 # stop_slurm.sh stops exactly the recorded PIDs. Re-running while the cluster is healthy is a no-op.
@@ -124,8 +126,9 @@ GresTypes=gpu
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none
 AccountingStorageType=accounting_storage/none
-# Finished jobs stay in squeue this long; Snakemake reads their final state from there.
-MinJobAge=300
+# Finished jobs stay in squeue this long (a day: longer than any test run, however loaded the machine);
+# Snakemake and the test read their final state from there.
+MinJobAge=86400
 SlurmctldTimeout=30
 SlurmdTimeout=30
 InactiveLimit=0

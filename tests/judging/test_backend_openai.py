@@ -406,13 +406,13 @@ def test_a_400_to_logprobs_routes_the_calibrated_cell_to_its_parsed_score(no_log
 
 
 def test_the_paper_gemini_entry_asks_for_no_logprobs_and_no_thinking(no_logprobs_api):
-    entry = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["judges"]["gemini_25_flash"]
+    entry = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["judges"]["gemini_25_flash_lite"]
     entry["options"] = {
         **entry["options"],
         "base_url": no_logprobs_api.base_url,
         "api_key_env": None,
     }
-    spec = JudgeSpec.from_config("gemini_25_flash", validate_judge_entry("gemini_25_flash", entry))
+    spec = JudgeSpec.from_config("gemini_25_flash_lite", validate_judge_entry("gemini_25_flash_lite", entry))
     row = calibrated_row(spec)
     ((_, body),) = no_logprobs_api.bodies
     assert "logprobs" not in body and "top_logprobs" not in body

@@ -217,10 +217,17 @@ def first_token(backend, word: str) -> int:
     return backend.tokenizer.encode(word, add_special_tokens=False)[0]
 
 
+# What the workflow puts in place of the paper's `max_model_len: auto` when it parses the config (the job's spec).
+PLANNED_MAX_MODEL_LEN = 6144
+
+
 def paper_spec(name: str, model: Path, **changes) -> JudgeSpec:
-    """The judge's registry entry from configs/paper.yaml, with a local folder as its model."""
+    """The judge's registry entry from configs/paper.yaml, with a local folder as its model and `auto` resolved."""
     entry = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())["judges"][name]
-    entry = {**entry, "model": str(model), **changes}
+    options = {**entry.get("options", {})}
+    if options.get("max_model_len") == "auto":
+        options["max_model_len"] = PLANNED_MAX_MODEL_LEN
+    entry = {**entry, "model": str(model), "options": options, **changes}
     return JudgeSpec.from_config(name, validate_judge_entry(name, entry))
 
 

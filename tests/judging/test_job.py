@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import signal
 
 import numpy as np
 import pytest
@@ -18,8 +19,9 @@ import torch
 
 from bench.judge_stage import job_cells as cells_of
 from bench.judge_stage import job_out_paths as out_paths
-from bench.judge_stage import kill_job_half_way, run_job
+from bench.judge_stage import run_job, stop_job_half_way
 from bench.manifests import ASR_SOURCE, write_tone_manifests
+from lalm_judge.core.signals import EXIT_STATUS
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeSpec
 from lalm_judge.judging.backends.embedding import BUNDLED_MODEL
 from lalm_judge.judging.backends.hf import TransformersBackend
@@ -137,14 +139,22 @@ def test_a_condition_that_is_not_deterministic_is_an_error(manifests, lalm_spec,
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("kill_at", [0.1, 0.5])
-def test_a_job_killed_at_any_point_resumes_with_only_the_missing_requests(manifests, lalm_spec, tmp_path, kill_at):
+@pytest.mark.parametrize(
+    ("kill_at", "stop_signal"), [(0.1, signal.SIGKILL), (0.5, signal.SIGKILL), (0.5, signal.SIGTERM)]
+)
+def test_a_job_killed_at_any_point_resumes_with_only_the_missing_requests(
+    manifests, lalm_spec, tmp_path, kill_at, stop_signal
+):
+    """SIGKILL (a node failure, the end of SLURM's grace period) or SIGTERM (SLURM's time limit: the job stops
+    cleanly, `core.signals`, exit status 143): what was committed stays in the request cache."""
     cells = cells_of(LALM_CELLS, ["basic", "rubric"])
     spec = dataclasses.replace(lalm_spec, batch_size=2, generation={"max_new_tokens": 16})
     n_requests = 14 * len(cells)
-    stored = kill_job_half_way(manifests, spec, cells, tmp_path, kill_at=int(kill_at * n_requests))
+    stored, status = stop_job_half_way(manifests, spec, cells, tmp_path, int(kill_at * n_requests), stop_signal)
     assert 0 < stored < n_requests, "killed before the end"
     assert not any(path.exists() for path in out_paths(tmp_path, cells))
+    if stop_signal == signal.SIGTERM:
+        assert status == EXIT_STATUS and "stopped by SIGTERM" in (tmp_path / "killed_job.stderr").read_text()
 
     resumed = run_job(manifests, spec, cells, tmp_path).stats
     assert (resumed.cached, resumed.computed) == (stored, n_requests - stored)

@@ -64,7 +64,10 @@ CONFIG_CASES = {
         r"variants: unknown key 'severity'; did you mean 'severities'\?",
     ),
     "wrong_type_seed": (lambda c: c.update(seed="zero"), r"seed: 'zero' is not of type 'integer'"),
-    "wrong_type_shards": (lambda c: c["evaluation"].update(shards="2"), r"evaluation\.shards: '2' is not of type"),
+    "wrong_type_shards": (
+        lambda c: c["evaluation"].update(shards="2"),
+        r"evaluation\.shards: '2' is not valid under any of the given schemas",
+    ),
     "unknown_judge": (
         lambda c: c["evaluation"].update(judges=["minilm", "gpt5_audio"]),
         r"unknown judge\(s\) \['gpt5_audio'\]; known judges: \['minilm', 'smollm2', 'tiny_qwen2_audio'\]",

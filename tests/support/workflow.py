@@ -188,6 +188,7 @@ class PlannedJob:
     outputs: tuple[str, ...]
     reason: str
     resources: str = ""
+    inputs: tuple[str, ...] = ()
 
     def resource(self, name: str) -> str | None:
         """One resource as the dry run prints it ('gpu' -> '1'), None when the job has none of that name."""
@@ -202,8 +203,10 @@ def planned_jobs(result: subprocess.CompletedProcess) -> list[PlannedJob]:
 
     def finish():
         if rule is not None:
-            outputs = tuple(p.strip() for p in fields.get("output", "").split(",") if p.strip())
-            jobs.append(PlannedJob(rule, outputs, fields.get("reason", ""), fields.get("resources", "")))
+            outputs, inputs = (
+                tuple(p.strip() for p in fields.get(k, "").split(",") if p.strip()) for k in ("output", "input")
+            )
+            jobs.append(PlannedJob(rule, outputs, fields.get("reason", ""), fields.get("resources", ""), inputs))
 
     for line in (result.stdout + result.stderr).splitlines():
         header = re.match(r"^(?:local)?rule (\w+):$", line)

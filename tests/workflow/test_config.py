@@ -239,8 +239,8 @@ def paper_config():
             r"judges\.meralion2_10b\.capabilities\.system_role is true, but MERaLiON-2 needs false",
         ),
         (
-            lambda j: j["gemini_25_flash"].update(capabilities={}),
-            r"judges\.gemini_25_flash\.capabilities\.logprobs is true, .* set capabilities\.logprobs: false",
+            lambda j: j["gemini_25_flash_lite"].update(capabilities={}),
+            r"judges\.gemini_25_flash_lite\.capabilities\.logprobs is true, .* set capabilities\.logprobs: false",
         ),
         (
             lambda j: j["qwen2_audio_7b"].update(max_audio_s=60),
@@ -268,7 +268,7 @@ def test_the_calibrated_cells_of_a_judge_without_logprobs_are_routed_with_a_note
     (routed,) = [note for note in notes if "calibrated" in note]
     assert routed.startswith(
         # Under clean and the injection, the only control that changes a text cell with the ground truth.
-        "judge gemini_25_flash, cells text-gt/calibrated/clean, text-gt/calibrated/injection, "
+        "judge gemini_25_flash_lite, cells text-gt/calibrated/clean, text-gt/calibrated/injection, "
         "text-asr:whisper_large_v3/calibrated/clean"
     )
     assert "scored from its parsed SAFETY_SCORE line (score_source 'parsed')" in routed

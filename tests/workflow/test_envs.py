@@ -107,6 +107,24 @@ def test_env_resolves_with_pip(env_file: Path, scratch_pip: Path, tmp_path: Path
     if "vllm-plugin-meralion2" in resolved:
         low, high = MERALION_PLUGIN_VLLM
         assert low <= resolved["vllm"] < high, f"{env_file.name}: vllm {resolved['vllm']} outside the plugin's range"
+        # FlashInfer compiles MERaLiON-2's attention kernels with the env's CUDA compiler, of the wheels' CUDA.
+        runtime = resolved["nvidia-cuda-runtime-cu12"]
+        assert cuda_compiler(env_file) == f"{runtime.major}.{runtime.minor}", (env_file.name, runtime)
+
+
+def cuda_compiler(path: Path) -> str | None:
+    """The CUDA version of the compiler a conda env file brings (`cuda-version` with `cuda-nvcc`, its headers and a
+    host compiler), or None."""
+    dependencies = [d for d in yaml.safe_load(path.read_text())["dependencies"] if isinstance(d, str)]
+    names = {re.split(r"[=<> ]", d, maxsplit=1)[0] for d in dependencies}
+    versions = [d.split("=", 1)[1] for d in dependencies if d.startswith("cuda-version=")]
+    needed = {"cuda-nvcc", "cuda-cudart-dev", "cuda-cccl", "gxx_linux-64"}
+    return versions[0] if versions and needed <= names else None
+
+
+def test_the_meralion_env_brings_a_cuda_compiler():
+    """FlashInfer, MERaLiON-2's attention backend, JIT-compiles at engine start (flashinfer/jit/cpp_ext.py)."""
+    assert cuda_compiler(ROOT / "envs" / "judge-vllm-meralion.yaml") == "12.8"
 
 
 def test_the_judge_env_has_what_the_omni_processor_needs():

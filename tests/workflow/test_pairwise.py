@@ -25,7 +25,7 @@ def test_cells_of_the_demo_config():
 def test_paper_scale_cells_audio_native_and_cascade():
     plan = PairwisePlan(load_config(ROOT / "configs" / "pairwise.yaml"))
     cells = {(c.judge, c.modality, c.transcript_source) for c in plan.cells()}
-    assert {("sagelm", "audio", "none"), ("qwen2_audio_7b", "audio", "none"), ("gpt4o_audio", "audio", "none")} <= cells
+    assert {("sagelm", "audio", "none"), ("qwen2_audio_7b", "audio", "none"), ("gpt_audio", "audio", "none")} <= cells
     assert ("gpt4o", "text", "asr:whisper_large_v3") in cells
     assert len(plan.cells()) == 5 * 2  # five judges, one cell each, two prompts
     assert plan.item_sources() == ["data/sagelm/test_semantic.json", "data/sagelm/test_acoustic.json"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -18,7 +19,8 @@ import pytest
 import yaml
 
 from bench.dag_scale import materialize_outputs
-from lalm_judge.workflow.plan import shard_of
+from lalm_judge.workflow.config import validate_config
+from lalm_judge.workflow.plan import Plan, shard_of
 from tests.support.workflow import (
     HUB_DIALOGUES,
     ROOT,
@@ -34,7 +36,7 @@ pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 PAPER = ROOT / "configs" / "paper.yaml"
 PAPER_CONFIG = yaml.safe_load(PAPER.read_text())
 GPU_JUDGES = {"qwen2_audio_7b", "audio_flamingo_3", "meralion2_10b", "llama31_8b", "qwen25_omni_7b", "minicpm_o"}
-JUDGES = GPU_JUDGES | {"gemini_25_flash"}
+JUDGES = GPU_JUDGES | {"gemini_25_flash_lite"}
 # Cells per judge and prompt under 'clean': 3 modalities x (3 transcript sources for text and audio_text, none for
 # audio) = 7, Llama text only = 3. The study's controls get the cells whose input they change: 'injection' all of
 # them; 'masked', the four noise levels and 'tts_control' all but text with the ground truth (6, Llama 2);
@@ -49,7 +51,6 @@ DIALOGUE_IDS = [
     for configuration, name, _ in HUB_DIALOGUES
 ]
 N_TURNS = sum(n for _, _, n in HUB_DIALOGUES)
-SHARDS = {shard_of(d, PAPER_CONFIG["evaluation"]["shards"]) for d in DIALOGUE_IDS}
 
 
 @pytest.fixture(scope="module")
@@ -78,9 +79,49 @@ def plan(checkout):
     return result, planned_jobs(result)
 
 
-def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
+@pytest.fixture(scope="module")
+def judge_shards(checkout) -> dict[str, tuple[int, set[int]]]:
+    """Each judge's shard count (its job estimate's, `evaluation.shards: auto`) and its non-empty shards."""
+    config = validate_config(PAPER_CONFIG)
+    config["corpus"]["path"] = str(checkout / PAPER_CONFIG["corpus"]["path"])
+    sizing = Plan(config).sizing
+    counts = {judge: sizing[judge].shards for judge in JUDGES}
+    return {judge: (n, {shard_of(d, n) for d in DIALOGUE_IDS}) for judge, n in counts.items()}
+
+
+def test_the_dry_run_prints_each_judges_shards_and_job_estimate_within_its_runtime(plan):
+    result, _ = plan
+    output = result.stdout + result.stderr
+    table = output[output.index("judge jobs (estimate") :].splitlines()
+    rows = {line.split()[0]: line.split() for line in table[2 : 2 + len(JUDGES)]}
+    assert set(rows) == JUDGES
+    for judge, row in rows.items():
+        runtime_min = PAPER_CONFIG["judges"][judge]["schedule"]["resources"]["runtime"]
+        assert row[5] == str(runtime_min) and float(row[4]) * 60 <= runtime_min, row  # hours per job within runtime
+    assert "OVER RUNTIME" not in output
+    assert "vLLM context length (options.max_model_len): qwen2_audio_7b " in output
+
+
+def test_a_judge_whose_jobs_cannot_fit_is_refused_naming_it(checkout, tmp_path, licence_accepted):
+    config = yaml.safe_load(PAPER.read_text())
+    config["evaluation"]["shards"] = 1
+    config["judges"]["qwen25_omni_7b"]["schedule"]["resources"]["runtime"] = 60
+    configfile = tmp_path / "paper.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    result = paper_dry_run(checkout, configfile, check=False)
+    assert result.returncode != 0
+    assert re.search(
+        r"judge qwen25_omni_7b: its largest job holds [\d,]+ requests, about [\d.]+ h at 5,400 requests/h .* over its "
+        r"runtime of 60 min",
+        result.stdout + result.stderr,
+    )
+
+
+def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
     result, _ = plan
     assert sum(CLEAN_CELLS.values()) * 5 == 225 and sum(CELLS.values()) == 1620
+    jobs = {judge: len(shards) for judge, (_, shards) in judge_shards.items()}
+    indexes = {(n, k) for n, shards in judge_shards.values() for k in shards}
     assert scheduled_jobs(result) == {
         "index_dialogue": len(DIALOGUE_IDS),
         "ingest_dialogue": len(DIALOGUE_IDS),
@@ -93,9 +134,10 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan):
         "synthesize_controls": len(DIALOGUE_IDS),
         "transcribe_condition": 2 * len(ASR_READ_CONDITIONS) * len(DIALOGUE_IDS),
         "audio_accounting": 1,
-        "shard_index": len(SHARDS),
+        # One index per non-empty shard of each shard count the judges get.
+        "shard_index": len(indexes),
         # One job per (judge, shard): each judge's model loads once per shard, for all its cells.
-        **{f"judge_{judge}": len(SHARDS) for judge in JUDGES},
+        **{f"judge_{judge}": jobs[judge] for judge in JUDGES},
         "compute_metrics": 1,
         "control_metrics": 1,
         "figures": 1,

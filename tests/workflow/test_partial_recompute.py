@@ -209,7 +209,7 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
         "audio_accounting": 1,
         **dict.fromkeys(AGGREGATES, 1),
     }
-    assert outputs_of(jobs, "shard_index") == {f"results/manifests/shards/shard{shard}.json"}
+    assert outputs_of(jobs, "shard_index") == {f"results/manifests/shards/of{plan.n_shards}/shard{shard}.json"}
     assert outputs_of(jobs, judge_rule("minilm")) == score_paths(plan, plan.judge_cells(), [shard])
 
 

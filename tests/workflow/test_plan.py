@@ -68,7 +68,7 @@ def test_gpu_requests_of_the_paper_stages():
     assert (
         requests.pop("tts") == 1 and requests.pop("asr:whisper_large_v3") == 1 and requests.pop("asr:whisper_base") == 1
     )
-    assert requests == {f"judge:{j}": 1 for j in config["evaluation"]["judges"] if j != "gemini_25_flash"}
+    assert requests == {f"judge:{j}": 1 for j in config["evaluation"]["judges"] if j != "gemini_25_flash_lite"}
 
 
 def test_gpu_requests_of_the_preference_builder():

@@ -13,19 +13,24 @@ job; the engine refuses to start without the variable, and the workflow checks i
 
 Determinism: XTTS samples (`do_sample=True`) and takes no seed, so the torch RNG is seeded before every
 utterance from (seed, text, emotion, references): a clip does not depend on which clips the job made before it.
-Weights: coqui-tts 0.28 downloads them from the hub repository `tts-hub/XTTS-v2` into the Hugging Face cache.
+Weights: coqui-tts 0.28 downloads them from the hub repository `tts-hub/XTTS-v2` into the Hugging Face cache, from
+its main branch (`TTS/.models.json`, `snapshot_download` without a revision). A voice with `revision` (a commit,
+written by `lalm-judge pin-revisions`) loads that commit's snapshot instead, through coqui-tts's load by path.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
 import os
+from pathlib import Path
 
 import numpy as np
 
 from lalm_judge.core.files import stable_hash
 
 XTTS_MODEL = "tts_models/multilingual/multi-dataset/xtts_v2"
+XTTS_REPOSITORY = "tts-hub/XTTS-v2"  # coqui-tts 0.28 `.models.json`: the repository behind XTTS_MODEL
+XTTS_IGNORED = ["samples/*", "dvae.pth"]  # what coqui-tts leaves out of the download
 LICENCE_ENV = "COQUI_TOS_AGREED"
 
 
@@ -57,6 +62,7 @@ class XTTSEngine:
         temperature: float = 0.65,
         seed: int = 0,
         references: tuple[str, ...] | list[str] = (),
+        revision: str | None = None,
     ):
         if os.environ.get(LICENCE_ENV) != "1":
             raise RuntimeError(
@@ -71,7 +77,15 @@ class XTTSEngine:
         self.torch = torch
         self.model_name, self.language, self.temperature, self.seed = model, language, temperature, seed
         self.references = tuple(references)
-        self.tts = TTS(model).to(device)
+        self.revision = revision
+        self.tts = (TTS(model) if revision is None else self._pinned(TTS, revision)).to(device)
+
+    @staticmethod
+    def _pinned(tts_class, revision: str):
+        from huggingface_hub import snapshot_download
+
+        folder = Path(snapshot_download(XTTS_REPOSITORY, revision=revision, ignore_patterns=XTTS_IGNORED))
+        return tts_class(model_path=str(folder), config_path=str(folder / "config.json"))
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
         references = choose_references(request, default=self.references)
@@ -86,4 +100,7 @@ class XTTSEngine:
         return np.asarray(wav, dtype=np.float32), int(self.tts.synthesizer.output_sample_rate)
 
     def describe(self) -> dict[str, str]:
-        return {"tts_model": self.model_name, "tts_revision": f"coqui-tts=={importlib.metadata.version('coqui-tts')}"}
+        revision = f"coqui-tts=={importlib.metadata.version('coqui-tts')}"
+        if self.revision is not None:
+            revision += f" {XTTS_REPOSITORY}@{self.revision}"
+        return {"tts_model": self.model_name, "tts_revision": revision}

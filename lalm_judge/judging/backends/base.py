@@ -8,6 +8,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
+from lalm_judge.judging.backends.engine_env import engine_environment
+
 # Where an audio item goes inside the user text of a request with several (`JudgeRequest.audios`).
 AUDIO_SLOT = "<|audio_slot|>"
 
@@ -143,5 +145,13 @@ class JudgeSpec:
     def generation_settings(self) -> dict[str, Any]:
         """What shapes the decoding beyond the model and prompt (the `generation` provenance column of its rows):
         the generation options, the weights' dtype, and the batch size, since on a GPU the batch a request shares
-        changes the numerics (docs/reliability.md)."""
-        return {"generation": dict(self.generation), "dtype": self.dtype, "batch_size": self.batch_size}
+        changes the numerics (docs/reliability.md); and the environment the engine starts with where it changes
+        the decoding (MERaLiON-2's n-gram processor: `engine_env`)."""
+        settings = {"generation": dict(self.generation), "dtype": self.dtype, "batch_size": self.batch_size}
+        environment = self.engine_environment
+        return {**settings, "engine_environment": environment} if environment else settings
+
+    @property
+    def engine_environment(self) -> dict[str, str]:
+        """Environment variables the judge's engine process starts with (`engine_env.engine_environment`)."""
+        return engine_environment(self.backend, self.capabilities.prompt_format, self.options)

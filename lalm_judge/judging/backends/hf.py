@@ -1,9 +1,11 @@
 """The `transformers` judge backend: local models, batched greedy generation with left padding.
 
 Options (`spec.options`):
-- `model_class`: transformers class name; default by the checkpoint's model type (see
-  `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni thinker, Audio Flamingo 3), else
-  `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of `AutoProcessor`).
+- `model_class`: transformers class name; default by the checkpoint's `architectures` in its config.json (a
+  Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
+  thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
+  thinker, Audio Flamingo 3), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
+  `AutoProcessor`).
   MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
 - `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
 - `trust_remote_code` (default false), `num_threads` (CPU threads for torch; 1 is fastest for tiny models).
@@ -31,9 +33,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.util
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +49,12 @@ from lalm_judge.judging.backends.chat import (
     build_conversation,
     p_safe_from_logprobs,
     score_token_ids,
+)
+from lalm_judge.judging.backends.checkpoints import (
+    FULL_OMNI_ARCHITECTURES,
+    THINKER_CLASS,
+    cached_folder,
+    default_cache_root,
 )
 
 # name -> (package that carries the file, GGUF file inside it)
@@ -88,10 +93,6 @@ def resolve_bundled_model(model: str) -> tuple[Path, str]:
     return folder, gguf_file
 
 
-def default_cache_root() -> Path:
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "lalm-judge" / "models"
-
-
 def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Path | None = None) -> Path:
     """A plain `save_pretrained` copy of a GGUF model (model + tokenizer), converted once and then reused."""
     from lalm_judge.core.files import stable_hash  # with polars; only the GGUF path needs it
@@ -100,26 +101,17 @@ def cached_gguf_copy(source: str, gguf_file: str, revision: str, cache_root: Pat
     identity = {"source": str(source), "gguf_file": gguf_file, "revision": revision}
     if local.is_file():
         identity["size"] = local.stat().st_size
-    root = cache_root or default_cache_root()
-    target = root / stable_hash(identity)
-    if target.is_dir():
-        return target
-    root.mkdir(parents=True, exist_ok=True)
-    tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, revision=revision)
-    model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, revision=revision)
-    # The weights are already dequantized; a GGUF-loaded model refuses save_pretrained while it keeps its quantizer.
-    model.hf_quantizer = None
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=root))
-    try:
+    target = (cache_root or default_cache_root()) / stable_hash(identity)
+
+    def write(staging: Path) -> None:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+        model = transformers.AutoModelForCausalLM.from_pretrained(source, gguf_file=gguf_file, revision=revision)
+        # The weights are already dequantized; a GGUF-loaded model refuses save_pretrained while it keeps its quantizer.
+        model.hf_quantizer = None
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        os.replace(staging, target)  # a directory rename: readers see a complete copy or none
-    except OSError:
-        if not target.is_dir():  # not a concurrent job that finished first
-            raise
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+
+    return cached_folder(target, write)
 
 
 def resolve_device(device: str = "auto") -> str:
@@ -139,7 +131,16 @@ def _torch_dtype(dtype: str, device: str) -> Any:
     return getattr(torch, dtype)
 
 
-def _model_class_name(options: dict[str, Any], model_type: str) -> str:
+# Architectures in config.json -> the class that generates with them: the full Qwen2.5-Omni through its thinker.
+ARCHITECTURE_CLASSES = {THINKER_CLASS: THINKER_CLASS, **dict.fromkeys(FULL_OMNI_ARCHITECTURES, THINKER_CLASS)}
+
+
+def model_class_name(options: dict[str, Any], config: Any) -> str:
+    """The generation class: `options.model_class`, else by the checkpoint's architectures, else its model type."""
+    for architecture in getattr(config, "architectures", None) or ():
+        if architecture in ARCHITECTURE_CLASSES:
+            return options.get("model_class") or ARCHITECTURE_CLASSES[architecture]
+    model_type = getattr(config, "model_type", "")
     return options.get("model_class") or DEFAULT_MODEL_CLASSES.get(model_type, TEXT_MODEL_CLASS)
 
 
@@ -191,7 +192,7 @@ def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
     if not Path(source).is_dir():
         load_kwargs["revision"] = spec.revision
     config = transformers.AutoConfig.from_pretrained(source, **load_kwargs)
-    class_name = _model_class_name(options, getattr(config, "model_type", ""))
+    class_name = model_class_name(options, config)
     model_class = getattr(transformers, class_name, None)
     if model_class is None:
         raise ValueError(

@@ -28,7 +28,10 @@ for logprobs (each prompt gets its own `SamplingParams`). Where vLLM has `Sampli
 `options.top_logprobs` (default 20, vLLM's `max_logprobs`), where an absent side counts with the bound of the
 smallest listed probability (`chat.p_safe_from_logprobs`).
 
-Options: `tensor_parallel_size` (the job's GPUs), `max_model_len` (the model's), `gpu_memory_utilization` (0.9),
+Options: `tensor_parallel_size` (the job's GPUs), `max_model_len` (a number; `auto` is computed when the workflow is
+parsed, `lalm_judge.workflow.context_length`; every request is checked against it after generation, so that the
+engine's length never cuts an answer: prompt tokens as the engine counted them plus `max_new_tokens` must fit),
+`gpu_memory_utilization` (0.9),
 `audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track, checked per request),
 `trust_remote_code` (false; the code revision is then pinned to `revision` too), `score_tokens`, `top_logprobs`,
 and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
@@ -49,18 +52,30 @@ requests submitted together and no longer once memory pressure evicts them.
 vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`: vllm 0.32.0, torch 2.13.0, transformers 5.19).
 MERaLiON-2 needs vllm-plugin-meralion2, whose 0.3.x line supports only vLLM >=0.12,<0.17: it runs in
 `envs/judge-vllm-meralion.yaml` (vllm 0.16.0, transformers 4.57.6); the plugin registers its architecture
-through vLLM's plugin entry point at engine start (no import here).
+through vLLM's plugin entry point at engine start (no import here). Before the engine starts, the backend sets the
+environment MERaLiON-2's engine needs (`engine_env`: the plugin's n-gram processor off, FlashInfer's compiler).
+
+A Qwen2.5-Omni checkpoint saved as its thinker alone (a fine-tuned judge such as SageLM: its config.json names
+`Qwen2_5OmniThinkerForConditionalGeneration`) is served from a copy in the full model's layout, the one vLLM's
+registry knows (`checkpoints.full_omni_layout`).
 """
 
 from __future__ import annotations
 
 import functools
+import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from lalm_judge.core.registry import MissingDependency
+from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.judging.backends.engine_env import prepare_flashinfer
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_TOP_LOGPROBS = 20
@@ -69,6 +84,28 @@ MERALION_FOLLOW = "Follow the text instruction based on the following audio: "
 MINICPMO_AUDIO = "(<audio>./</audio>)"
 MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 OTHER_MODALITIES = ("image", "video")
+
+
+def engine_context_length(spec: JudgeSpec) -> int | None:
+    """The engine's `max_model_len`: a number (the workflow computes `auto` when it parses the config)."""
+    value = spec.options.get("max_model_len")
+    if value is None or (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+        return value
+    raise ValueError(
+        f"judge {spec.name}: options.max_model_len is {value!r}; give a number of tokens (the workflow computes "
+        "'auto' when it parses the config: lalm_judge.workflow.context_length)"
+    )
+
+
+def engine_model(spec: JudgeSpec) -> str:
+    """What the engine loads: the model, or for a thinker-only Qwen2.5-Omni checkpoint its copy in the full
+    model's layout (`checkpoints.full_omni_layout`)."""
+    if not checkpoints.is_thinker_only(checkpoints.read_checkpoint_config(spec.model, spec.revision)):
+        return spec.model
+    cache_root = spec.options.get("cache_dir")
+    folder = checkpoints.full_omni_layout(spec.model, spec.revision, None if cache_root is None else Path(cache_root))
+    logger.info("judge %s: %s is a Qwen2.5-Omni thinker saved alone; served from %s", spec.name, spec.model, folder)
+    return str(folder)
 
 
 def _merged_text(request: JudgeRequest) -> str:
@@ -120,18 +157,20 @@ class VLLMBackend:
         self.prompt_format = spec.capabilities.prompt_format
         self.uses_audio = any(modality != "text" for modality in spec.modalities)
         self.max_audio_s = spec.max_audio_s
+        self.max_model_len = engine_context_length(spec)
+        self.model_path = engine_model(spec)
         trust_remote_code = bool(options.get("trust_remote_code", False))
         hf_kwargs = {"revision": spec.revision, "trust_remote_code": trust_remote_code}
         # Audio chat templates live on the processor; text models and the plain-content formats use the tokenizer's.
         loader = AutoProcessor if self.uses_audio and self.prompt_format == "chat" else AutoTokenizer
-        self.template_owner = loader.from_pretrained(spec.model, **hf_kwargs)
+        self.template_owner = loader.from_pretrained(self.model_path, **hf_kwargs)
         self.tokenizer = getattr(self.template_owner, "tokenizer", self.template_owner)
         engine_kwargs: dict[str, Any] = {
-            "model": spec.model,
+            "model": self.model_path,
             "revision": spec.revision,
             "dtype": spec.dtype,
             "tensor_parallel_size": int(options.get("tensor_parallel_size", spec.gpus or 1)),
-            "max_model_len": options.get("max_model_len"),
+            "max_model_len": self.max_model_len,
             "gpu_memory_utilization": float(options.get("gpu_memory_utilization", 0.9)),
             "trust_remote_code": trust_remote_code,
             "seed": 0,
@@ -147,7 +186,10 @@ class VLLMBackend:
             engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
         if self.prompt_format == "meralion":
             engine_kwargs["attention_backend"] = "FLASHINFER"
+            logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, *prepare_flashinfer())
         engine_kwargs.update(options.get("engine_kwargs", {}))
+        # The engine process (and its workers) inherit the environment as it is when vLLM starts them.
+        os.environ.update(spec.engine_environment)
         self.llm = vllm.LLM(**engine_kwargs)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
@@ -217,7 +259,20 @@ class VLLMBackend:
         started = time.perf_counter()
         results = self.llm.generate(prompts, sampling_params, use_tqdm=False)
         latency_s = (time.perf_counter() - started) / len(requests)
+        for request, result in zip(requests, results):
+            self._check_context(request, result)
         return [self._output(result, ids, latency_s) for result, ids in zip(results, score_ids)]
+
+    def _check_context(self, request: JudgeRequest, result: Any) -> None:
+        """Refuse an answer the engine's context length may have cut (its prompt, audio tokens included, and the
+        answer budget do not fit): `max_model_len` then changes no answer, and is not part of the cache key."""
+        prompt_tokens = len(result.prompt_token_ids or [])
+        if self.max_model_len is not None and prompt_tokens + self.decoding["max_tokens"] > self.max_model_len:
+            raise ValueError(
+                f"judge {self.spec.name}: request {request.request_id} has {prompt_tokens} prompt tokens and an answer "
+                f"budget of {self.decoding['max_tokens']}, over options.max_model_len={self.max_model_len}; raise "
+                "max_model_len (auto computes a bound from the run's longest request: docs/cluster.md)"
+            )
 
     def _sampling_params(self, score_ids: tuple[list[int], list[int]] | None) -> Any:
         """The shared decoding, plus logprobs of the first position for a request read for P(safe)."""

@@ -1,0 +1,261 @@
+"""Judge jobs sized to their time limits: a cost model of each judge job, and the shard count of each judge.
+
+A judge job scores every cell of its judge on the dialogues of one shard (`workflow.plan`). Its work is known
+when the workflow is parsed: the requests of each (cell, dialogue) follow from the dialogue's turns, the variants
+per turn, the condition's samples (`manifest.conditions.condition_samples`) and the long-audio windows of the
+judge. With a throughput per judge (`schedule.requests_per_hour`, else the rate stated in docs/benchmarks.md for
+the model on that backend, else the backend's) each job has an estimated duration: its requests over the rate,
+plus one model load.
+
+`evaluation.shards: auto` gives each judge the smallest shard count whose every job fits its runtime
+(`schedule.resources.runtime`); an integer gives every judge that count, and a job that would not fit is an error
+naming the judge, its estimate and its runtime, unless the judge has `schedule.allow_overrun: true` (it then
+finishes over several attempts, resumed from the request cache; the SLURM profile retries it). A runtime over the
+longest SLURM partition such a job fits (`profiles/slurm/partitions.yaml`) is an error too: SLURM would never
+start the job.
+
+The estimate is an upper bound of the work in requests (a request two cells or two windows share is computed once
+and counted in each) and a plain division by the rate for the time; `bench/gpu_judges.py` measures the rates on a
+GPU, and `schedule.requests_per_hour` takes a measured one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from lalm_judge.core.files import shard_of
+from lalm_judge.core.vocabulary import BABBLE, CLEAN, INJECTION, MASKED, NOISE, SILENCE, TEXT, TTS_CONTROL, Condition
+from lalm_judge.judging.backends.capabilities import DEFAULT_CONCURRENCY, family_of
+
+AUTO = "auto"
+PARTITIONS_FILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "partitions.yaml"
+
+# Scoring throughput of one 80 GB GPU at about 150 generated tokens per request (docs/benchmarks.md, "GPU-hours of
+# the paper run per judge"; `bench/judge_stage.py` uses the same numbers): vLLM's continuous batching of a 7-10 B
+# model, and the transformers backend's padded static batches at about a quarter of it.
+REQUESTS_PER_S = {
+    ("Qwen2-Audio", "vllm"): 8.0,
+    ("MERaLiON-2", "vllm"): 8.0,
+    ("MiniCPM-o", "vllm"): 6.0,
+    ("Llama-3.1-Instruct", "vllm"): 15.0,
+    ("Audio Flamingo 3", "transformers"): 2.0,
+    ("Qwen2.5-Omni", "transformers"): 1.5,
+}
+# Models without a stated rate: a 7-10 B model on that backend; an endpoint answers one request per concurrency
+# slot in about two seconds; the embedding baseline is a forward pass of a small encoder.
+BACKEND_REQUESTS_PER_S = {"vllm": 8.0, "transformers": 1.5, "embedding": 50.0}
+ENDPOINT_REQUESTS_PER_S_PER_SLOT = 0.5
+# Engine start, weights from a local disk, CUDA graph capture (docs/benchmarks.md).
+LOAD_S = {"vllm": 90.0, "transformers": 60.0}
+# A DeepDialogue turn lasts about 5 s, with 0.4 s pauses between turns (docs/cluster.md, "GPU-hours per stage"):
+# the length of a dialogue's audio at plan time, when no audio has been read.
+TURN_S = 5.4
+# Shard counts tried for `auto`, as a multiple of the dialogues: beyond, shards are nearly all single dialogues.
+MAX_SHARDS_PER_DIALOGUE = 4
+
+
+class SizingError(ValueError):
+    """A judge whose jobs cannot fit their time limit; the message names the judge and the numbers."""
+
+
+@dataclass(frozen=True)
+class DialogueWork:
+    """What the plan knows of a dialogue: its turns, the turns that get variants, and whether controls score it."""
+
+    dialogue_id: str
+    n_turns: int
+    target_turns: int
+    variants: int  # target turns x categories x severities
+    controls: bool
+
+
+@dataclass(frozen=True)
+class JudgeSizing:
+    judge: str
+    shards: int
+    requests: int  # of all the judge's jobs
+    requests_per_job: int  # of its largest job
+    hours_per_job: float  # estimate of its largest job, one model load included
+    runtime_min: int
+    requests_per_hour: float
+    rate_source: str
+    allow_overrun: bool
+
+    @property
+    def fits(self) -> bool:
+        return self.hours_per_job * 60 <= self.runtime_min
+
+
+def condition_samples(condition: str, work: DialogueWork) -> int:
+    """The samples a cell of `condition` scores in one dialogue (`manifest.conditions.condition_samples`)."""
+    kind = Condition(condition).kind
+    if kind == CLEAN:
+        return 1 + work.variants
+    if not work.controls or not work.variants:
+        return 0
+    if kind in (MASKED, NOISE, BABBLE, SILENCE):
+        return work.variants + work.target_turns
+    if kind == TTS_CONTROL:
+        return work.target_turns
+    if kind == INJECTION:
+        return work.variants + 1
+    raise ValueError(f"no sample count for condition {condition!r}")
+
+
+def audio_windows(entry: Mapping[str, Any], n_turns: int) -> int:
+    """Requests per audio sample: the long-audio windows of a dialogue of `n_turns` turns (`long_audio: chunk`)."""
+    limit = entry["max_audio_s"]
+    if limit is None or entry["long_audio"] != "chunk":
+        return 1
+    return max(1, math.ceil(n_turns * TURN_S / limit))
+
+
+def dialogue_requests(entry: Mapping[str, Any], cells: Sequence[Any], work: DialogueWork) -> int:
+    """Requests of a judge's cells (`workflow.plan.JudgeCell`) in one dialogue."""
+    windows = audio_windows(entry, work.n_turns)
+    return sum(condition_samples(c.condition, work) * (1 if c.modality == TEXT else windows) for c in cells)
+
+
+def judge_rate(entry: Mapping[str, Any]) -> tuple[float, str]:
+    """Requests per hour of a judge, and where the number comes from."""
+    stated = entry["schedule"].get("requests_per_hour")
+    if stated is not None:
+        return float(stated), "schedule.requests_per_hour"
+    backend = entry["backend"]
+    family = family_of(entry["model"])
+    if family is not None and (family.name, backend) in REQUESTS_PER_S:
+        return REQUESTS_PER_S[(family.name, backend)] * 3600, f"{family.name} on {backend} (docs/benchmarks.md)"
+    if backend == "openai":
+        slots = int(entry["options"].get("concurrency", DEFAULT_CONCURRENCY))
+        return slots * ENDPOINT_REQUESTS_PER_S_PER_SLOT * 3600, f"{slots} concurrent endpoint requests"
+    return BACKEND_REQUESTS_PER_S[backend] * 3600, f"{backend} backend default"
+
+
+def shard_loads(requests: Mapping[str, int], n_shards: int) -> list[int]:
+    """Requests of each non-empty shard when the dialogues are split into `n_shards` (`core.files.shard_of`)."""
+    loads: dict[int, int] = {}
+    for dialogue_id, count in requests.items():
+        shard = shard_of(dialogue_id, n_shards)
+        loads[shard] = loads.get(shard, 0) + count
+    return list(loads.values())
+
+
+def longest_partition_runtime(gpus: int, partitions_file: Path = PARTITIONS_FILE) -> tuple[str, float] | None:
+    """(name, max_runtime minutes) of the partition with the longest limit a job with `gpus` GPUs can go to, from
+    the SLURM profile's partition file; None without that file or without limits."""
+    if not partitions_file.is_file():
+        return None
+    partitions = (yaml.safe_load(partitions_file.read_text()) or {}).get("partitions", {})
+    fitting = [
+        (name, float(limits["max_runtime"]))
+        for name, limits in partitions.items()
+        if "max_runtime" in limits and gpus <= limits.get("max_gpu", 0 if gpus else math.inf)
+    ]
+    return max(fitting, key=lambda item: item[1]) if fitting else None
+
+
+class _JudgeModel:
+    """The cost model of one judge: requests per dialogue, and the estimate of a job of a given shard count."""
+
+    def __init__(self, name: str, entry: Mapping[str, Any], cells: Sequence[Any], works: Sequence[DialogueWork]):
+        self.name, self.entry = name, entry
+        self.requests = {w.dialogue_id: dialogue_requests(entry, cells, w) for w in works}
+        self.rate, self.rate_source = judge_rate(entry)
+        self.load_h = LOAD_S.get(entry["backend"], 0.0) / 3600
+        self.runtime = int(entry["schedule"]["resources"]["runtime"])
+
+    def sized(self, n_shards: int) -> JudgeSizing:
+        largest = max(shard_loads(self.requests, n_shards), default=0)
+        return JudgeSizing(
+            judge=self.name,
+            shards=n_shards,
+            requests=sum(self.requests.values()),
+            requests_per_job=largest,
+            hours_per_job=largest / self.rate + self.load_h,
+            runtime_min=self.runtime,
+            requests_per_hour=self.rate,
+            rate_source=self.rate_source,
+            allow_overrun=bool(self.entry["schedule"].get("allow_overrun", False)),
+        )
+
+    def smallest_fit(self) -> JudgeSizing:
+        """The smallest shard count whose largest job fits the runtime; else the count with the smallest largest job."""
+        budget = (self.runtime / 60 - self.load_h) * self.rate
+        lowest = max(1, math.ceil(sum(self.requests.values()) / budget)) if budget > 0 else 1
+        best = None
+        for n_shards in range(lowest, max(lowest, MAX_SHARDS_PER_DIALOGUE * len(self.requests)) + 1):
+            sized = self.sized(n_shards)
+            if sized.fits:
+                return sized
+            if best is None or sized.requests_per_job < best.requests_per_job:
+                best = sized
+        return best if best is not None else self.sized(lowest)
+
+
+def size_judges(
+    config: Mapping[str, Any],
+    cells_by_judge: Mapping[str, Sequence[Any]],
+    works: Sequence[DialogueWork],
+    partitions_file: Path = PARTITIONS_FILE,
+) -> dict[str, JudgeSizing]:
+    """The shard count and job estimate of every judge; raise SizingError for a job that cannot fit (module
+    docstring)."""
+    shards = config["evaluation"]["shards"]
+    sizings, problems = {}, []
+    for name, cells in cells_by_judge.items():
+        entry = config["judges"][name]
+        problems += _partition_problems(name, entry, partitions_file)
+        model = _JudgeModel(name, entry, cells, works)
+        sized = model.smallest_fit() if shards == AUTO else model.sized(int(shards))
+        if not sized.fits and not sized.allow_overrun:
+            problems.append(_overrun_message(sized, shards))
+        sizings[name] = sized
+    if problems:
+        raise SizingError("judge jobs that cannot finish in their time limit:\n  " + "\n  ".join(problems))
+    return sizings
+
+
+def _partition_problems(name: str, entry: Mapping[str, Any], partitions_file: Path) -> list[str]:
+    resources = entry["schedule"]["resources"]
+    longest = longest_partition_runtime(int(resources["gpu"]), partitions_file)
+    if longest is None or resources["runtime"] <= longest[1]:
+        return []
+    return [
+        f"judges.{name}.schedule.resources.runtime is {resources['runtime']} min, over the longest partition a job "
+        f"with {resources['gpu']} GPU(s) goes to ({longest[0]}: max_runtime {longest[1]:g} min in {partitions_file}); "
+        "lower the runtime (evaluation.shards: auto then splits the judge's work finer) or raise the partition's limit"
+    ]
+
+
+def _overrun_message(sized: JudgeSizing, shards: Any) -> str:
+    how = (
+        "even with one dialogue per shard (evaluation.shards: auto)"
+        if shards == AUTO
+        else f"with evaluation.shards: {shards}"
+    )
+    return (
+        f"judge {sized.judge}: its largest job holds {sized.requests_per_job:,} requests, about "
+        f"{sized.hours_per_job:.1f} h at {sized.requests_per_hour:,.0f} requests/h ({sized.rate_source}) {how}, over "
+        f"its runtime of {sized.runtime_min} min (judges.{sized.judge}.schedule.resources.runtime); raise the runtime, "
+        f"use more shards (evaluation.shards: auto), or set judges.{sized.judge}.schedule.allow_overrun: true to "
+        "finish it over several attempts resumed from the request cache"
+    )
+
+
+def sizing_table(sizings: Mapping[str, JudgeSizing]) -> str:
+    """The parse-time table of the judge jobs: shards, requests and estimated hours per job, runtime."""
+    header = f"{'judge':<22} {'shards':>6} {'requests':>11} {'per job':>9} {'h per job':>9} {'runtime':>9}  rate"
+    lines = ["judge jobs (estimate: requests / rate + one model load; docs/cluster.md, 'Job sizing'):", header]
+    for s in sizings.values():
+        flag = "" if s.fits else "  OVER RUNTIME (allow_overrun: resumed by retries)"
+        lines.append(
+            f"{s.judge:<22} {s.shards:>6} {s.requests:>11,} {s.requests_per_job:>9,} {s.hours_per_job:>9.2f} "
+            f"{s.runtime_min:>5} min  {s.requests_per_hour:,.0f}/h ({s.rate_source}){flag}"
+        )
+    return "\n".join(lines)
