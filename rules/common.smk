@@ -274,6 +274,15 @@ def get_pairwise_item_sources():
     return PAIRWISE_PLAN.item_sources()
 
 
+def get_pairwise_item_outputs():
+    """The item stage's outputs: the table and its summary, and the spoken audio where the stage speaks the
+    items (format jsonl); SageLM records bring their own audio, so their run has no audio folder."""
+    outputs = {"item_table": "results/pairwise/items.parquet", "summary": "results/pairwise/items_summary.json"}
+    if PAIRWISE_PLAN.speaks_items():
+        outputs["audio"] = directory("results/pairwise/audio")
+    return outputs
+
+
 def get_pairwise_predictions():
     return [f"results/pairwise/predictions/{cell.path}.parquet" for cell in PAIRWISE_PLAN.cells()]
 

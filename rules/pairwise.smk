@@ -5,9 +5,7 @@ rule pairwise_items:
     input:
         sources=get_pairwise_item_sources(),
     output:
-        item_table="results/pairwise/items.parquet",
-        summary="results/pairwise/items_summary.json",
-        audio=directory("results/pairwise/audio"),
+        **get_pairwise_item_outputs(),
     log:
         "logs/pairwise/items.log",
     params:

@@ -2,8 +2,8 @@
 outside the workflow.
 
 - `import --format sagelm FILE.json... --audio-root DIR --out DIR`: SageLM records (test or training sets) to
-  the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are kept
-  and flagged (`--missing-audio keep`, the default), excluded or refused, and always reported.
+  the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are refused
+  (`--missing-audio fail`, the default, as in the workflow), excluded or kept flagged, and always reported once.
 - `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
   its `dataset_info.json`.
 - `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
@@ -22,10 +22,12 @@ import sys
 from pathlib import Path
 
 from lalm_judge.pairwise.items import (
+    DEFAULT_MISSING_AUDIO,
     MISSING_AUDIO_POLICIES,
     ItemError,
     apply_missing_audio_policy,
     items_config_hash,
+    missing_audio_warning,
     read_items,
     write_items,
 )
@@ -57,7 +59,12 @@ def _parser() -> argparse.ArgumentParser:
     importer.add_argument("--format", choices=FORMATS, required=True)
     importer.add_argument("--audio-root", required=True, help="folder the records' audio paths are relative to")
     importer.add_argument("--out", required=True, help="output folder (items.parquet, items_summary.json)")
-    importer.add_argument("--missing-audio", choices=MISSING_AUDIO_POLICIES, default="keep")
+    importer.add_argument(
+        "--missing-audio",
+        choices=MISSING_AUDIO_POLICIES,
+        default=DEFAULT_MISSING_AUDIO,
+        help="records whose audio is missing: fail (default, as in the workflow), exclude them, or keep them flagged",
+    )
     exporter = commands.add_parser("export", help="item table -> records")
     exporter.add_argument("items", nargs="+", help="item tables (parquet)")
     exporter.add_argument("--format", choices=FORMATS, required=True)
@@ -104,9 +111,9 @@ def _train(args: argparse.Namespace) -> int:
 
 def _import(args: argparse.Namespace) -> int:
     items, _ = import_sagelm(args.files, args.audio_root)
-    kept, summary = apply_missing_audio_policy(items, args.missing_audio)
+    kept, summary = apply_missing_audio_policy(items, args.missing_audio, "--missing-audio exclude or keep")
     if summary.n_missing_audio_rows:
-        print(f"warning: {summary.missing_message()} ({args.missing_audio})", file=sys.stderr)
+        print(f"warning: {missing_audio_warning(summary, args.missing_audio)}", file=sys.stderr)
     out = Path(args.out)
     sources = {"format": args.format, "files": list(args.files), "audio_root": args.audio_root}
     write_items(

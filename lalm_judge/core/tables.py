@@ -303,6 +303,11 @@ PAIRWISE_ITEMS = TableSchema(
         # The texts the responses were spoken from, where known (project-made items); null for imported ones.
         "response1_text": pl.String,
         "response2_text": pl.String,
+        # Acoustic items only (null for the semantic aspects): the task format ('explicit_tts', 'explicit_dialogue',
+        # 'implicit'; null where the source does not tell) and the controlled style ('emotion', 'gender',
+        # 'character', 'mixed'), as SageLM splits its acoustic results (core.vocabulary).
+        "task_format": pl.String,
+        "style": pl.String,
         "source_format": pl.String,
         "source_file": pl.String,
         "source_row": pl.Int64,
@@ -352,6 +357,9 @@ PAIRWISE_PREDICTIONS = TableSchema(
         "verdict_combined_status": pl.String,
         "rationale": pl.String,
         "rationale_swapped": pl.String,
+        # The item's task format and style (acoustic items; null otherwise), for SageLM's splits of the metrics.
+        "task_format": pl.String,
+        "style": pl.String,
         # Combined full duration of both responses (before any cut), and each response's.
         "duration_s": pl.Float64,
         "response1_duration_s": pl.Float64,

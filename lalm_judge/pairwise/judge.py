@@ -234,6 +234,8 @@ def _row(
         "verdict_combined_status": str(combined_status),
         "rationale": forward.rationale,
         "rationale_swapped": back.rationale,
+        "task_format": row["task_format"],
+        "style": row["style"],
         "duration_s": None if None in durations else float(sum(durations)),
         "response1_duration_s": durations[0],
         "response2_duration_s": durations[1],

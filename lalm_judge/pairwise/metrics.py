@@ -13,11 +13,13 @@ Per row, with f the forward verdict, b the swapped verdict mapped back and c = c
 - swap_consistency = [f and b readable and f == b];
 - accuracy_combined, agreement_combined: as above with c (unreadable when either order is).
 Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
-`agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects) and per bin of
-combined duration. Intervals: percentile bootstrap over items (an item's aspects travel together), B
-resamples of a seeded multinomial count matrix over the sorted item ids, shared by every group, so cells
-judged on the same items are resampled identically and their differences can be paired
-(`compare_cells`).
+`agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects), per bin of
+combined duration, and in SageLM's splits (`split_groups`): the semantic and the acoustic aspects apart
+(pooled, and the mean of their aspects), the acoustic rows by task format (explicit TTS, explicit dialogue,
+implicit), by style (emotion, gender, character, mixed) and by style and format. Intervals: percentile
+bootstrap over items (an item's aspects travel together), B resamples of a seeded multinomial count matrix
+over the sorted item ids, shared by every group, so cells judged on the same items are resampled identically
+and their differences can be paired (`compare_cells`).
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from lalm_judge.core.tables import (
     PAIRWISE_STATUSES,
     TableError,
 )
-from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS, aspect_dimension, pairwise_mode
 from lalm_judge.pairwise.consistency import contradicts
 from lalm_judge.pairwise.parsing import (
     agreement,
@@ -69,6 +71,11 @@ DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
 UNKNOWN_DURATION = "unknown"
 UNPARSEABLE = "unparseable"
+# SageLM's splits (its evaluation scripts): the semantic and acoustic aspects apart, the acoustic rows by task
+# format, by controlled style and by both (its "detailed TTS/QA split"). A row without a value is in no group.
+DIMENSION, TASK_FORMAT, STYLE, STYLE_FORMAT = "dimension", "task_format", "style", "style_format"
+SPLIT_SCOPES = (DIMENSION, TASK_FORMAT, STYLE, STYLE_FORMAT)
+ASPECT_MEAN = "aspect_mean"
 
 
 class PairwiseMetricsError(ValueError):
@@ -135,7 +142,7 @@ def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl
             f"{source}: item {first['item_id']!r} has aspect {first['aspect']!r} {duplicated.height} times; give each "
             "(item, aspect) once, or one file per judge cell"
         )
-    optional = {"prediction_swapped": pl.String, "duration_s": pl.Float64}
+    optional = {"prediction_swapped": pl.String, "duration_s": pl.Float64, "task_format": pl.String, "style": pl.String}
     return frame.with_columns(pl.col(c).cast(t) for c, t in optional.items() if c in frame.columns)
 
 
@@ -175,6 +182,25 @@ def row_indicators(frame: pl.DataFrame) -> RowIndicators:
             indicators += [float(consistent), float(combined == label), agreement(combined, label), float(not back.ok)]
         values.append(indicators)
     return RowIndicators(names, np.asarray(values, dtype=float).reshape(len(values), len(names)), tuple(forward_labels))
+
+
+def split_groups(frame: pl.DataFrame) -> dict[str, list[str | None]]:
+    """Per split scope, each row's group (None: in no group of that scope). Style and task format come from the
+    table's columns where it has them; otherwise the style follows from the aspect and only implicit emotion
+    has a known format."""
+    aspects = frame["aspect"].to_list()
+    styles = frame["style"].to_list() if "style" in frame.columns else [ACOUSTIC_STYLES.get(a) for a in aspects]
+    formats = (
+        frame["task_format"].to_list()
+        if "task_format" in frame.columns
+        else [IMPLICIT if a == "implicit_emotion" else None for a in aspects]
+    )
+    return {
+        DIMENSION: [aspect_dimension(aspect) for aspect in aspects],
+        TASK_FORMAT: formats,
+        STYLE: styles,
+        STYLE_FORMAT: [f"{s}/{f}" if s is not None and f is not None else None for s, f in zip(styles, formats)],
+    }
 
 
 # --- statistics ------------------------------------------------------------------------------------------------
@@ -238,12 +264,16 @@ class CellEstimates:
     overall: GroupEstimate
     by_duration: list[tuple[DurationBin, GroupEstimate]]
     settings: PairwiseMetricSettings
+    # scope (SPLIT_SCOPES) -> group -> estimate; scopes without any row are absent.
+    splits: dict[str, dict[str, GroupEstimate]] = field(default_factory=dict)
 
-    def aspect_means(self) -> tuple[np.ndarray, np.ndarray]:
-        """(point, boot) of the mean over aspects of `ASPECT_MEAN_METRICS`, as SageLM averages its aspects."""
+    def aspect_means(self, aspects: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(point, boot) of the mean over aspects (all, or `aspects`) of `ASPECT_MEAN_METRICS`, as SageLM averages
+        its aspects."""
+        chosen = [self.aspects[a] for a in (self.aspects if aspects is None else aspects) if a in self.aspects]
         columns = [self.names.index(name) for name in ASPECT_MEAN_METRICS]
-        points = np.array([estimate.point[columns] for estimate in self.aspects.values()])
-        boots = np.stack([estimate.boot[:, columns] for estimate in self.aspects.values()])
+        points = np.array([estimate.point[columns] for estimate in chosen])
+        boots = np.stack([estimate.boot[:, columns] for estimate in chosen])
         with np.errstate(all="ignore"):
             return np.nanmean(points, axis=0), _nanmean(boots, axis=0)
 
@@ -273,6 +303,12 @@ def estimate_cell(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> Cell
 
     aspects = {aspect: estimate(aspects_column == aspect) for aspect in sorted(set(aspects_column))}
     overall = estimate(np.ones(frame.height, dtype=bool))
+    splits = {}
+    for scope, groups in split_groups(frame).items():
+        column = np.array(groups, dtype=object)
+        present = sorted({group for group in groups if group is not None})
+        if present:
+            splits[scope] = {group: estimate(column == group) for group in present}
     by_duration = []
     if "duration_s" in frame.columns:
         durations = frame["duration_s"].to_numpy().astype(float)
@@ -284,7 +320,7 @@ def estimate_cell(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> Cell
         unknown = np.isnan(durations)
         if unknown.any():
             by_duration.append((DurationBin(UNKNOWN_DURATION, None, None), estimate(unknown)))
-    return CellEstimates(indicators.names, items, aspects, overall, by_duration, settings)
+    return CellEstimates(indicators.names, items, aspects, overall, by_duration, settings, splits)
 
 
 # --- output ----------------------------------------------------------------------------------------------------
@@ -330,12 +366,30 @@ def metrics_document(cell: CellEstimates) -> dict[str, Any]:
     return {
         "aspects": {aspect: _record(cell.names, estimate, level) for aspect, estimate in cell.aspects.items()},
         "overall": overall,
+        "splits": _split_records(cell),
         "by_duration": [
             {"bin": b.label, "low_s": b.low_s, "high_s": b.high_s, **_record(cell.names, estimate, level)}
             for b, estimate in cell.by_duration
         ],
         "settings": cell.settings.as_dict(),
     }
+
+
+def dimension_aspects(cell: CellEstimates, dimension: str) -> list[str]:
+    return [aspect for aspect in cell.aspects if aspect_dimension(aspect) == dimension]
+
+
+def _split_records(cell: CellEstimates) -> dict[str, dict[str, Any]]:
+    """{scope: {group: record}}; a dimension's record also has the mean over its aspects, as SageLM averages."""
+    level = cell.settings.level
+    records: dict[str, dict[str, Any]] = {}
+    for scope, groups in cell.splits.items():
+        records[scope] = {group: _record(cell.names, estimate, level) for group, estimate in groups.items()}
+    for dimension, record in records.get(DIMENSION, {}).items():
+        mean_point, mean_boot = cell.aspect_means(dimension_aspects(cell, dimension))
+        for column, name in enumerate(ASPECT_MEAN_METRICS):
+            record[f"{name}_{ASPECT_MEAN}"] = _interval(mean_point[column], mean_boot[:, column], level)
+    return records
 
 
 def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -364,25 +418,33 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
                 }
             )
 
+    def add_mean(scope: str, group: str, aspects: Sequence[str] | None, counted: GroupEstimate) -> None:
+        mean_point, mean_boot = cell.aspect_means(aspects)
+        for column, name in enumerate(ASPECT_MEAN_METRICS):
+            interval = _interval(mean_point[column], mean_boot[:, column], level)
+            rows.append(
+                {
+                    **base,
+                    "scope": scope,
+                    "group": group,
+                    "low_s": None,
+                    "high_s": None,
+                    "metric": name,
+                    **interval,
+                    "n": counted.n,
+                    "n_items": counted.n_items,
+                }
+            )
+
     for aspect, estimate in cell.aspects.items():
         add("aspect", aspect, estimate)
     add("overall", "all", cell.overall)
-    mean_point, mean_boot = cell.aspect_means()
-    for column, name in enumerate(ASPECT_MEAN_METRICS):
-        interval = _interval(mean_point[column], mean_boot[:, column], level)
-        rows.append(
-            {
-                **base,
-                "scope": "overall",
-                "group": "aspect_mean",
-                "low_s": None,
-                "high_s": None,
-                "metric": name,
-                **interval,
-                "n": cell.overall.n,
-                "n_items": cell.overall.n_items,
-            }
-        )
+    add_mean("overall", ASPECT_MEAN, None, cell.overall)
+    for scope, groups in cell.splits.items():
+        for group, estimate in groups.items():
+            add(scope, group, estimate)
+            if scope == DIMENSION:
+                add_mean(scope, f"{group}_{ASPECT_MEAN}", dimension_aspects(cell, group), estimate)
     for duration_bin, estimate in cell.by_duration:
         add("duration", duration_bin.label, estimate, duration_bin.low_s, duration_bin.high_s)
     return rows

@@ -267,8 +267,31 @@ def _check_pairwise(config: dict[str, Any]) -> None:
                 "(e.g. 'asr:<asr model>' for the cascade)"
             )
     problems = [problem for name in pairwise["judges"] for problem in judge_problems(name, judges[name])]
+    problems += _pairwise_gt_problems(config)
     if problems:
         raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
+
+
+def _pairwise_gt_problems(config: Mapping[str, Any]) -> list[str]:
+    """The `gt` transcript source reads the texts the responses were spoken from, which only the project's own
+    items have: SageLM records bring audio only."""
+    pairwise = config["pairwise"]
+    if pairwise["items"]["format"] != "sagelm" or "gt" not in pairwise["transcript_sources"]:
+        return []
+    text_modalities = [m for m in pairwise["modalities"] if m != AUDIO]
+    cells = [
+        f"{name}/{modality}-gt"
+        for name in pairwise["judges"]
+        for modality in text_modalities
+        if modality in config["judges"][name]["modalities"]
+    ]
+    if not cells:
+        return []
+    return [
+        f"pairwise.transcript_sources: 'gt' reads the texts the responses were spoken from, but SageLM records "
+        f"(pairwise.items.format: sagelm) have only their audio, so the cells {', '.join(cells)} cannot be served; "
+        "judge them from an 'asr:<model>' source (the cascade) or remove 'gt'"
+    ]
 
 
 def _check_safety(config: dict[str, Any]) -> list[str]:

@@ -4,8 +4,10 @@ item stage with its missing-audio policy."""
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+import soundfile as sf
 
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.pairwise.build import build_items, first_items
@@ -88,22 +90,31 @@ def test_unknown_voices_are_rejected(tmp_path):
 
 def test_item_stage_from_sagelm_records_excludes_missing_audio_on_record(tmp_path):
     fixtures = ROOT / "tests" / "fixtures" / "sagelm"
+    semantic = json.loads((fixtures / "test_semantic.json").read_text())
+    root = tmp_path / "data"
+    for relative in semantic[0]["audios"]:  # the first pair's audio only
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(root / relative, np.zeros(4000, dtype=np.float32), 16000)
     settings = {
         "format": "sagelm",
         "files": [str(fixtures / "test_semantic.json")],
-        "audio_root": str(tmp_path / "nowhere"),
+        "audio_root": str(root),
         "missing_audio": "exclude",
-        "max_items": 1,
+        "max_items": None,
     }
     out, summary = tmp_path / "items.parquet", tmp_path / "summary.json"
-    kept = build_items(settings, out, summary, tmp_path / "audio", progress=False)
-    assert kept.height == 0
+    kept = build_items(settings, out, summary, None, progress=False)
+    assert kept.height == 4 and kept["audio_ok"].all()
     written = json.loads(summary.read_text())
-    assert written["n_missing_audio_items"] == 1 and written["n_items_judged"] == 0
+    assert written["n_missing_audio_items"] == 1 and written["n_items_judged"] == 1
     assert written["format"] == "sagelm" and len(written["first_missing_items"]) == 1
-    assert pl.read_parquet(out)["config_hash"].n_unique() <= 1
-    with pytest.raises(ItemError, match="have missing or unreadable audio"):
-        build_items({**settings, "missing_audio": "fail"}, out, summary, tmp_path / "audio", progress=False)
+    assert pl.read_parquet(out)["config_hash"].n_unique() == 1
+    with pytest.raises(ItemError, match=r"have missing or unreadable audio.*pairwise\.items\.missing_audio"):
+        build_items({**settings, "missing_audio": "fail"}, out, summary, None, progress=False)
+    # Excluding every item is an error, not an empty run.
+    nowhere = {**settings, "audio_root": str(tmp_path / "nowhere")}
+    with pytest.raises(ItemError, match="excluding them leaves no item to judge"):
+        build_items(nowhere, out, summary, None, progress=False)
 
 
 def test_first_items_keeps_whole_items_in_order():

