@@ -78,6 +78,7 @@ rule pairwise_metrics:
         document="results/pairwise/metrics/metrics.json",
         comparisons="results/pairwise/metrics/comparisons.parquet",
         statuses="results/pairwise/metrics/statuses.parquet",
+        findings="results/pairwise/metrics/findings.parquet",
     log:
         "logs/pairwise/metrics.log",
     params:
@@ -98,6 +99,7 @@ rule pairwise_report:
     input:
         metrics=rules.pairwise_metrics.output,
         summary="results/pairwise/items_summary.json",
+        predictions=get_pairwise_predictions(),
     output:
         site=report(directory("results/pairwise/report"), htmlindex="index.html", caption="../report/pairwise.rst", category="Pairwise"),
     log:

@@ -7,7 +7,9 @@ outside the workflow.
 - `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
   its `dataset_info.json`.
 - `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
-  item-level bootstrap intervals, per aspect, overall and by duration (docs/metrics.md).
+  item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
+- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
+  cells whose accuracy interval lies wholly above chance, in words.
 - `train --config FILE [--resume]`: train a pairwise judge from the `training` section of FILE (a run config,
   or a file with only that section; docs/training.md): its stages in order, each from the previous one's
   checkpoint, every stage's loss and checkpoint printed. The last checkpoint is a `transformers` judge. Stages
@@ -35,6 +37,8 @@ from lalm_judge.pairwise.metrics import (
     DEFAULT_DURATION_BINS,
     PairwiseMetricsError,
     PairwiseMetricSettings,
+    finding_sentence,
+    read_pairwise_stage,
     run_pairwise_metrics,
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
@@ -81,6 +85,10 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_DURATION_BINS,
         help="left edges (s) of the combined-duration bins, starting at 0 (default 0,10,20,30,40,60,80)",
     )
+    findings = commands.add_parser("findings", help="print the findings of a pairwise run's metrics stage")
+    findings.add_argument(
+        "metrics_dir", nargs="?", default="results/pairwise/metrics", help="the metrics stage's folder"
+    )
     trainer = commands.add_parser("train", help="train a pairwise judge (staged rationale SFT of an audio LLM)")
     trainer.add_argument("--config", required=True, help="YAML file with a `training` section")
     trainer.add_argument("--resume", action="store_true", help="continue an interrupted stage from its last save")
@@ -106,6 +114,15 @@ def _train(args: argparse.Namespace) -> int:
             f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}"
         )
     print(f"judge model (backend transformers): {report['judge_model']}")
+    return 0
+
+
+def _findings(metrics_dir: str) -> int:
+    findings = read_pairwise_stage(metrics_dir).findings
+    if findings.height == 0:
+        print("No judge cell's accuracy interval lies wholly above chance in this run.")
+    for finding in findings.iter_rows(named=True):
+        print(f"Finding: {finding_sentence(finding)}")
     return 0
 
 
@@ -135,6 +152,8 @@ def main(argv: list[str]) -> int:
             return _import(args)
         if args.command == "train":
             return _train(args)
+        if args.command == "findings":
+            return _findings(args.metrics_dir)
         if args.command == "export":
             for path in export_sagelm(read_items(args.items), args.out, args.name):
                 print(path)

@@ -360,6 +360,15 @@ PAIRWISE_PREDICTIONS = TableSchema(
         # The item's task format and style (acoustic items; null otherwise), for SageLM's splits of the metrics.
         "task_format": pl.String,
         "style": pl.String,
+        # Sampled judges (`generation.seeds`, lalm_judge.pairwise.samples): answers per order (1 when greedy;
+        # `prediction` is the first seed's), every sample as JSON [{seed, answer, answer_swapped, verdict,
+        # verdict_swapped}], each order's majority verdict and the share of its samples that give it.
+        "n_samples": pl.Int64,
+        "samples": pl.String,
+        "verdict_majority": pl.String,
+        "verdict_majority_swapped": pl.String,
+        "sample_agreement": pl.Float64,
+        "sample_agreement_swapped": pl.Float64,
         # Combined full duration of both responses (before any cut), and each response's.
         "duration_s": pl.Float64,
         "response1_duration_s": pl.Float64,
@@ -402,6 +411,28 @@ PAIRWISE_METRICS = TableSchema(
         "value": pl.Float64,
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
+        "n": pl.Int64,
+        "n_items": pl.Int64,
+    },
+)
+
+# Pairwise metrics stage: the (judge cell, group) whose single-order accuracy interval lies wholly above chance
+# (`chance`: the better of a uniform guess and always giving the group's most frequent label); scope 'overall'
+# (group 'all'), 'dimension' (semantic, acoustic) or 'aspect'.
+PAIRWISE_FINDINGS = TableSchema(
+    "pairwise finding",
+    {
+        "judge": pl.String,
+        "modality": pl.String,
+        "transcript_source": pl.String,
+        "prompt": pl.String,
+        "mode": pl.String,
+        "scope": pl.String,
+        "group": pl.String,
+        "accuracy": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "chance": pl.Float64,
         "n": pl.Int64,
         "n_items": pl.Int64,
     },

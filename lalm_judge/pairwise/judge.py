@@ -46,9 +46,11 @@ from lalm_judge.core.vocabulary import (
 )
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.decoding import SAMPLES
 from lalm_judge.pairwise.items import ItemError, ItemSummary, read_items, response_paths
 from lalm_judge.pairwise.parsing import ParsedVerdict, combine_verdicts, parse_swapped_verdict, parse_verdict
 from lalm_judge.pairwise.prompts import PairwisePrompt, load_pairwise_prompt
+from lalm_judge.pairwise.samples import sample_columns
 
 # Backends whose answers are not pairwise verdicts.
 NOT_PAIRWISE_BACKENDS = ("embedding",)
@@ -236,6 +238,7 @@ def _row(
         "rationale_swapped": back.rationale,
         "task_format": row["task_format"],
         "style": row["style"],
+        **sample_columns(*[output.extra.get(SAMPLES, []) for output in outputs] or [[], []]),
         "duration_s": None if None in durations else float(sum(durations)),
         "response1_duration_s": durations[0],
         "response2_duration_s": durations[1],

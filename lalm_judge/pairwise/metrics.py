@@ -11,7 +11,9 @@ Per row, with f the forward verdict, b the swapped verdict mapped back and c = c
   (SageLM's single-order numbers);
 - parse_failure_rate = [f unreadable]; parse_failure_rate_swapped = [b unreadable];
 - swap_consistency = [f and b readable and f == b];
-- accuracy_combined, agreement_combined: as above with c (unreadable when either order is).
+- accuracy_combined, agreement_combined: as above with c (unreadable when either order is);
+- with several samples per request (`n_samples` > 1): accuracy_majority and agreement_majority of the majority
+  verdict over the samples, and sample_agreement, the share of samples that give it (`pairwise.samples`).
 Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
 `agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects), per bin of
 combined duration, and in SageLM's splits (`split_groups`): the semantic and the acoustic aspects apart
@@ -39,6 +41,7 @@ from lalm_judge.analysis.stats import CI_LEVEL, bootstrap_weights, percentile_in
 from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import (
     PAIRWISE_COMPARISONS,
+    PAIRWISE_FINDINGS,
     PAIRWISE_METRIC_INPUT,
     PAIRWISE_METRICS,
     PAIRWISE_PREDICTIONS,
@@ -66,6 +69,9 @@ BOTH_ORDER_METRICS = (
 # (`lalm_judge.pairwise.consistency`); their ratio is the contradiction rate among determined rationales.
 RATIONALE_METRICS = ("rationale_contradiction", "rationale_determined")
 RATIONALE_RATE = "rationale_contradiction_rate"
+# Judges with several samples per request (`pairwise.samples`): the majority verdict's accuracy and agreement
+# (single order) and the mean share of samples that give it.
+SAMPLE_METRICS = ("accuracy_majority", "agreement_majority", "sample_agreement")
 ASPECT_MEAN_METRICS = ("accuracy", "agreement")
 DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
@@ -142,7 +148,15 @@ def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl
             f"{source}: item {first['item_id']!r} has aspect {first['aspect']!r} {duplicated.height} times; give each "
             "(item, aspect) once, or one file per judge cell"
         )
-    optional = {"prediction_swapped": pl.String, "duration_s": pl.Float64, "task_format": pl.String, "style": pl.String}
+    optional = {
+        "prediction_swapped": pl.String,
+        "duration_s": pl.Float64,
+        "task_format": pl.String,
+        "style": pl.String,
+        "n_samples": pl.Int64,
+        "verdict_majority": pl.String,
+        "sample_agreement": pl.Float64,
+    }
     return frame.with_columns(pl.col(c).cast(t) for c, t in optional.items() if c in frame.columns)
 
 
@@ -162,9 +176,30 @@ class RowIndicators:
     names: tuple[str, ...]
     values: np.ndarray  # (n_rows, n_metrics)
     forward: tuple[str | None, ...]
+    labels: tuple[str, ...] = ()
+
+
+def _is_sampled(frame: pl.DataFrame) -> bool:
+    return "verdict_majority" in frame.columns and "n_samples" in frame.columns and (frame["n_samples"].max() or 1) > 1
+
+
+def _sample_indicators(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: the majority verdict right, its agreement with the label, and the samples' agreement."""
+    rows = frame.select("label", "verdict_majority", "sample_agreement").iter_rows()
+    return np.array(
+        [[float(m == label), agreement(m, label), float(share or 0.0)] for label, m, share in rows], dtype=float
+    ).reshape(frame.height, len(SAMPLE_METRICS))
 
 
 def row_indicators(frame: pl.DataFrame) -> RowIndicators:
+    indicators = _order_indicators(frame)
+    if not _is_sampled(frame):
+        return indicators
+    values = np.hstack([indicators.values, _sample_indicators(frame)])
+    return RowIndicators(indicators.names + SAMPLE_METRICS, values, indicators.forward, indicators.labels)
+
+
+def _order_indicators(frame: pl.DataFrame) -> RowIndicators:
     swapped = "prediction_swapped" in frame.columns
     names = SINGLE_ORDER_METRICS + RATIONALE_METRICS + (BOTH_ORDER_METRICS if swapped else ())
     values, forward_labels = [], []
@@ -181,7 +216,8 @@ def row_indicators(frame: pl.DataFrame) -> RowIndicators:
             consistent = forward.ok and back.ok and forward.label == back.label
             indicators += [float(consistent), float(combined == label), agreement(combined, label), float(not back.ok)]
         values.append(indicators)
-    return RowIndicators(names, np.asarray(values, dtype=float).reshape(len(values), len(names)), tuple(forward_labels))
+    matrix = np.asarray(values, dtype=float).reshape(len(values), len(names))
+    return RowIndicators(names, matrix, tuple(forward_labels), tuple(frame["label"].to_list()))
 
 
 def split_groups(frame: pl.DataFrame) -> dict[str, list[str | None]]:
@@ -215,6 +251,7 @@ class GroupEstimate:
     n: int
     n_items: int
     prediction_counts: dict[str, int] = field(default_factory=dict)
+    label_counts: dict[str, int] = field(default_factory=dict)
 
 
 def _estimate(
@@ -233,8 +270,10 @@ def _estimate(
     verdicts = [indicators.forward[i] for i in rows]
     prediction_counts = {label: verdicts.count(label) for label in VERDICTS}
     prediction_counts[UNPARSEABLE] = verdicts.count(None)
+    labels = [indicators.labels[i] for i in rows] if indicators.labels else []
+    label_counts = {label: labels.count(label) for label in VERDICTS}
     return GroupEstimate(
-        point, boot, sums.sum(axis=0), int(rows.size), int(np.count_nonzero(counts)), prediction_counts
+        point, boot, sums.sum(axis=0), int(rows.size), int(np.count_nonzero(counts)), prediction_counts, label_counts
     )
 
 
@@ -511,6 +550,7 @@ class PairwiseStageTables:
     documents: list[dict[str, Any]]
     comparisons: pl.DataFrame
     statuses: pl.DataFrame
+    findings: pl.DataFrame
 
 
 def cell_label(keys: Mapping[str, Any]) -> str:
@@ -600,10 +640,16 @@ def compute_pairwise_stage(
         documents=documents,
         comparisons=PAIRWISE_COMPARISONS.frame(mode_comparisons(cells)),
         statuses=PAIRWISE_STATUSES.frame(statuses),
+        findings=PAIRWISE_FINDINGS.frame(accuracy_findings(cells)),
     )
 
 
-STAGE_FILES = {"metrics": "metrics.parquet", "comparisons": "comparisons.parquet", "statuses": "statuses.parquet"}
+STAGE_FILES = {
+    "metrics": "metrics.parquet",
+    "comparisons": "comparisons.parquet",
+    "statuses": "statuses.parquet",
+    "findings": "findings.parquet",
+}
 DOCUMENT_FILE = "metrics.json"
 
 
@@ -633,4 +679,63 @@ def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
             raise FileNotFoundError(f"pairwise metric table {path} is missing; run the pairwise metrics stage")
         frames[name] = pl.read_parquet(path)
     documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
-    return PairwiseStageTables(frames["metrics"], documents, frames["comparisons"], frames["statuses"])
+    return PairwiseStageTables(
+        frames["metrics"], documents, frames["comparisons"], frames["statuses"], frames["findings"]
+    )
+
+
+# --- findings ----------------------------------------------------------------------------------------------------
+# The accuracy a judge reaches without judging: the better of a uniform guess among 1, 2 and Tie, and always
+# answering the group's most frequent label.
+UNIFORM_GUESS = 1 / len(VERDICTS)
+
+
+def chance_accuracy(label_counts: Mapping[str, int]) -> float:
+    total = sum(label_counts.values())
+    return max(UNIFORM_GUESS, max(label_counts.values()) / total) if total else UNIFORM_GUESS
+
+
+def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
+    """Findings rows (`core.tables.PAIRWISE_FINDINGS`): every (cell, group) of the overall, dimension and aspect
+    scopes whose single-order accuracy interval lies wholly above chance (`chance_accuracy`), best first."""
+    rows = []
+    for keys, cell in cells:
+        column = cell.names.index("accuracy")
+        groups = [("overall", "all", cell.overall)]
+        groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
+        groups += [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
+        for scope, group, estimate in groups:
+            interval = _interval(estimate.point[column], estimate.boot[:, column], cell.settings.level)
+            chance = chance_accuracy(estimate.label_counts)
+            if interval["ci_low"] is None or interval["ci_low"] <= chance:
+                continue
+            mode = pairwise_mode(keys["modality"], keys["transcript_source"])
+            rows.append(
+                {
+                    **{key: keys[key] for key in CELL_KEYS},
+                    "mode": mode,
+                    "scope": scope,
+                    "group": group,
+                    "accuracy": interval["value"],
+                    "ci_low": interval["ci_low"],
+                    "ci_high": interval["ci_high"],
+                    "chance": chance,
+                    "n": estimate.n,
+                    "n_items": estimate.n_items,
+                }
+            )
+    return sorted(rows, key=lambda r: (r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"]))
+
+
+def finding_sentence(finding: Mapping[str, Any]) -> str:
+    """One finding in words."""
+    where = "all aspects" if finding["group"] == "all" else f"{finding['group']} {finding['scope']}"
+    if finding["scope"] == DIMENSION:
+        where = f"the {finding['group']} aspects"
+    return (
+        f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt, "
+        f"{finding['mode'].replace('_', ' ')}) is right on {finding['accuracy']:.0%} of {where} "
+        f"(95 % interval {finding['ci_low']:.0%} to {finding['ci_high']:.0%}, {finding['n']} verdicts on "
+        f"{finding['n_items']} items): above chance, {finding['chance']:.0%} (the better of a uniform guess among "
+        "1, 2 and Tie and always giving the most frequent label)."
+    )

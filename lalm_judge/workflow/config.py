@@ -26,6 +26,7 @@ from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, CLEAN, Condition, Tran
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
+from lalm_judge.judging.backends.decoding import decoding_problems
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
 from lalm_judge.workflow.preference import preference_voices
 
@@ -340,7 +341,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     backend, capabilities = entry["backend"], entry["capabilities"]
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
-    problems = []
+    problems = decoding_problems(backend, entry.get("generation", {}), name)
     if capabilities["prompt_format"] != "chat" and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "

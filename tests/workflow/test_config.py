@@ -124,6 +124,7 @@ def pairwise_config():
         ("configs/pairwise.yaml", ("pairwise", "preference")),
         ("configs/pairwise_demo.yaml", ("pairwise", "preference")),
         ("tests/config/pairwise.yaml", ("pairwise",)),
+        ("tests/config/pairwise_sagelm.yaml", ("pairwise",)),
     ],
 )
 def test_shipped_pairwise_configs_are_valid_and_run_only_that_track(path, expected):
