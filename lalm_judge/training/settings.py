@@ -31,6 +31,10 @@ class Hyperparameters:
     save_steps: int | None
     deepspeed: str | None
     seed: int
+    cutoff_len: int | None = None
+    val_size: float = 0.0
+    eval_steps: int = 100
+    per_device_eval_batch_size: int = 1
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,7 @@ from lalm_judge.training.records import (
     stage_records,
 )
 from lalm_judge.training.settings import LORA, Hyperparameters, StageSettings, TrainingError, TrainingSettings
+from lalm_judge.training.validation import CutoffReport, ValidationCallback, apply_cutoff, split_validation
 
 STAGE_FILE = "stage.json"
 REPORT_FILE = "training_report.json"
@@ -72,6 +73,11 @@ class StageLog:
     runtime_s: float
     reused: bool = False
     versions: dict[str, str] = field(default_factory=dict)
+    # The held-out validation split and its evaluations during training: [{step, loss, verdict_accuracy}].
+    n_validation: int = 0
+    evaluations: list[dict[str, float]] = field(default_factory=list)
+    # What cutoff_len did: records left out (prompt too long) and answers cut.
+    cutoff: dict[str, Any] = field(default_factory=dict)
 
     @property
     def first_loss(self) -> float:
@@ -105,10 +111,13 @@ def compute_dtypes(precision: str, device: str) -> tuple[torch.dtype, torch.dtyp
     return torch.bfloat16, torch.float32, True  # bf16: the study's mixed precision
 
 
-def sft_config(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool) -> Any:
+def sft_config(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool, validate: bool = False) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
+        eval_strategy="steps" if validate else "no",
+        eval_steps=hyper.eval_steps,
+        per_device_eval_batch_size=hyper.per_device_eval_batch_size,
         output_dir=str(trainer_dir),
         per_device_train_batch_size=hyper.per_device_batch_size,
         gradient_accumulation_steps=hyper.gradient_accumulation_steps,
@@ -165,6 +174,7 @@ class FitResult:
     step_seconds: list[float]
     runtime_s: float
     trainer: Any
+    evaluations: list[dict[str, float]] = field(default_factory=list)
 
 
 def fit_stage(
@@ -176,8 +186,11 @@ def fit_stage(
     *,
     device: str,
     resume: bool = False,
+    validation: Sequence[TrainingRecord] = (),
+    collator: PairwiseSFTCollator | None = None,
 ) -> FitResult:
-    """Train `backbone` on `records` with the stage's hyperparameters; return the trained model (LoRA merged)."""
+    """Train `backbone` on `records` with the stage's hyperparameters, evaluating `validation` every eval_steps and
+    at the end; return the trained model (LoRA merged)."""
     from datasets import Dataset
     from trl import SFTTrainer
 
@@ -189,19 +202,27 @@ def fit_stage(
             if parameter.requires_grad:
                 parameter.data = parameter.data.to(trained_dtype)
     peft_config = lora_config(settings.lora, backbone) if settings.finetuning == LORA else None
+    collator = collator or stage_collator(backbone, settings, hyper)
     timer = _StepTimer.make()
+    callbacks = [timer]
+    if validation:
+        callbacks.append(ValidationCallback.make(collator, validation, hyper.per_device_eval_batch_size))
     trainer = SFTTrainer(
         model=backbone.model,
-        args=sft_config(hyper, Path(trainer_dir), device, autocast),
+        args=sft_config(hyper, Path(trainer_dir), device, autocast, validate=bool(validation)),
         train_dataset=Dataset.from_list([record.as_row() for record in records]),
-        data_collator=PairwiseSFTCollator(backbone.processor, settings.system_prompt, settings.max_response_s),
+        eval_dataset=Dataset.from_list([record.as_row() for record in validation]) if validation else None,
+        data_collator=collator,
         processing_class=backbone.processor,
         peft_config=peft_config,
-        callbacks=[timer],
+        callbacks=callbacks,
     )
     started = time.perf_counter()
     checkpoints = sorted(Path(trainer_dir).glob("checkpoint-*")) if resume else []
     trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    evaluations = callbacks[1].evaluations if validation else []
+    if validation and (not evaluations or evaluations[-1]["step"] != trainer.state.global_step):
+        trainer.evaluate()  # the stage's final model is always evaluated
     runtime = time.perf_counter() - started
     model = trainer.accelerator.unwrap_model(trainer.model)
     if peft_config is not None:
@@ -211,7 +232,28 @@ def fit_stage(
         for entry in trainer.state.log_history
         if "loss" in entry
     ]
-    return FitResult(model=model, losses=losses, step_seconds=timer.seconds, runtime_s=runtime, trainer=trainer)
+    return FitResult(
+        model=model,
+        losses=losses,
+        step_seconds=timer.seconds,
+        runtime_s=runtime,
+        trainer=trainer,
+        evaluations=evaluations,
+    )
+
+
+def stage_collator(backbone: Backbone, settings: TrainingSettings, hyper: Hyperparameters) -> PairwiseSFTCollator:
+    return PairwiseSFTCollator(backbone.processor, settings.system_prompt, settings.max_response_s, hyper.cutoff_len)
+
+
+def prepare_records(
+    records: Sequence[TrainingRecord], collator: PairwiseSFTCollator, hyper: Hyperparameters
+) -> tuple[list[TrainingRecord], list[TrainingRecord], CutoffReport]:
+    """(training, validation) records of a stage: those whose prompt fits under cutoff_len, split by response pair."""
+    lengths = [collator.prompt_length(r.as_row()) for r in records] if hyper.cutoff_len else [0] * len(records)
+    kept, cutoff = apply_cutoff(records, lengths, hyper.cutoff_len)
+    train, validation = split_validation(kept, hyper.val_size, hyper.seed)
+    return train, validation, cutoff
 
 
 def save_checkpoint(model: Any, processor: Any, target: Path, dtype: torch.dtype, stage_log: dict[str, Any]) -> None:
@@ -306,8 +348,18 @@ def _train_stage(
     frozen = freeze_encoders(backbone) if settings.freeze_encoders else []
     trainable = trainable_summary(backbone.model)
     cut = audio_cut(records, response_limit_s(backbone.processor, settings.max_response_s))
+    collator = stage_collator(backbone, settings, stage.hyperparameters)
+    records, validation, cutoff = prepare_records(records, collator, stage.hyperparameters)
     result = fit_stage(
-        backbone, records, stage, settings, checkpoint.parent / TRAINER_DIR / stage.name, device=device, resume=resume
+        backbone,
+        records,
+        stage,
+        settings,
+        checkpoint.parent / TRAINER_DIR / stage.name,
+        device=device,
+        resume=resume,
+        validation=validation,
+        collator=collator,
     )
     if not result.losses:
         raise TrainingError(
@@ -328,6 +380,9 @@ def _train_stage(
         seconds_per_step=sum(result.step_seconds) / max(1, len(result.step_seconds)),
         runtime_s=result.runtime_s,
         versions=package_versions(),
+        n_validation=len(validation),
+        evaluations=result.evaluations,
+        cutoff={**asdict(cutoff), "n_answers_cut": len(collator.answers_cut)},
     )
     if result.trainer.is_world_process_zero():
         save_checkpoint(result.model, backbone.processor, checkpoint, load_dtype, asdict(log))

@@ -41,8 +41,8 @@ SAFETY = "safety"
 PAIRWISE = "pairwise"
 # The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
 PREFERENCE = "preference"
-# Backends whose answers are safety scores only (no pairwise verdicts).
-SAFETY_ONLY_BACKENDS = ("embedding",)
+# Backends that judge a pair from its texts only (the embedding baseline's relevance verdict).
+TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding",)
 
 
 def _with_defaults(validator_class):
@@ -252,11 +252,13 @@ def _check_pairwise(config: dict[str, Any]) -> None:
     wanted = set(pairwise["modalities"])
     for name in pairwise["judges"]:
         entry = judges[name]
-        if entry["backend"] in SAFETY_ONLY_BACKENDS:
-            raise ConfigError(
-                f"pairwise.judges: judge {name!r} (backend {entry['backend']!r}) gives no pairwise verdicts"
-            )
         usable = set(entry["modalities"]) & wanted
+        if entry["backend"] in TEXT_ONLY_PAIRWISE_BACKENDS and usable - {"text"}:
+            raise ConfigError(
+                f"judges.{name}: the {entry['backend']} baseline judges pairs from their texts only, but would get "
+                f"the pairwise modalities {sorted(usable - {'text'})}; give it modalities [text] (a cascade with "
+                "an 'asr:<model>' source)"
+            )
         if not usable:
             raise ConfigError(
                 f"judges.{name}.modalities: {sorted(entry['modalities'])} shares no modality with "
