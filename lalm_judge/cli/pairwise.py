@@ -10,8 +10,9 @@ outside the workflow.
   item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
 - `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
   cells whose accuracy interval lies wholly above chance, in words.
-- `train --config FILE [--resume]`: train a pairwise judge from the `training` section of FILE (a run config,
-  or a file with only that section; docs/training.md): its stages in order, each from the previous one's
+- `train --config FILE [--method sft|grpo] [--resume]`: train a pairwise judge from the `training` section of FILE
+  (a run config, or a file with only that section; docs/training.md) by rationale SFT or by GRPO with SageLM's
+  accuracy + format reward: its stages in order, each from the previous one's
   checkpoint, every stage's loss and checkpoint printed. The last checkpoint is a `transformers` judge. Stages
   already trained on the same inputs are reused; `--resume` continues an interrupted stage from its latest
   trainer checkpoint (kept when `hyperparameters.save_steps` is set).
@@ -92,6 +93,12 @@ def _parser() -> argparse.ArgumentParser:
     trainer = commands.add_parser("train", help="train a pairwise judge (staged rationale SFT of an audio LLM)")
     trainer.add_argument("--config", required=True, help="YAML file with a `training` section")
     trainer.add_argument("--resume", action="store_true", help="continue an interrupted stage from its last save")
+    trainer.add_argument(
+        "--method",
+        choices=("sft", "grpo"),
+        help="sft (rationale SFT, SageLM's) or grpo (SageLM's RL arm, accuracy + format reward); default: the "
+        "config's training.method",
+    )
     return parser
 
 
@@ -99,7 +106,7 @@ def _train(args: argparse.Namespace) -> int:
     # Imported here: the training settings are light, but torch, transformers and TRL take seconds to load.
     from lalm_judge.training.settings import TrainingSettings
 
-    settings = TrainingSettings.from_config(load_training_section(args.config))
+    settings = TrainingSettings.from_config(load_training_section(args.config), method=args.method)
     try:
         from lalm_judge.training.sft import run_training
     except ModuleNotFoundError as error:
@@ -109,9 +116,13 @@ def _train(args: argparse.Namespace) -> int:
     for stage in report["stages"]:
         losses = stage["losses"]
         state = "reused" if stage["reused"] else f"{stage['steps']} steps, {stage['seconds_per_step']:.2f} s/step"
+        rewards = [entry["reward"] for entry in losses if "reward" in entry]
+        reward = f", mean reward {rewards[0]:.3f} -> {rewards[-1]:.3f}" if rewards else ""
+        evaluations = stage.get("evaluations") or []
+        held_out = f", verdict accuracy held out {evaluations[-1]['verdict_accuracy']:.3f}" if evaluations else ""
         print(
-            f"{stage['name']}: {stage['n_records']} records, {state}, "
-            f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}"
+            f"{stage['name']} ({report['settings']['method']}): {stage['n_records']} records, {state}, "
+            f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}{reward}{held_out}"
         )
     print(f"judge model (backend transformers): {report['judge_model']}")
     return 0

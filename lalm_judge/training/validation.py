@@ -4,10 +4,11 @@ training, and the token limit (`cutoff_len`).
 - Validation split (`hyperparameters.val_size`, LLaMA-Factory's): a share in (0, 1) or a number of records >= 1,
   drawn (seeded) by response pair, so that a pair's aspects are all on one side and the validation set holds pairs
   the stage never trained on; LLaMA-Factory draws single records, which lets a pair's other aspects train.
-- Evaluation, every `eval_steps` and at the end: the validation loss (the trainer's `eval_loss`) and the verdict
-  accuracy, the share of validation records whose greedy first answer token starts with the label's first
-  character: SageLM's evaluation reads a verdict by the first character of the answer, and greedy decoding's
-  first token is the most probable one after the prompt, so this is the accuracy of the judge as it will be asked.
+- Evaluation, every `eval_steps` and at the end: the validation loss (the trainer's `eval_loss`; SFT only, GRPO
+  has no such loss) and the verdict accuracy, the share of validation records whose greedy first answer token
+  starts with the label's first character: SageLM's evaluation reads a verdict by the first character of the
+  answer, and greedy decoding's first token is the most probable one after the prompt, so this is the accuracy of
+  the judge as it will be asked.
 - Token limit (`hyperparameters.cutoff_len`, SageLM 4096): prompt (text and both responses' audio tokens) plus
   answer. LLaMA-Factory's `infer_seqlen` cuts the prompt first when the answer is short, which for an audio prompt
   would cut audio tokens; here the prompt is kept whole and the answer is cut to fit (LLaMA-Factory's rule when
@@ -111,25 +112,27 @@ def verdict_accuracy(model: Any, collator: Any, records: Sequence[TrainingRecord
 
 
 class ValidationCallback:
-    """Evaluates the verdict accuracy whenever the trainer evaluates, beside its validation loss (a
-    TrainerCallback; the class is made when transformers is loaded)."""
+    """Evaluates the verdict accuracy of the validation records whenever the trainer evaluates (SFT: beside its
+    validation loss), or every `eval_steps` steps when the trainer has no validation loss of its own (GRPO); a
+    TrainerCallback, made when transformers is loaded."""
 
     @staticmethod
-    def make(collator: Any, records: Sequence[TrainingRecord], batch_size: int) -> Any:
+    def make(collator: Any, records: Sequence[TrainingRecord], batch_size: int, eval_steps: int | None = None) -> Any:
         from transformers import TrainerCallback
 
         class Validation(TrainerCallback):
             def __init__(self) -> None:
-                self.evaluations: list[dict[str, float]] = []
+                self.evaluations: list[dict[str, float | None]] = []
+
+            def evaluate(self, model: Any, step: int, loss: float | None) -> None:
+                accuracy = verdict_accuracy(model, collator, records, batch_size)
+                self.evaluations.append({"step": step, "loss": loss, "verdict_accuracy": accuracy})
 
             def on_evaluate(self, args, state, control, model=None, metrics=None, **kwargs):
-                accuracy = verdict_accuracy(model, collator, records, batch_size)
-                self.evaluations.append(
-                    {
-                        "step": int(state.global_step),
-                        "loss": float((metrics or {}).get("eval_loss", float("nan"))),
-                        "verdict_accuracy": accuracy,
-                    }
-                )
+                self.evaluate(model, int(state.global_step), float((metrics or {}).get("eval_loss", float("nan"))))
+
+            def on_step_end(self, args, state, control, model=None, **kwargs):
+                if eval_steps and state.global_step % eval_steps == 0:
+                    self.evaluate(model, int(state.global_step), None)
 
         return Validation()
