@@ -53,8 +53,8 @@ from lalm_judge.pairwise.prompts import PairwisePrompt, load_pairwise_prompt
 from lalm_judge.pairwise.samples import sample_columns
 
 ORDERS = ("ab", "ba")
-# Backends that judge a pair from the texts alone (the embedding baseline: `judging.backends.embedding`).
-TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding",)
+# Backends that judge a pair from the texts alone (`judging.backends.embedding`, `judging.backends.likelihood`).
+TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding", "likelihood")
 
 
 @dataclass(frozen=True)

@@ -41,8 +41,10 @@ SAFETY = "safety"
 PAIRWISE = "pairwise"
 # The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
 PREFERENCE = "preference"
-# Backends that judge a pair from its texts only (the embedding baseline's relevance verdict).
-TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding",)
+# Backends that judge a pair from its texts only (the embedding baseline's relevance verdict, the likelihood judge).
+TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding", "likelihood")
+# Backends that give pairwise verdicts only (no safety score).
+PAIRWISE_ONLY_BACKENDS = ("likelihood",)
 
 
 def _with_defaults(validator_class):
@@ -314,6 +316,11 @@ def _check_safety(config: dict[str, Any]) -> list[str]:
         _check_asr_source(key, source, config)
     for name in evaluation["judges"]:
         entry = judges[name]
+        if entry["backend"] in PAIRWISE_ONLY_BACKENDS:
+            raise ConfigError(
+                f"evaluation.judges: judge {name!r} (backend {entry['backend']!r}) compares two responses and gives "
+                "no safety score; use it in pairwise.judges"
+            )
         supported, wanted = set(entry["modalities"]), set(evaluation["modalities"])
         if not supported & wanted:
             raise ConfigError(
