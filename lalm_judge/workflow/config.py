@@ -212,6 +212,15 @@ def _check_preference(config: dict[str, Any]) -> None:
         )
     if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
         raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
+    mixed = styles.get("gender_emotion", {})
+    badly_named = sorted(s for s in mixed if s.partition("_")[0] not in ("male", "female") or not s.partition("_")[2])
+    if badly_named:
+        raise ConfigError(
+            f"preference.acoustic.styles.gender_emotion: styles {badly_named} must be named <male|female>_<emotion> "
+            "(e.g. female_happy, male_sad)"
+        )
+    if mixed and all(s.endswith("_neutral") for s in mixed):
+        raise ConfigError("preference.acoustic.styles.gender_emotion needs a style with an emotion besides neutral")
 
 
 # Keys under which a secret might be written into a config; `*_env` keys name environment variables instead.

@@ -17,13 +17,19 @@ OFF_TOPIC = "My favourite colour is green and I like cats."
 
 
 def pairwise_request(first: str, second: str, name: str = "r") -> JudgeRequest:
-    return JudgeRequest(name, "", "Which is better?", transcript=tuple(zip(PAIRWISE_TRANSCRIPT, (QUERY, first, second))))
+    return JudgeRequest(
+        name, "", "Which is better?", transcript=tuple(zip(PAIRWISE_TRANSCRIPT, (QUERY, first, second)))
+    )
 
 
 def test_relevance_baseline_prefers_the_response_about_the_question_in_either_order():
     judge = EmbeddingBackend(JudgeSpec(name="relevance", backend="embedding", model=BUNDLED_MODEL))
     forward, swapped, same = judge.generate(
-        [pairwise_request(ON_TOPIC, OFF_TOPIC), pairwise_request(OFF_TOPIC, ON_TOPIC), pairwise_request(ON_TOPIC, ON_TOPIC)]
+        [
+            pairwise_request(ON_TOPIC, OFF_TOPIC),
+            pairwise_request(OFF_TOPIC, ON_TOPIC),
+            pairwise_request(ON_TOPIC, ON_TOPIC),
+        ]
     )
     assert parse_verdict(forward.text).label == "1" and parse_verdict(swapped.text).label == "2"
     assert parse_verdict(same.text).label == "Tie" and same.extra["similarities"][0] == same.extra["similarities"][1]
