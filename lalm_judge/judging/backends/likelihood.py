@@ -28,6 +28,8 @@ from lalm_judge.judging.backends.base import PAIRWISE_TRANSCRIPT, JudgeOutput, J
 from lalm_judge.judging.backends.hf import load_model, resolve_device
 
 TIE_MARGIN = 0.5
+# Sequences per forward pass.
+BATCH = 16
 QUESTION_PREFIX = "Question: {query}\nAnswer:"
 ANSWER_PREFIX = "Answer:"
 
@@ -52,41 +54,74 @@ class LikelihoodBackend:
         loaded = load_model(spec, resolve_device(spec.options.get("device", "auto")))
         self.model, self.tokenizer, self.model_revision = loaded.model, loaded.processor, loaded.revision
         self.margin = float(spec.options.get("tie_margin", TIE_MARGIN))
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._memo: dict[tuple[str, str], tuple[float, int]] = {}
 
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.model_revision}
 
     def log_probability(self, prefix: str, text: str) -> tuple[float, int]:
-        """(log P(text | prefix) in nats, number of text tokens)."""
-        prefix_ids = self.tokenizer(prefix, add_special_tokens=False)["input_ids"]
-        text_ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = torch.tensor([prefix_ids + text_ids], device=self.model.device)
+        """(log P(text | prefix) in nats, number of tokens of prefix and text)."""
+        return self.log_probabilities([(prefix, text)])[0]
+
+    def log_probabilities(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
+        """`log_probability` of many (prefix, text) pairs: each distinct one computed once (and kept for the rest of
+        the job: both orders of a request and every prompt of the pair share them), in right-padded batches."""
+        todo = [pair for pair in dict.fromkeys(pairs) if pair not in self._memo]
+        for start in range(0, len(todo), BATCH):
+            self._memo.update(zip(todo[start : start + BATCH], self._score_batch(todo[start : start + BATCH])))
+        return [self._memo[pair] for pair in pairs]
+
+    def _score_batch(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
+        encoded = [
+            (
+                self.tokenizer(prefix, add_special_tokens=False)["input_ids"],
+                self.tokenizer(text, add_special_tokens=False)["input_ids"],
+            )
+            for prefix, text in pairs
+        ]
+        width = max(len(prefix) + len(text) for prefix, text in encoded)
+        ids = torch.full((len(encoded), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encoded), width), dtype=torch.long)
+        for row, (prefix, text) in enumerate(encoded):
+            ids[row, : len(prefix) + len(text)] = torch.tensor(prefix + text)
+            mask[row, : len(prefix) + len(text)] = 1
         with torch.inference_mode():
-            logprobs = torch.log_softmax(self.model(ids).logits[0].float(), dim=-1)
-        positions = torch.arange(len(prefix_ids) - 1, len(prefix_ids) + len(text_ids) - 1)
-        return float(logprobs[positions, torch.tensor(text_ids)].sum()), len(prefix_ids) + len(text_ids)
+            logits = self.model(input_ids=ids.to(self.model.device), attention_mask=mask.to(self.model.device)).logits
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+        scores = []
+        for row, (prefix, text) in enumerate(encoded):
+            positions = torch.arange(len(prefix) - 1, len(prefix) + len(text) - 1)
+            scores.append((float(logprobs[row, positions, torch.tensor(text)].sum()), len(prefix) + len(text)))
+        return scores
 
     def pmi(self, query: str, response: str) -> tuple[float, int]:
-        conditional, n_with = self.log_probability(QUESTION_PREFIX.format(query=query), f" {response}")
-        alone, n_alone = self.log_probability(ANSWER_PREFIX, f" {response}")
-        return conditional - alone, n_with + n_alone
+        return self.pmis([(query, response)])[0]
+
+    def pmis(self, pairs: list[tuple[str, str]]) -> list[tuple[float, int]]:
+        """(PMI, tokens scored) of each (query, response)."""
+        conditional = self.log_probabilities([(QUESTION_PREFIX.format(query=q), f" {r}") for q, r in pairs])
+        alone = self.log_probabilities([(ANSWER_PREFIX, f" {r}") for _, r in pairs])
+        return [(c - a, n_c + n_a) for (c, n_c), (a, n_a) in zip(conditional, alone, strict=True)]
 
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
-        outputs = []
+        started = time.perf_counter()
         for request in requests:
-            started = time.perf_counter()
-            speakers = tuple(speaker for speaker, _ in request.transcript)
-            if speakers != PAIRWISE_TRANSCRIPT:
+            if tuple(speaker for speaker, _ in request.transcript) != PAIRWISE_TRANSCRIPT:
                 raise ValueError(
                     f"likelihood judge {self.spec.name!r}: request {request.request_id} is no pairwise text request "
                     "(it compares the instruction's two responses; use it for the pairwise track's text cells)"
                 )
-            query, first, second = (text for _, text in request.transcript)
-            (score1, tokens1), (score2, tokens2) = self.pmi(query, first), self.pmi(query, second)
+        texts = [tuple(text for _, text in request.transcript) for request in requests]
+        scores = self.pmis([(query, response) for query, *responses in texts for response in responses])
+        latency = (time.perf_counter() - started) / max(1, len(requests))
+        outputs = []
+        for index in range(len(requests)):
+            (score1, tokens1), (score2, tokens2) = scores[2 * index], scores[2 * index + 1]
             outputs.append(
                 JudgeOutput(
                     text=likelihood_answer((score1, score2), self.margin),
-                    latency_s=time.perf_counter() - started,
+                    latency_s=latency,
                     n_input_tokens=tokens1 + tokens2,
                     n_output_tokens=0,
                     extra={"pmi": [round(score1, 4), round(score2, 4)]},
