@@ -393,18 +393,24 @@ PAIRWISE_METRIC_INPUT = TableSchema(
     {name: pl.String for name in ("item_id", "aspect", "label", "prediction")},
 )
 
+# A pairwise judge cell, its mode and a group of its rows (the keys of the pairwise metric and finding tables).
+_PAIRWISE_GROUP = {
+    "judge": pl.String,
+    "modality": pl.String,
+    "transcript_source": pl.String,
+    "prompt": pl.String,
+    "mode": pl.String,
+    "scope": pl.String,
+    "group": pl.String,
+}
+
 # Pairwise metrics in long format: one row per (judge cell, scope, group, metric); scope 'aspect' (group =
-# the aspect), 'overall' (group 'all') or 'duration' (group = the bin of combined response duration).
+# the aspect), 'overall' (group 'all' or 'aspect_mean'), 'duration' (group = the bin of combined response
+# duration), or one of SageLM's splits 'dimension', 'task_format', 'style', 'style_format' (pairwise.metrics).
 PAIRWISE_METRICS = TableSchema(
     "pairwise metric",
     {
-        "judge": pl.String,
-        "modality": pl.String,
-        "transcript_source": pl.String,
-        "prompt": pl.String,
-        "mode": pl.String,
-        "scope": pl.String,
-        "group": pl.String,
+        **_PAIRWISE_GROUP,
         "low_s": pl.Float64,
         "high_s": pl.Float64,
         "metric": pl.String,
@@ -422,13 +428,7 @@ PAIRWISE_METRICS = TableSchema(
 PAIRWISE_FINDINGS = TableSchema(
     "pairwise finding",
     {
-        "judge": pl.String,
-        "modality": pl.String,
-        "transcript_source": pl.String,
-        "prompt": pl.String,
-        "mode": pl.String,
-        "scope": pl.String,
-        "group": pl.String,
+        **_PAIRWISE_GROUP,
         "accuracy": pl.Float64,
         "ci_low": pl.Float64,
         "ci_high": pl.Float64,
