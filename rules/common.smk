@@ -52,7 +52,7 @@ wildcard_constraints:
     condition=r"[a-z0-9_\-]+",
     shard=r"\d+",
     engine=r"[a-z0-9_]+",
-    category="emotion|gender|character",
+    category="emotion|gender|character|gender_emotion",
     sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
 
 

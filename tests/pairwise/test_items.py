@@ -8,6 +8,7 @@ import numpy as np
 import polars as pl
 import pytest
 import soundfile as sf
+import yaml
 
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.pairwise.build import build_items, first_items
@@ -18,12 +19,15 @@ DEMO_ITEMS = ROOT / "data" / "pairwise_demo" / "items.jsonl"
 VOICES = {"joe": {"engine": "piper", "voice": "joe"}, "f3": {"engine": "espeak", "voice": "en-us+f3"}}
 
 
-def test_demo_items_are_valid_and_use_both_voices():
+def test_demo_items_are_valid_and_use_the_demo_voices():
     items = read_jsonl_items(DEMO_ITEMS)
-    assert len(items) >= 5
-    assert {r.voice for item in items for r in item.responses} == set(VOICES)
+    assert len(items) == 40
+    demo_voices = yaml.safe_load((ROOT / "configs" / "pairwise_demo.yaml").read_text())["pairwise"]["items"]["voices"]
+    assert {r.voice for item in items for r in item.responses} == set(demo_voices)
     aspects = {aspect for item in items for aspect in item.aspects}
     assert {"gender", "truthfulness", "honesty", "helpfulness", "instruction_following"} <= aspects
+    assert {"emotion", "implicit_emotion", "gender_emotion"} <= aspects
+    assert {item.task_format for item in items} == {None, "explicit_tts", "explicit_dialogue", "implicit"}
     assert {label for item in items for _, label, _ in item.aspects.values()} == {"1", "2", "Tie"}
 
 
@@ -84,7 +88,7 @@ def test_items_are_spoken_with_piper_and_espeak(tmp_path):
 
 
 def test_unknown_voices_are_rejected(tmp_path):
-    with pytest.raises(ItemError, match=r"voices \['f3'\] that pairwise.items.voices does not define"):
+    with pytest.raises(ItemError, match=r"voices \['f3', 'f3_happy', 'happy', 'm3', 'sad'\] that pairwise.items"):
         synthesize_items(DEMO_ITEMS, {"joe": VOICES["joe"]}, tmp_path, 16000, progress=False)
 
 
