@@ -80,7 +80,10 @@ def test_sagelm_records_are_judged_by_every_cell_in_both_orders(finished_run):
         # The Omni thinker samples as SageLM does: three seeds per request, each recorded, their majority beside.
         assert set(predictions["n_samples"]) == ({3} if cell.judge == "tiny_omni" else {1})
         if cell.judge == "tiny_omni":
-            assert predictions["samples"].null_count() == 0 and predictions["sample_agreement"].min() >= 1 / 3
+            assert predictions["samples"].null_count() == 0
+            # Random weights answer noise: the agreement is the share of samples giving the commonest readable verdict.
+            assert predictions["sample_agreement"].is_between(0.0, 1.0).all()
+            assert [len(json.loads(s)) for s in predictions["samples"]] == [3] * items.height
     # The cascade transcribed every response file once, in full.
     transcripts = PAIRWISE_TRANSCRIPTS.read(workdir / "results/pairwise/asr/whisper_tiny_en.parquet")
     assert transcripts.height == n_files and transcripts["text"].str.len_chars().min() > 0
