@@ -729,9 +729,9 @@ def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) 
 
 def finding_sentence(finding: Mapping[str, Any]) -> str:
     """One finding in words."""
-    where = "all aspects" if finding["group"] == "all" else f"{finding['group']} {finding['scope']}"
+    where = "all its verdicts" if finding["group"] == "all" else f"its {finding['group'].replace('_', ' ')} verdicts"
     if finding["scope"] == DIMENSION:
-        where = f"the {finding['group']} aspects"
+        where = f"its verdicts on the {finding['group']} aspects"
     return (
         f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt, "
         f"{finding['mode'].replace('_', ' ')}) is right on {finding['accuracy']:.0%} of {where} "

@@ -93,7 +93,7 @@ def test_report_sections_figure_and_weak_judges(stage):
     findings = read_pairwise_stage(stage / "metrics").findings
     assert findings.filter(pl.col("scope") == "overall")["judge"].to_list() == ["omni"]
     assert findings.filter(pl.col("scope") == "overall")["chance"].item() == pytest.approx(0.5)
-    assert "omni (audio, none, sagelm prompt, audio native) is right on 100% of all aspects" in page
+    assert "omni (audio, none, sagelm prompt, audio native) is right on 100% of all its verdicts" in page
     # SageLM's semantic table in percent, and the answers of every item in both orders.
     assert "<h3>Semantic aspects</h3>" in page and "100.0 [100.0, 100.0]" in page
     assert "<summary>cascade · text-asr:whisper · sagelm: " in page and page.count("<details>") == 2
