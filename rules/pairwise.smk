@@ -5,9 +5,7 @@ rule pairwise_items:
     input:
         sources=get_pairwise_item_sources(),
     output:
-        item_table="results/pairwise/items.parquet",
-        summary="results/pairwise/items_summary.json",
-        audio=directory("results/pairwise/audio"),
+        **get_pairwise_item_outputs(),
     log:
         "logs/pairwise/items.log",
     params:
@@ -81,6 +79,7 @@ rule pairwise_metrics:
         document="results/pairwise/metrics/metrics.json",
         comparisons="results/pairwise/metrics/comparisons.parquet",
         statuses="results/pairwise/metrics/statuses.parquet",
+        findings="results/pairwise/metrics/findings.parquet",
     log:
         "logs/pairwise/metrics.log",
     params:
@@ -102,6 +101,7 @@ rule pairwise_report:
     input:
         metrics=rules.pairwise_metrics.output,
         summary="results/pairwise/items_summary.json",
+        predictions=get_pairwise_predictions(),
     output:
         site=report(directory("results/pairwise/report"), htmlindex="index.html", caption="../report/pairwise.rst", category="Pairwise"),
     log:

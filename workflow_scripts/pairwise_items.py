@@ -6,7 +6,7 @@ with log_to(snakemake.log[0]):
         snakemake.params.settings,
         snakemake.output.item_table,
         snakemake.output.summary,
-        snakemake.output.audio,
+        snakemake.output.get("audio"),
         sample_rate=snakemake.params.sample_rate,
         seed=snakemake.params.seed,
     )

@@ -9,4 +9,5 @@ with log_to(snakemake.log[0]):
         items_summary_path=snakemake.input.summary,
         config=snakemake.params.config,
         out_dir=snakemake.output.site,
+        prediction_paths=list(snakemake.input.predictions),
     )

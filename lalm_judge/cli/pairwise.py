@@ -2,14 +2,17 @@
 outside the workflow.
 
 - `import --format sagelm FILE.json... --audio-root DIR --out DIR`: SageLM records (test or training sets) to
-  the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are kept
-  and flagged (`--missing-audio keep`, the default), excluded or refused, and always reported.
+  the item table `DIR/items.parquet` and `DIR/items_summary.json`; records whose audio is missing are refused
+  (`--missing-audio fail`, the default, as in the workflow), excluded or kept flagged, and always reported once.
 - `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
   its `dataset_info.json`.
 - `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
-  item-level bootstrap intervals, per aspect, overall and by duration (docs/metrics.md).
-- `train --config FILE [--resume]`: train a pairwise judge from the `training` section of FILE (a run config,
-  or a file with only that section; docs/training.md): its stages in order, each from the previous one's
+  item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
+- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
+  cells whose accuracy interval lies wholly above chance, in words.
+- `train --config FILE [--method sft|grpo] [--resume]`: train a pairwise judge from the `training` section of FILE
+  (a run config, or a file with only that section; docs/training.md) by rationale SFT or by GRPO with SageLM's
+  accuracy + format reward: its stages in order, each from the previous one's
   checkpoint, every stage's loss and checkpoint printed. The last checkpoint is a `transformers` judge. Stages
   already trained on the same inputs are reused; `--resume` continues an interrupted stage from its latest
   trainer checkpoint (kept when `hyperparameters.save_steps` is set).
@@ -23,10 +26,12 @@ from pathlib import Path
 
 from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS
 from lalm_judge.pairwise.items import (
+    DEFAULT_MISSING_AUDIO,
     MISSING_AUDIO_POLICIES,
     ItemError,
     apply_missing_audio_policy,
     items_config_hash,
+    missing_audio_warning,
     read_items,
     write_items,
 )
@@ -34,6 +39,8 @@ from lalm_judge.pairwise.metrics import (
     DEFAULT_DURATION_BINS,
     PairwiseMetricsError,
     PairwiseMetricSettings,
+    finding_sentence,
+    read_pairwise_stage,
     run_pairwise_metrics,
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
@@ -58,7 +65,12 @@ def _parser() -> argparse.ArgumentParser:
     importer.add_argument("--format", choices=FORMATS, required=True)
     importer.add_argument("--audio-root", required=True, help="folder the records' audio paths are relative to")
     importer.add_argument("--out", required=True, help="output folder (items.parquet, items_summary.json)")
-    importer.add_argument("--missing-audio", choices=MISSING_AUDIO_POLICIES, default="keep")
+    importer.add_argument(
+        "--missing-audio",
+        choices=MISSING_AUDIO_POLICIES,
+        default=DEFAULT_MISSING_AUDIO,
+        help="records whose audio is missing: fail (default, as in the workflow), exclude them, or keep them flagged",
+    )
     exporter = commands.add_parser("export", help="item table -> records")
     exporter.add_argument("items", nargs="+", help="item tables (parquet)")
     exporter.add_argument("--format", choices=FORMATS, required=True)
@@ -81,9 +93,19 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MIN_ITEMS,
         help=f"items a value needs for an interval; below it 'not_estimable' (default {DEFAULT_MIN_ITEMS})",
     )
+    findings = commands.add_parser("findings", help="print the findings of a pairwise run's metrics stage")
+    findings.add_argument(
+        "metrics_dir", nargs="?", default="results/pairwise/metrics", help="the metrics stage's folder"
+    )
     trainer = commands.add_parser("train", help="train a pairwise judge (staged rationale SFT of an audio LLM)")
     trainer.add_argument("--config", required=True, help="YAML file with a `training` section")
     trainer.add_argument("--resume", action="store_true", help="continue an interrupted stage from its last save")
+    trainer.add_argument(
+        "--method",
+        choices=("sft", "grpo"),
+        help="sft (rationale SFT, SageLM's) or grpo (SageLM's RL arm, accuracy + format reward); default: the "
+        "config's training.method",
+    )
     return parser
 
 
@@ -91,7 +113,7 @@ def _train(args: argparse.Namespace) -> int:
     # Imported here: the training settings are light, but torch, transformers and TRL take seconds to load.
     from lalm_judge.training.settings import TrainingSettings
 
-    settings = TrainingSettings.from_config(load_training_section(args.config))
+    settings = TrainingSettings.from_config(load_training_section(args.config), method=args.method)
     try:
         from lalm_judge.training.sft import run_training
     except ModuleNotFoundError as error:
@@ -101,19 +123,32 @@ def _train(args: argparse.Namespace) -> int:
     for stage in report["stages"]:
         losses = stage["losses"]
         state = "reused" if stage["reused"] else f"{stage['steps']} steps, {stage['seconds_per_step']:.2f} s/step"
+        rewards = [entry["reward"] for entry in losses if "reward" in entry]
+        reward = f", mean reward {rewards[0]:.3f} -> {rewards[-1]:.3f}" if rewards else ""
+        evaluations = stage.get("evaluations") or []
+        held_out = f", verdict accuracy held out {evaluations[-1]['verdict_accuracy']:.3f}" if evaluations else ""
         print(
-            f"{stage['name']}: {stage['n_records']} records, {state}, "
-            f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}"
+            f"{stage['name']} ({report['settings']['method']}): {stage['n_records']} records, {state}, "
+            f"loss {losses[0]['loss']:.4f} -> {losses[-1]['loss']:.4f}{reward}{held_out}"
         )
     print(f"judge model (backend transformers): {report['judge_model']}")
     return 0
 
 
+def _findings(metrics_dir: str) -> int:
+    findings = read_pairwise_stage(metrics_dir).findings
+    if findings.height == 0:
+        print("No judge cell's accuracy interval lies wholly above chance in this run.")
+    for finding in findings.iter_rows(named=True):
+        print(f"Finding: {finding_sentence(finding)}")
+    return 0
+
+
 def _import(args: argparse.Namespace) -> int:
     items, _ = import_sagelm(args.files, args.audio_root)
-    kept, summary = apply_missing_audio_policy(items, args.missing_audio)
+    kept, summary = apply_missing_audio_policy(items, args.missing_audio, "--missing-audio exclude or keep")
     if summary.n_missing_audio_rows:
-        print(f"warning: {summary.missing_message()} ({args.missing_audio})", file=sys.stderr)
+        print(f"warning: {missing_audio_warning(summary, args.missing_audio)}", file=sys.stderr)
     out = Path(args.out)
     sources = {"format": args.format, "files": list(args.files), "audio_root": args.audio_root}
     write_items(
@@ -135,6 +170,8 @@ def main(argv: list[str]) -> int:
             return _import(args)
         if args.command == "train":
             return _train(args)
+        if args.command == "findings":
+            return _findings(args.metrics_dir)
         if args.command == "export":
             for path in export_sagelm(read_items(args.items), args.out, args.name):
                 print(path)

@@ -303,6 +303,11 @@ PAIRWISE_ITEMS = TableSchema(
         # The texts the responses were spoken from, where known (project-made items); null for imported ones.
         "response1_text": pl.String,
         "response2_text": pl.String,
+        # Acoustic items only (null for the semantic aspects): the task format ('explicit_tts', 'explicit_dialogue',
+        # 'implicit'; null where the source does not tell) and the controlled style ('emotion', 'gender',
+        # 'character', 'mixed'), as SageLM splits its acoustic results (core.vocabulary).
+        "task_format": pl.String,
+        "style": pl.String,
         "source_format": pl.String,
         "source_file": pl.String,
         "source_row": pl.Int64,
@@ -354,6 +359,18 @@ PAIRWISE_PREDICTIONS = TableSchema(
         "verdict_rule": pl.String,
         "rationale": pl.String,
         "rationale_swapped": pl.String,
+        # The item's task format and style (acoustic items; null otherwise), for SageLM's splits of the metrics.
+        "task_format": pl.String,
+        "style": pl.String,
+        # Sampled judges (`generation.seeds`, lalm_judge.pairwise.samples): answers per order (1 when greedy;
+        # `prediction` is the first seed's), every sample as JSON [{seed, answer, answer_swapped, verdict,
+        # verdict_swapped}], each order's majority verdict and the share of its samples that give it.
+        "n_samples": pl.Int64,
+        "samples": pl.String,
+        "verdict_majority": pl.String,
+        "verdict_majority_swapped": pl.String,
+        "sample_agreement": pl.Float64,
+        "sample_agreement_swapped": pl.Float64,
         # Combined full duration of both responses (before any cut), and each response's.
         "duration_s": pl.Float64,
         "response1_duration_s": pl.Float64,
@@ -378,18 +395,24 @@ PAIRWISE_METRIC_INPUT = TableSchema(
     {name: pl.String for name in ("item_id", "aspect", "label", "prediction")},
 )
 
+# A pairwise judge cell, its mode and a group of its rows (the keys of the pairwise metric and finding tables).
+_PAIRWISE_GROUP = {
+    "judge": pl.String,
+    "modality": pl.String,
+    "transcript_source": pl.String,
+    "prompt": pl.String,
+    "mode": pl.String,
+    "scope": pl.String,
+    "group": pl.String,
+}
+
 # Pairwise metrics in long format: one row per (judge cell, scope, group, metric); scope 'aspect' (group =
-# the aspect), 'overall' (group 'all') or 'duration' (group = the bin of combined response duration).
+# the aspect), 'overall' (group 'all' or 'aspect_mean'), 'duration' (group = the bin of combined response
+# duration), or one of SageLM's splits 'dimension', 'task_format', 'style', 'style_format' (pairwise.metrics).
 PAIRWISE_METRICS = TableSchema(
     "pairwise metric",
     {
-        "judge": pl.String,
-        "modality": pl.String,
-        "transcript_source": pl.String,
-        "prompt": pl.String,
-        "mode": pl.String,
-        "scope": pl.String,
-        "group": pl.String,
+        **_PAIRWISE_GROUP,
         "low_s": pl.Float64,
         "high_s": pl.Float64,
         "metric": pl.String,
@@ -398,6 +421,22 @@ PAIRWISE_METRICS = TableSchema(
         "ci_high": pl.Float64,
         # 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no interval).
         "status": pl.String,
+        "n": pl.Int64,
+        "n_items": pl.Int64,
+    },
+)
+
+# Pairwise metrics stage: the (judge cell, group) whose single-order accuracy interval lies wholly above chance
+# (`chance`: the better of a uniform guess and always giving the group's most frequent label); scope 'overall'
+# (group 'all'), 'dimension' (semantic, acoustic) or 'aspect'.
+PAIRWISE_FINDINGS = TableSchema(
+    "pairwise finding",
+    {
+        **_PAIRWISE_GROUP,
+        "accuracy": pl.Float64,
+        "ci_low": pl.Float64,
+        "ci_high": pl.Float64,
+        "chance": pl.Float64,
         "n": pl.Int64,
         "n_items": pl.Int64,
     },

@@ -132,6 +132,32 @@ VERDICT_RULES = (SAGELM_RULE, LENIENT_RULE)
 PAIRWISE_LENGTH_POLICIES = ("truncate", "skip")
 # How a pairwise judge cell meets the two responses, by (modality, transcript source).
 PAIRWISE_MODES = ("audio_native", "cascade", "text_oracle", "audio_and_transcript")
+# SageLM's two dimensions: the semantic aspects (judged from what is said) and the acoustic ones (speech
+# instruction following: how it is said). An acoustic aspect controls one speaking style; `gender_emotion`
+# (SageLM's mixed control) two at once.
+SEMANTIC = "semantic"
+ACOUSTIC = "acoustic"
+SEMANTIC_ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
+ACOUSTIC_STYLES = {
+    "emotion": "emotion",
+    "implicit_emotion": "emotion",
+    "gender": "gender",
+    "character": "character",
+    "gender_emotion": "mixed",
+}
+STYLES = ("emotion", "gender", "character", "mixed")
+# The task formats of SageLM's acoustic items: the instruction asks to speak a given text in a style
+# (explicit TTS), asks a question to be answered in a style (explicit dialogue), or asks a question whose
+# situation calls for an emotion without naming it (implicit).
+EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT = "explicit_tts", "explicit_dialogue", "implicit"
+TASK_FORMATS = (EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT)
+
+
+def aspect_dimension(aspect: str) -> str | None:
+    """'semantic', 'acoustic', or None for an aspect outside SageLM's (a project's own)."""
+    if aspect in SEMANTIC_ASPECTS:
+        return SEMANTIC
+    return ACOUSTIC if aspect in ACOUSTIC_STYLES else None
 
 
 def pairwise_mode(modality: str, source: TranscriptSource) -> str:

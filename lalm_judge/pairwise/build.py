@@ -3,11 +3,12 @@
 `format: sagelm` imports SageLM record files (`files`, audio under `audio_root`); `format: jsonl` speaks the
 project's own items (`path`, voices from `voices`) into `audio_dir`. `max_items` keeps the first items (in
 source order), and the missing-audio policy (`fail`, or `exclude` with the excluded items on record in the
-summary) applies to both.
+summary) applies to both; excluding every item is an error.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -19,11 +20,14 @@ from lalm_judge.pairwise.items import (
     ItemError,
     apply_missing_audio_policy,
     items_config_hash,
+    missing_audio_warning,
     synthesize_items,
     write_items,
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM_FORMAT
 from lalm_judge.pairwise.sagelm import import_sagelm
+
+log = logging.getLogger(__name__)
 
 
 def first_items(items: pl.DataFrame, max_items: int | None) -> pl.DataFrame:
@@ -38,7 +42,7 @@ def build_items(
     settings: Mapping[str, Any],
     out_path: str | os.PathLike,
     summary_path: str | os.PathLike,
-    audio_dir: str | os.PathLike,
+    audio_dir: str | os.PathLike | None,
     *,
     sample_rate: int = 16000,
     seed: int = 0,
@@ -51,6 +55,8 @@ def build_items(
         items = first_items(items, settings["max_items"])
         sources = {"files": list(settings["files"]), "audio_root": settings["audio_root"]}
     elif source_format == JSONL_FORMAT:
+        if audio_dir is None:
+            raise ItemError("the project's items (format jsonl) are spoken into an audio folder; give audio_dir")
         items = synthesize_items(
             settings["path"],
             settings["voices"],
@@ -62,7 +68,9 @@ def build_items(
         sources = {"files": [os.fspath(settings["path"])], "audio_root": os.fspath(audio_dir)}
     else:
         raise ItemError(f"unknown pairwise item format {source_format!r}; use {SAGELM_FORMAT!r} or {JSONL_FORMAT!r}")
-    kept, summary = apply_missing_audio_policy(items, settings["missing_audio"])
+    kept, summary = apply_missing_audio_policy(items, settings["missing_audio"], "pairwise.items.missing_audio")
+    if summary.n_missing_audio_rows:
+        log.warning("%s", missing_audio_warning(summary, settings["missing_audio"]))
     extra = {
         "format": source_format,
         **sources,

@@ -10,14 +10,14 @@ project's JSONL format, spoken here with the TTS engines (`synthesize_items`):
      "aspects": {"truthfulness": {"label": "1", "rationale": "Response 1 gives ..."}}}
 
 one item per line; `voice` names an entry of the config's `pairwise.items.voices`; an aspect outside
-`ASPECTS` needs an `aspect_text` (the words the judge reads). Items whose audio is missing stay in the table
-with `audio_ok` false; `apply_missing_audio_policy` then keeps, excludes (reporting count and first ids) or
-refuses them.
+`ASPECTS` needs an `aspect_text` (the words the judge reads). An item with acoustic aspects may say its
+`"task_format"` (`explicit_tts`, `explicit_dialogue`, `implicit`; implicit emotion is always `implicit`).
+Items whose audio is missing stay in the table with `audio_ok` false; `apply_missing_audio_policy` then keeps,
+excludes (reporting count and first ids) or refuses them; excluding every item is an error.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
@@ -33,9 +33,8 @@ from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
 from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import PAIRWISE_ITEMS
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, TASK_FORMATS
 from lalm_judge.pairwise.parsing import normalize_label
-
-log = logging.getLogger(__name__)
 
 # The aspects of the SageLM study (slug -> the words its instruction uses): four semantic ones and the
 # acoustic "speech instruction following" ones. Implicit emotion shares the words of explicit emotion.
@@ -50,8 +49,9 @@ ASPECTS = {
     "character": "character instruction following",
     "gender_emotion": "gender instruction following and emotion instruction following",
 }
-SEMANTIC_ASPECTS = ("helpfulness", "honesty", "instruction_following", "truthfulness")
 MISSING_AUDIO_POLICIES = ("keep", "exclude", "fail")
+# The default of the CLI and of the workflow (`pairwise.items.missing_audio`) alike.
+DEFAULT_MISSING_AUDIO = "fail"
 FIRST_IDS = 10
 JSONL_FORMAT = "jsonl"
 # Item ids are slugs: they name folders of synthesized audio and travel in file names.
@@ -146,21 +146,38 @@ class ItemSummary:
         }
 
 
-def apply_missing_audio_policy(items: pl.DataFrame, policy: str) -> tuple[pl.DataFrame, ItemSummary]:
-    """`keep` the rows without audio (flagged, `audio_ok` false), `exclude` them, or `fail` naming them.
-    The summary describes the table before the policy, so an exclusion is always on record."""
+# Where each caller of `apply_missing_audio_policy` sets the policy, for its messages.
+POLICY_SETTINGS = "lalm-judge pairwise import --missing-audio, or pairwise.items.missing_audio in a run config"
+
+
+def apply_missing_audio_policy(
+    items: pl.DataFrame, policy: str, setting: str = POLICY_SETTINGS
+) -> tuple[pl.DataFrame, ItemSummary]:
+    """`keep` the rows without audio (flagged, `audio_ok` false), `exclude` them, or `fail` naming them (`setting`:
+    where the user sets the policy, for the message). The summary describes the table before the policy, so an
+    exclusion is always on record; the caller reports it once. Excluding every item is an error, not an empty run."""
     if policy not in MISSING_AUDIO_POLICIES:
         raise ValueError(f"unknown missing-audio policy {policy!r}; use one of {MISSING_AUDIO_POLICIES}")
     summary = ItemSummary.of(items)
-    if summary.n_missing_audio_rows:
-        if policy == "fail":
+    if not summary.n_missing_audio_rows:
+        return items, summary
+    if policy == "fail":
+        raise ItemError(
+            f"{summary.missing_message()}. Fix the audio root, or set the missing-audio policy to 'exclude' ({setting})"
+        )
+    if policy == "exclude":
+        items = items.filter(pl.col("audio_ok"))
+        if items.height == 0:
             raise ItemError(
-                f"{summary.missing_message()}. Fix the audio root, or set the missing-audio policy to 'exclude'"
+                f"{summary.missing_message()}: excluding them leaves no item to judge. Check the audio root (the "
+                "folder the records' audio paths are relative to) and that the audio is in place"
             )
-        log.warning("%s (%s)", summary.missing_message(), "excluded" if policy == "exclude" else "kept, flagged")
-        if policy == "exclude":
-            items = items.filter(pl.col("audio_ok"))
     return items, summary
+
+
+def missing_audio_warning(summary: ItemSummary, policy: str) -> str:
+    """The one line that reports rows without audio under a `keep` or `exclude` policy."""
+    return f"{summary.missing_message()} ({'excluded' if policy == 'exclude' else 'kept, flagged'})"
 
 
 def read_items(paths: str | os.PathLike | Sequence[str | os.PathLike]) -> pl.DataFrame:
@@ -209,6 +226,8 @@ class ProjectItem:
     # aspect -> (aspect text, label, rationale)
     aspects: Mapping[str, tuple[str, str, str | None]]
     line: int
+    # The acoustic aspects' task format (core.vocabulary.TASK_FORMATS), where the item gives it.
+    task_format: str | None = None
 
 
 def read_jsonl_items(path: str | os.PathLike) -> list[ProjectItem]:
@@ -242,6 +261,9 @@ def read_jsonl_items(path: str | os.PathLike) -> list[ProjectItem]:
             spoken.append(SpokenResponse(str(response["text"]), str(response["voice"])))
         if not isinstance(aspects, Mapping) or not aspects:
             raise ItemError(f"{where}: item {item_id!r} needs 'aspects' (aspect -> label and rationale)")
+        task_format = record.get("task_format")
+        if task_format is not None and task_format not in TASK_FORMATS:
+            raise ItemError(f"{where}: item {item_id!r} has task_format {task_format!r}; use one of {TASK_FORMATS}")
         judged = {}
         for aspect, entry in aspects.items():
             at = f"{where}: aspect {aspect!r} of {item_id!r}"
@@ -255,7 +277,11 @@ def read_jsonl_items(path: str | os.PathLike) -> list[ProjectItem]:
             except ValueError as err:
                 raise ItemError(str(err)) from err
             judged[aspect] = (str(text), label, entry.get("rationale"))
-        items.append(ProjectItem(item_id, query, (spoken[0], spoken[1]), judged, int(where.rsplit(":", 1)[1])))
+        if "implicit_emotion" in judged:
+            task_format = IMPLICIT
+        items.append(
+            ProjectItem(item_id, query, (spoken[0], spoken[1]), judged, int(where.rsplit(":", 1)[1]), task_format)
+        )
     if not items:
         raise ItemError(f"{file} holds no items")
     return items
@@ -304,6 +330,8 @@ def synthesize_items(
                     "rationale": rationale,
                     "response1_text": item.responses[0].text,
                     "response2_text": item.responses[1].text,
+                    "task_format": item.task_format if aspect in ACOUSTIC_STYLES else None,
+                    "style": ACOUSTIC_STYLES.get(aspect),
                     "source_format": JSONL_FORMAT,
                     "source_file": os.fspath(items_path),
                     "source_row": item.line,

@@ -45,7 +45,8 @@ from lalm_judge.core.vocabulary import (
     modality_source_error,
 )
 from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.base import PAIRWISE_TRANSCRIPT, JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.decoding import SAMPLES
 from lalm_judge.pairwise.items import ItemError, ItemSummary, read_items, response_paths
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
@@ -56,10 +57,11 @@ from lalm_judge.pairwise.parsing import (
     parse_verdict,
 )
 from lalm_judge.pairwise.prompts import PairwisePrompt, load_pairwise_prompt
+from lalm_judge.pairwise.samples import sample_columns
 
-# Backends whose answers are not pairwise verdicts.
-NOT_PAIRWISE_BACKENDS = ("embedding",)
 ORDERS = ("ab", "ba")
+# Backends that judge a pair from the texts alone (`judging.backends.embedding`, `judging.backends.likelihood`).
+TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding", "likelihood")
 
 
 @dataclass(frozen=True)
@@ -103,10 +105,10 @@ def pairwise_cell(
     sample_rate: int = 16000,
     verdict_rule: str = DEFAULT_VERDICT_RULE,
 ) -> PairwiseCell:
-    """Validate a pairwise judge cell: a pairwise-capable backend, a modality the judge supports, a source
-    that fits the modality."""
-    if spec.backend in NOT_PAIRWISE_BACKENDS:
-        raise ValueError(f"judge {spec.name!r}: backend {spec.backend!r} gives no pairwise verdicts")
+    """Validate a pairwise judge cell: a modality the judge supports (the embedding baseline reads texts only), a
+    source that fits the modality."""
+    if spec.backend in TEXT_ONLY_PAIRWISE_BACKENDS and modality != TEXT:
+        raise ValueError(f"judge {spec.name!r}: backend {spec.backend!r} judges pairs from their texts only")
     if modality not in spec.modalities:
         raise ValueError(f"judge {spec.name!r} does not support modality {modality!r}; it supports {spec.modalities}")
     source = TranscriptSource(transcript_source)
@@ -197,9 +199,14 @@ def build_requests(
         if audio.waveforms is not None:
             first, second = (audio.waveforms[1], audio.waveforms[0]) if flip else audio.waveforms
             audios = ((first, cell.sample_rate), (second, cell.sample_rate))
+        transcript = () if shown is None else tuple(zip(PAIRWISE_TRANSCRIPT, (row["query"], *shown)))
         requests.append(
             JudgeRequest(
-                request_id=f"{row['item_id']}/{row['aspect']}/{order}", system=system, user=user, audios=audios
+                request_id=f"{row['item_id']}/{row['aspect']}/{order}",
+                system=system,
+                user=user,
+                audios=audios,
+                transcript=transcript,
             )
         )
     return requests
@@ -246,6 +253,9 @@ def _row(
         "verdict_rule": cell.verdict_rule,
         "rationale": forward.rationale,
         "rationale_swapped": back.rationale,
+        "task_format": row["task_format"],
+        "style": row["style"],
+        **sample_columns(*[output.extra.get(SAMPLES, []) for output in outputs] or [[], []]),
         "duration_s": None if None in durations else float(sum(durations)),
         "response1_duration_s": durations[0],
         "response2_duration_s": durations[1],

@@ -12,14 +12,19 @@ Per row, with f the forward verdict, b the swapped verdict mapped back and c = c
   (SageLM's single-order numbers);
 - parse_failure_rate = [f unreadable]; parse_failure_rate_swapped = [b unreadable];
 - swap_consistency = [f and b readable and f == b];
-- accuracy_combined, agreement_combined: as above with c (unreadable when either order is).
+- accuracy_combined, agreement_combined: as above with c (unreadable when either order is);
+- with several samples per request (`n_samples` > 1): accuracy_majority and agreement_majority of the majority
+  verdict over the samples, and sample_agreement, the share of samples that give it (`pairwise.samples`).
 Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
-`agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects) and per bin of
-combined duration. Intervals: percentile bootstrap over items (an item's aspects travel together), B
-resamples of a seeded multinomial count matrix over the sorted item ids, shared by every group, so cells
-judged on the same items are resampled identically and their differences can be paired
-(`compare_cells`). Minimum support (`lalm_judge.analysis.support`): a value resting on fewer than `min_items`
-items has the status `not_estimable` and no interval.
+`agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects), per bin of
+combined duration, and in SageLM's splits (`split_groups`): the semantic and the acoustic aspects apart
+(pooled, and the mean of their aspects), the acoustic rows by task format (explicit TTS, explicit dialogue,
+implicit), by style (emotion, gender, character, mixed) and by style and format. Intervals: percentile
+bootstrap over items (an item's aspects travel together), B resamples of a seeded multinomial count matrix
+over the sorted item ids, shared by every group, so cells judged on the same items are resampled identically
+and their differences can be paired (`compare_cells`). Minimum support
+(`lalm_judge.analysis.support`): a value resting on fewer than `min_items` items has the status
+`not_estimable` and no interval.
 """
 
 from __future__ import annotations
@@ -40,13 +45,14 @@ from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS, ESTIMATED, NOT_ESTIMA
 from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import (
     PAIRWISE_COMPARISONS,
+    PAIRWISE_FINDINGS,
     PAIRWISE_METRIC_INPUT,
     PAIRWISE_METRICS,
     PAIRWISE_PREDICTIONS,
     PAIRWISE_STATUSES,
     TableError,
 )
-from lalm_judge.core.vocabulary import VERDICTS, pairwise_mode
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS, aspect_dimension, pairwise_mode
 from lalm_judge.pairwise.consistency import contradicts
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
@@ -68,11 +74,19 @@ BOTH_ORDER_METRICS = (
 # (`lalm_judge.pairwise.consistency`); their ratio is the contradiction rate among determined rationales.
 RATIONALE_METRICS = ("rationale_contradiction", "rationale_determined")
 RATIONALE_RATE = "rationale_contradiction_rate"
+# Judges with several samples per request (`pairwise.samples`): the majority verdict's accuracy and agreement
+# (single order) and the mean share of samples that give it.
+SAMPLE_METRICS = ("accuracy_majority", "agreement_majority", "sample_agreement")
 ASPECT_MEAN_METRICS = ("accuracy", "agreement")
 DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
 UNKNOWN_DURATION = "unknown"
 UNPARSEABLE = "unparseable"
+# SageLM's splits (its evaluation scripts): the semantic and acoustic aspects apart, the acoustic rows by task
+# format, by controlled style and by both (its "detailed TTS/QA split"). A row without a value is in no group.
+DIMENSION, TASK_FORMAT, STYLE, STYLE_FORMAT = "dimension", "task_format", "style", "style_format"
+SPLIT_SCOPES = (DIMENSION, TASK_FORMAT, STYLE, STYLE_FORMAT)
+ASPECT_MEAN = "aspect_mean"
 
 
 class PairwiseMetricsError(ValueError):
@@ -144,7 +158,15 @@ def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl
             f"{source}: item {first['item_id']!r} has aspect {first['aspect']!r} {duplicated.height} times; give each "
             "(item, aspect) once, or one file per judge cell"
         )
-    optional = {"prediction_swapped": pl.String, "duration_s": pl.Float64}
+    optional = {
+        "prediction_swapped": pl.String,
+        "duration_s": pl.Float64,
+        "task_format": pl.String,
+        "style": pl.String,
+        "n_samples": pl.Int64,
+        "verdict_majority": pl.String,
+        "sample_agreement": pl.Float64,
+    }
     return frame.with_columns(pl.col(c).cast(t) for c, t in optional.items() if c in frame.columns)
 
 
@@ -164,9 +186,30 @@ class RowIndicators:
     names: tuple[str, ...]
     values: np.ndarray  # (n_rows, n_metrics)
     forward: tuple[str | None, ...]
+    labels: tuple[str, ...] = ()
+
+
+def _is_sampled(frame: pl.DataFrame) -> bool:
+    return "verdict_majority" in frame.columns and "n_samples" in frame.columns and (frame["n_samples"].max() or 1) > 1
+
+
+def _sample_indicators(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: the majority verdict right, its agreement with the label, and the samples' agreement."""
+    rows = frame.select("label", "verdict_majority", "sample_agreement").iter_rows()
+    return np.array(
+        [[float(m == label), agreement(m, label), float(share or 0.0)] for label, m, share in rows], dtype=float
+    ).reshape(frame.height, len(SAMPLE_METRICS))
 
 
 def row_indicators(frame: pl.DataFrame) -> RowIndicators:
+    indicators = _order_indicators(frame)
+    if not _is_sampled(frame):
+        return indicators
+    values = np.hstack([indicators.values, _sample_indicators(frame)])
+    return RowIndicators(indicators.names + SAMPLE_METRICS, values, indicators.forward, indicators.labels)
+
+
+def _order_indicators(frame: pl.DataFrame) -> RowIndicators:
     swapped = "prediction_swapped" in frame.columns
     names = SINGLE_ORDER_METRICS + RATIONALE_METRICS + (BOTH_ORDER_METRICS if swapped else ())
     values, forward_labels = [], []
@@ -182,7 +225,27 @@ def row_indicators(frame: pl.DataFrame) -> RowIndicators:
             consistent = forward.ok and back.ok and forward.label == back.label
             indicators += [float(consistent), float(combined == label), agreement(combined, label), float(not back.ok)]
         values.append(indicators)
-    return RowIndicators(names, np.asarray(values, dtype=float).reshape(len(values), len(names)), tuple(forward_labels))
+    matrix = np.asarray(values, dtype=float).reshape(len(values), len(names))
+    return RowIndicators(names, matrix, tuple(forward_labels), tuple(frame["label"].to_list()))
+
+
+def split_groups(frame: pl.DataFrame) -> dict[str, list[str | None]]:
+    """Per split scope, each row's group (None: in no group of that scope). Style and task format come from the
+    table's columns where it has them; otherwise the style follows from the aspect and only implicit emotion
+    has a known format."""
+    aspects = frame["aspect"].to_list()
+    styles = frame["style"].to_list() if "style" in frame.columns else [ACOUSTIC_STYLES.get(a) for a in aspects]
+    formats = (
+        frame["task_format"].to_list()
+        if "task_format" in frame.columns
+        else [IMPLICIT if a == "implicit_emotion" else None for a in aspects]
+    )
+    return {
+        DIMENSION: [aspect_dimension(aspect) for aspect in aspects],
+        TASK_FORMAT: formats,
+        STYLE: styles,
+        STYLE_FORMAT: [f"{s}/{f}" if s is not None and f is not None else None for s, f in zip(styles, formats)],
+    }
 
 
 # --- statistics ------------------------------------------------------------------------------------------------
@@ -197,6 +260,7 @@ class GroupEstimate:
     n: int
     n_items: int
     prediction_counts: dict[str, int] = field(default_factory=dict)
+    label_counts: dict[str, int] = field(default_factory=dict)
 
 
 def _estimate(
@@ -215,8 +279,10 @@ def _estimate(
     verdicts = [indicators.forward[i] for i in rows]
     prediction_counts = {label: verdicts.count(label) for label in VERDICTS}
     prediction_counts[UNPARSEABLE] = verdicts.count(None)
+    labels = [indicators.labels[i] for i in rows] if indicators.labels else []
+    label_counts = {label: labels.count(label) for label in VERDICTS}
     return GroupEstimate(
-        point, boot, sums.sum(axis=0), int(rows.size), int(np.count_nonzero(counts)), prediction_counts
+        point, boot, sums.sum(axis=0), int(rows.size), int(np.count_nonzero(counts)), prediction_counts, label_counts
     )
 
 
@@ -246,12 +312,16 @@ class CellEstimates:
     overall: GroupEstimate
     by_duration: list[tuple[DurationBin, GroupEstimate]]
     settings: PairwiseMetricSettings
+    # scope (SPLIT_SCOPES) -> group -> estimate; scopes without any row are absent.
+    splits: dict[str, dict[str, GroupEstimate]] = field(default_factory=dict)
 
-    def aspect_means(self) -> tuple[np.ndarray, np.ndarray]:
-        """(point, boot) of the mean over aspects of `ASPECT_MEAN_METRICS`, as SageLM averages its aspects."""
+    def aspect_means(self, aspects: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(point, boot) of the mean over aspects (all, or `aspects`) of `ASPECT_MEAN_METRICS`, as SageLM averages
+        its aspects."""
+        chosen = [self.aspects[a] for a in (self.aspects if aspects is None else aspects) if a in self.aspects]
         columns = [self.names.index(name) for name in ASPECT_MEAN_METRICS]
-        points = np.array([estimate.point[columns] for estimate in self.aspects.values()])
-        boots = np.stack([estimate.boot[:, columns] for estimate in self.aspects.values()])
+        points = np.array([estimate.point[columns] for estimate in chosen])
+        boots = np.stack([estimate.boot[:, columns] for estimate in chosen])
         with np.errstate(all="ignore"):
             return np.nanmean(points, axis=0), _nanmean(boots, axis=0)
 
@@ -281,6 +351,12 @@ def estimate_cell(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> Cell
 
     aspects = {aspect: estimate(aspects_column == aspect) for aspect in sorted(set(aspects_column))}
     overall = estimate(np.ones(frame.height, dtype=bool))
+    splits = {}
+    for scope, groups in split_groups(frame).items():
+        column = np.array(groups, dtype=object)
+        present = sorted({group for group in groups if group is not None})
+        if present:
+            splits[scope] = {group: estimate(column == group) for group in present}
     by_duration = []
     if "duration_s" in frame.columns:
         durations = frame["duration_s"].to_numpy().astype(float)
@@ -292,7 +368,7 @@ def estimate_cell(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> Cell
         unknown = np.isnan(durations)
         if unknown.any():
             by_duration.append((DurationBin(UNKNOWN_DURATION, None, None), estimate(unknown)))
-    return CellEstimates(indicators.names, items, aspects, overall, by_duration, settings)
+    return CellEstimates(indicators.names, items, aspects, overall, by_duration, settings, splits)
 
 
 # --- output ----------------------------------------------------------------------------------------------------
@@ -346,12 +422,31 @@ def metrics_document(cell: CellEstimates) -> dict[str, Any]:
     return {
         "aspects": {aspect: _record(cell.names, estimate, settings) for aspect, estimate in cell.aspects.items()},
         "overall": overall,
+        "splits": _split_records(cell),
         "by_duration": [
             {"bin": b.label, "low_s": b.low_s, "high_s": b.high_s, **_record(cell.names, estimate, settings)}
             for b, estimate in cell.by_duration
         ],
         "settings": cell.settings.as_dict(),
     }
+
+
+def dimension_aspects(cell: CellEstimates, dimension: str) -> list[str]:
+    return [aspect for aspect in cell.aspects if aspect_dimension(aspect) == dimension]
+
+
+def _split_records(cell: CellEstimates) -> dict[str, dict[str, Any]]:
+    """{scope: {group: record}}; a dimension's record also has the mean over its aspects, as SageLM averages."""
+    settings = cell.settings
+    records: dict[str, dict[str, Any]] = {}
+    for scope, groups in cell.splits.items():
+        records[scope] = {group: _record(cell.names, estimate, settings) for group, estimate in groups.items()}
+    for dimension, record in records.get(DIMENSION, {}).items():
+        mean_point, mean_boot = cell.aspect_means(dimension_aspects(cell, dimension))
+        n_items = cell.splits[DIMENSION][dimension].n_items
+        for column, name in enumerate(ASPECT_MEAN_METRICS):
+            record[f"{name}_{ASPECT_MEAN}"] = _interval(mean_point[column], mean_boot[:, column], settings, n_items)
+    return records
 
 
 def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -378,25 +473,33 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
                 }
             )
 
+    def add_mean(scope: str, group: str, aspects: Sequence[str] | None, counted: GroupEstimate) -> None:
+        mean_point, mean_boot = cell.aspect_means(aspects)
+        for column, name in enumerate(ASPECT_MEAN_METRICS):
+            interval = _interval(mean_point[column], mean_boot[:, column], settings, counted.n_items)
+            rows.append(
+                {
+                    **base,
+                    "scope": scope,
+                    "group": group,
+                    "low_s": None,
+                    "high_s": None,
+                    "metric": name,
+                    **interval,
+                    "n": counted.n,
+                    "n_items": counted.n_items,
+                }
+            )
+
     for aspect, estimate in cell.aspects.items():
         add("aspect", aspect, estimate)
     add("overall", "all", cell.overall)
-    mean_point, mean_boot = cell.aspect_means()
-    for column, name in enumerate(ASPECT_MEAN_METRICS):
-        interval = _interval(mean_point[column], mean_boot[:, column], settings, cell.overall.n_items)
-        rows.append(
-            {
-                **base,
-                "scope": "overall",
-                "group": "aspect_mean",
-                "low_s": None,
-                "high_s": None,
-                "metric": name,
-                **interval,
-                "n": cell.overall.n,
-                "n_items": cell.overall.n_items,
-            }
-        )
+    add_mean("overall", ASPECT_MEAN, None, cell.overall)
+    for scope, groups in cell.splits.items():
+        for group, estimate in groups.items():
+            add(scope, group, estimate)
+            if scope == DIMENSION:
+                add_mean(scope, f"{group}_{ASPECT_MEAN}", dimension_aspects(cell, group), estimate)
     for duration_bin, estimate in cell.by_duration:
         add("duration", duration_bin.label, estimate, duration_bin.low_s, duration_bin.high_s)
     return rows
@@ -463,6 +566,7 @@ class PairwiseStageTables:
     documents: list[dict[str, Any]]
     comparisons: pl.DataFrame
     statuses: pl.DataFrame
+    findings: pl.DataFrame
 
 
 def cell_label(keys: Mapping[str, Any]) -> str:
@@ -562,10 +666,16 @@ def compute_pairwise_stage(
         documents=documents,
         comparisons=PAIRWISE_COMPARISONS.frame(mode_comparisons(cells)),
         statuses=PAIRWISE_STATUSES.frame(statuses),
+        findings=PAIRWISE_FINDINGS.frame(accuracy_findings(cells)),
     )
 
 
-STAGE_FILES = {"metrics": "metrics.parquet", "comparisons": "comparisons.parquet", "statuses": "statuses.parquet"}
+STAGE_FILES = {
+    "metrics": "metrics.parquet",
+    "comparisons": "comparisons.parquet",
+    "statuses": "statuses.parquet",
+    "findings": "findings.parquet",
+}
 DOCUMENT_FILE = "metrics.json"
 
 
@@ -596,4 +706,63 @@ def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
             raise FileNotFoundError(f"pairwise metric table {path} is missing; run the pairwise metrics stage")
         frames[name] = pl.read_parquet(path)
     documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
-    return PairwiseStageTables(frames["metrics"], documents, frames["comparisons"], frames["statuses"])
+    return PairwiseStageTables(
+        frames["metrics"], documents, frames["comparisons"], frames["statuses"], frames["findings"]
+    )
+
+
+# --- findings ----------------------------------------------------------------------------------------------------
+# The accuracy a judge reaches without judging: the better of a uniform guess among 1, 2 and Tie, and always
+# answering the group's most frequent label.
+UNIFORM_GUESS = 1 / len(VERDICTS)
+
+
+def chance_accuracy(label_counts: Mapping[str, int]) -> float:
+    total = sum(label_counts.values())
+    return max(UNIFORM_GUESS, max(label_counts.values()) / total) if total else UNIFORM_GUESS
+
+
+def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
+    """Findings rows (`core.tables.PAIRWISE_FINDINGS`): every (cell, group) of the overall, dimension and aspect
+    scopes whose single-order accuracy interval lies wholly above chance (`chance_accuracy`), best first."""
+    rows = []
+    for keys, cell in cells:
+        column = cell.names.index("accuracy")
+        groups = [("overall", "all", cell.overall)]
+        groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
+        groups += [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
+        for scope, group, estimate in groups:
+            interval = _interval(estimate.point[column], estimate.boot[:, column], cell.settings, estimate.n_items)
+            chance = chance_accuracy(estimate.label_counts)
+            if interval["ci_low"] is None or interval["ci_low"] <= chance:
+                continue
+            mode = pairwise_mode(keys["modality"], keys["transcript_source"])
+            rows.append(
+                {
+                    **{key: keys[key] for key in CELL_KEYS},
+                    "mode": mode,
+                    "scope": scope,
+                    "group": group,
+                    "accuracy": interval["value"],
+                    "ci_low": interval["ci_low"],
+                    "ci_high": interval["ci_high"],
+                    "chance": chance,
+                    "n": estimate.n,
+                    "n_items": estimate.n_items,
+                }
+            )
+    return sorted(rows, key=lambda r: (r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"]))
+
+
+def finding_sentence(finding: Mapping[str, Any]) -> str:
+    """One finding in words."""
+    where = "all its verdicts" if finding["group"] == "all" else f"its {finding['group'].replace('_', ' ')} verdicts"
+    if finding["scope"] == DIMENSION:
+        where = f"its verdicts on the {finding['group']} aspects"
+    return (
+        f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt, "
+        f"{finding['mode'].replace('_', ' ')}) is right on {finding['accuracy']:.0%} of {where} "
+        f"(95 % interval {finding['ci_low']:.0%} to {finding['ci_high']:.0%}, {finding['n']} verdicts on "
+        f"{finding['n_items']} items): above chance, {finding['chance']:.0%} (the better of a uniform guess among "
+        "1, 2 and Tie and always giving the most frequent label)."
+    )

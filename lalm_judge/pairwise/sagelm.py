@@ -8,17 +8,22 @@ training data) is
 
 The instruction is "Below are two responses for a given task. ... Evaluate in terms of **<aspect>** and
 indicate a better response using 1, 2 or Tie." then `### Instruction:` with the query, `### Response 1:`
-and `### Response 2:` each with one `<audio>`. The query is taken verbatim (trailing newlines included);
-some SageLM files have spaces after `### Instruction:`, which are kept too. `output` holds the label on its
-first line and the rationale after it (an empty output is an unlabelled record, as at inference).
+and `### Response 2:` each with one `<audio>`: the layout of SageLM's released records. Its README writes the
+same template with a blank line before `### Instruction:`; both are read, and a record in either is exported
+back as it was. Anything else is refused, naming the record and the first line that differs from the prompt;
+so is an empty query or an aspect that is not one of SageLM's (the four semantic words and the four acoustic
+"... instruction following" texts). The query is taken verbatim (trailing newlines included); some SageLM
+files have spaces after `### Instruction:`, which are kept too. `output` holds the label on its first line and
+the rationale after it (an empty output is an unlabelled record, as at inference).
 
 Import (`import_sagelm`) makes one item-table row per record (`lalm_judge.core.tables.PAIRWISE_ITEMS`):
 records that share the query and both audios are one item (SageLM's semantic test set has blocks of four
 aspects per pair). Aspects: the semantic ones keep their words; the acoustic ones become `emotion`,
 `implicit_emotion` (SageLM marks implicit emotion only by its audio folder `Implicit-Emotion`), `gender`,
-`character` and `gender_emotion`; any other aspect text becomes its slug. Audio paths stay as written,
-relative to the audio root (LLaMA-Factory's `media_dir`); a record whose audio is missing is kept with
-`audio_ok` false and reported (count and first ids).
+`character` and `gender_emotion`. Acoustic rows get their `style` and SageLM's `task_format`
+(`task_format_of`: the rule of SageLM's evaluation script). Audio paths stay as written, relative to the
+audio root (LLaMA-Factory's `media_dir`), and must stay inside it (no absolute path, no `..` out of it); a
+record whose audio is missing is kept with `audio_ok` false and reported (count and first ids).
 
 Export (`export_sagelm`) writes the records back: the stored instruction when it still says the row's
 aspect and query (else the instruction rendered afresh), the stored input, `output` from label and
@@ -29,9 +34,11 @@ back unchanged. A `dataset_info.json` beside the files registers them for LLaMA-
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +47,10 @@ import polars as pl
 from lalm_judge.core.files import stable_hash, write_json
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.core.taxonomy import slug
-from lalm_judge.core.vocabulary import VERDICTS
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, EXPLICIT_DIALOGUE, EXPLICIT_TTS, IMPLICIT, VERDICTS
 from lalm_judge.pairwise.items import ASPECTS, ItemError, ItemSummary, check_unique_rows, with_durations
+
+log = logging.getLogger(__name__)
 
 FORMAT = "sagelm"
 RECORD_AUDIO = "<audio>"
@@ -50,31 +59,87 @@ _HEADER = (
     "Below are two responses for a given task. The task is defined by the Instruction. Evaluate in terms of "
     "**{aspect}** and indicate a better response using 1, 2 or Tie."
 )
-_INSTRUCTION = re.compile(
-    r"^"
-    + re.escape(_HEADER).replace(re.escape("{aspect}"), r"(?P<aspect>.+?)")
-    + r"\n### Instruction:(?P<pad>[ \t]*)\n(?P<query>.*)\n\n### Response 1:\n<audio>\n\n### Response 2:\n<audio>\n\n$",
-    re.S,
-)
+_HEADER_LINE = re.compile("^" + re.escape(_HEADER).replace(re.escape("{aspect}"), "(?P<aspect>.+?)") + "$")
+_INSTRUCTION_LINE = re.compile(r"^### Instruction:(?P<pad>[ \t]*)$")
+# The lines after the query: a blank line, then each response heading with its placeholder, then a blank line.
+_TAIL = ("", "### Response 1:", RECORD_AUDIO, "", "### Response 2:", RECORD_AUDIO, "", "")
+# The two layouts SageLM uses: its released records (the heading right after the first line) and its README's
+# template (a blank line between them).
+RECORDS_LAYOUT, README_LAYOUT = "records", "readme"
 # Acoustic aspect words -> slug; semantic aspects keep their words (they are slugs already).
 _ACOUSTIC_SLUGS = {text: aspect for aspect, text in ASPECTS.items() if aspect != "implicit_emotion" and " " in text}
+SAGELM_ASPECT_TEXTS = tuple(dict.fromkeys(ASPECTS.values()))
 IMPLICIT_EMOTION_FOLDER = "Implicit-Emotion"
 # The dataset_info.json entry LLaMA-Factory needs for an alpaca file with audios.
 DATASET_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "audios": "audios"}
 
 
-def sagelm_instruction(aspect_text: str, query: str, pad: str = "") -> str:
-    """The SageLM instruction of an aspect and a query (`pad`: spaces after '### Instruction:')."""
+@dataclass(frozen=True)
+class ParsedInstruction:
+    aspect_text: str
+    query: str
+    pad: str = ""  # spaces after '### Instruction:' (some SageLM files have them)
+    layout: str = RECORDS_LAYOUT
+
+
+def sagelm_instruction(aspect_text: str, query: str, pad: str = "", layout: str = RECORDS_LAYOUT) -> str:
+    """The SageLM instruction of an aspect and a query, in one of its two layouts."""
+    gap = "\n" if layout == README_LAYOUT else ""
     return (
-        f"{_HEADER.format(aspect=aspect_text)}\n### Instruction:{pad}\n{query}\n\n"
+        f"{_HEADER.format(aspect=aspect_text)}\n{gap}### Instruction:{pad}\n{query}\n\n"
         f"### Response 1:\n{RECORD_AUDIO}\n\n### Response 2:\n{RECORD_AUDIO}\n\n"
     )
 
 
-def parse_instruction(instruction: str) -> tuple[str, str, str] | None:
-    """(aspect text, query, pad) of a SageLM instruction, or None when it is not one."""
-    match = _INSTRUCTION.match(instruction)
-    return (match.group("aspect"), match.group("query"), match.group("pad")) if match else None
+class InstructionMismatch(ValueError):
+    """An instruction that is not SageLM's prompt; the message names the first line that differs."""
+
+
+def _differs(number: int, expected: str, found: str | None) -> InstructionMismatch:
+    shown = "nothing (the instruction ends)" if found is None else repr(found[:120])
+    return InstructionMismatch(
+        f"line {number} of the instruction differs from SageLM's prompt: expected {expected!r}, found {shown}"
+    )
+
+
+def check_instruction(instruction: str) -> ParsedInstruction:
+    """The aspect, query and layout of a SageLM instruction; raise InstructionMismatch naming the first line
+    that differs from SageLM's prompt (`_HEADER`, '### Instruction:', the query, the two response headings)."""
+    lines = instruction.split("\n")
+    header = _HEADER_LINE.match(lines[0])
+    if header is None:
+        raise _differs(1, _HEADER.format(aspect="<aspect>"), lines[0])
+    start = 1
+    layout = RECORDS_LAYOUT
+    if len(lines) > 2 and lines[1] == "" and _INSTRUCTION_LINE.match(lines[2]):
+        start, layout = 2, README_LAYOUT
+    heading = _INSTRUCTION_LINE.match(lines[start]) if len(lines) > start else None
+    if heading is None:
+        raise _differs(start + 1, "### Instruction:", lines[start] if len(lines) > start else None)
+    body = lines[start + 1 :]
+    if len(body) < len(_TAIL):
+        raise _differs(len(lines) + 1, _TAIL[len(body)] or "(an empty line)", None)
+    tail_start = len(body) - len(_TAIL)
+    for offset, (expected, found) in enumerate(zip(_TAIL, body[tail_start:])):
+        if expected != found:
+            raise _differs(start + 2 + tail_start + offset, expected or "(an empty line)", found)
+    query = "\n".join(body[:tail_start])
+    if not query.strip():
+        raise InstructionMismatch(f"the query after '### Instruction:' (line {start + 2}) is empty")
+    aspect_text = header.group("aspect")
+    if aspect_text not in SAGELM_ASPECT_TEXTS:
+        raise InstructionMismatch(
+            f"line 1 names the aspect {aspect_text!r}, which is not one of SageLM's: {', '.join(SAGELM_ASPECT_TEXTS)}"
+        )
+    return ParsedInstruction(aspect_text, query, heading.group("pad"), layout)
+
+
+def parse_instruction(instruction: str) -> ParsedInstruction | None:
+    """The parts of a SageLM instruction, or None when it is not one (`check_instruction` says why)."""
+    try:
+        return check_instruction(instruction)
+    except InstructionMismatch:
+        return None
 
 
 def aspect_slug(aspect_text: str, audios: Sequence[str]) -> str:
@@ -82,6 +147,32 @@ def aspect_slug(aspect_text: str, audios: Sequence[str]) -> str:
         aspect = _ACOUSTIC_SLUGS[aspect_text]
         return "implicit_emotion" if aspect == "emotion" and IMPLICIT_EMOTION_FOLDER in audios[0] else aspect
     return re.sub(r"[^a-z0-9_]+", "_", aspect_text.lower()).strip("_")
+
+
+def task_format_of(aspect: str, audios: Sequence[str]) -> str | None:
+    """SageLM's task format of an acoustic record, by its evaluation script's rule: implicit emotion by its folder;
+    otherwise the file names read `<source>-<instruction id>-<response id>-...`, and two responses with the same
+    response id speak the same text (explicit TTS) while different ones answer the question differently (explicit
+    dialogue). None for semantic aspects and for names outside that pattern."""
+    if aspect == "implicit_emotion":
+        return IMPLICIT
+    if aspect not in ACOUSTIC_STYLES:
+        return None
+    parts = [Path(audio).name.split("-") for audio in audios]
+    if any(len(part) < 3 for part in parts) or parts[0][1] != parts[1][1]:
+        return None
+    return EXPLICIT_TTS if parts[0][2] == parts[1][2] else EXPLICIT_DIALOGUE
+
+
+def contained_path(path: str, where: str) -> str:
+    """`path` when it stays inside the audio root it is relative to; raise naming `where` otherwise."""
+    normal = os.path.normpath(path)
+    if os.path.isabs(path) or normal == os.pardir or normal.startswith(os.pardir + os.sep):
+        raise ItemError(
+            f"{where}: audio path {path!r} leaves the audio root; audio paths are relative to the audio root "
+            "(LLaMA-Factory's media_dir) and stay inside it"
+        )
+    return path
 
 
 def split_output(output: str | None, where: str) -> tuple[str | None, str | None]:
@@ -127,26 +218,27 @@ def record_to_row(record: Mapping[str, Any], source_file: str, index: int, audio
     for key in ("input", "output"):
         if key in record and not isinstance(record[key], str):
             raise ItemError(f"{where}: {key!r} must be a string")
-    parsed = parse_instruction(instruction)
-    if parsed is None:
-        raise ItemError(
-            f"{where}: the instruction is not SageLM's ('Below are two responses ... Evaluate in terms of **<aspect>**"
-            " ...', '### Instruction:', two '### Response N:' with one <audio> each); first 80 characters: "
-            f"{instruction[:80]!r}"
-        )
-    aspect_text, query, _ = parsed
+    try:
+        parsed = check_instruction(instruction)
+    except InstructionMismatch as err:
+        raise ItemError(f"{where}: the instruction is not SageLM's prompt: {err}") from err
+    for audio in audios:
+        contained_path(audio, where)
     label, rationale = split_output(record.get("output"), where)
     extra = {key: value for key, value in record.items() if key not in STANDARD_KEYS}
+    aspect = aspect_slug(parsed.aspect_text, audios)
     return {
-        "item_id": item_id_of(query, audios),
-        "aspect": aspect_slug(aspect_text, audios),
-        "aspect_text": aspect_text,
-        "query": query,
+        "item_id": item_id_of(parsed.query, audios),
+        "aspect": aspect,
+        "aspect_text": parsed.aspect_text,
+        "query": parsed.query,
         "response1_audio": audios[0],
         "response2_audio": audios[1],
         "audio_root": audio_root,
         "label": label,
         "rationale": rationale,
+        "task_format": task_format_of(aspect, audios),
+        "style": ACOUSTIC_STYLES.get(aspect),
         "source_format": FORMAT,
         "source_file": source_file,
         "source_row": index,
@@ -176,7 +268,7 @@ def import_sagelm(
 def row_to_record(row: Mapping[str, Any], audios: Sequence[str]) -> dict[str, Any]:
     stored = row.get("source_instruction")
     parsed = parse_instruction(stored) if stored else None
-    if parsed is not None and parsed[:2] == (row["aspect_text"], row["query"]):
+    if parsed is not None and (parsed.aspect_text, parsed.query) == (row["aspect_text"], row["query"]):
         instruction = stored
     else:
         instruction = sagelm_instruction(row["aspect_text"], row["query"])
@@ -196,7 +288,7 @@ def export_sagelm(items: pl.DataFrame, out_dir: str | os.PathLike, name: str | N
     Without `name`, rows go back to one file per source file (named by its stem; rows made by the project go
     to `items.json`), in their source order; with `name`, all rows go to `<name>.json`. Audio paths are
     written as stored when the file's rows share one audio root (set LLaMA-Factory's `media_dir` to it),
-    else as absolute paths.
+    else relative to the folder that holds all their roots (logged), so a re-import keeps them inside it.
     """
     items = PAIRWISE_ITEMS.conform(items, "pairwise item table").collect()
     out_dir = Path(out_dir)
@@ -208,12 +300,18 @@ def export_sagelm(items: pl.DataFrame, out_dir: str | os.PathLike, name: str | N
     items = items.with_columns(_file=stems).sort("_file", "source_row", "item_id", "aspect", nulls_last=True)
     written, dataset_info = [], {}
     for (stem,), rows in items.group_by("_file", maintain_order=True):
-        shared_root = rows["audio_root"].n_unique() == 1
+        roots = [os.path.abspath(root or "") for root in rows["audio_root"].unique(maintain_order=True)]
+        media_dir = roots[0] if len(roots) == 1 else os.path.commonpath(roots)
+        if len(roots) > 1:
+            log.info(
+                "%s.json: its rows have %d audio roots; paths are written relative to %s", stem, len(roots), media_dir
+            )
         records = []
         for row in rows.iter_rows(named=True):
             audios = [row["response1_audio"], row["response2_audio"]]
-            if not shared_root:
-                audios = [os.path.abspath(os.path.join(row["audio_root"] or "", path)) for path in audios]
+            if len(roots) > 1:
+                root = os.path.abspath(row["audio_root"] or "")
+                audios = [os.path.relpath(os.path.join(root, path), media_dir) for path in audios]
             records.append(row_to_record(row, audios))
         path = out_dir / f"{stem}.json"
         write_json(path, records)

@@ -6,7 +6,9 @@ calls for) a style, and the response that has it is better. Categories and the s
   Piper voice spoken faster and higher for `happy`, slower and lower for `sad`);
 - `gender`: a man's and a woman's voice (e.g. espeak-ng's `en-us+m3` and `en-us+f3`: one engine, so the
   engine does not give the answer away);
-- `character`: character voices (e.g. a pitched-up fast `chipmunk`, a slow low `giant`, a `robot`).
+- `character`: character voices (e.g. a pitched-up fast `chipmunk`, a slow low `giant`, a `robot`);
+- `gender_emotion` (SageLM's mixed control, aspect `gender_emotion`): a gender and an emotion at once, styles
+  named `<male|female>_<emotion>` (e.g. `female_happy`, `male_sad`; neutral ones are only distractors).
 A style maps to one voice of the TTS registry or to a list of variants.
 
 Formats, from the texts file (`preference.acoustic.items`, e.g. data/preference_demo/acoustic.yaml):
@@ -15,6 +17,9 @@ Formats, from the texts file (`preference.acoustic.items`, e.g. data/preference_
 - `explicit_dialogue` (all categories): "<question> Answer with a sad tone.", the response says the answer;
 - `implicit_dialogue` (emotion only; aspect `implicit_emotion`): the question alone, whose `emotion` a fitting
   answer shows.
+
+Clips are named as SageLM names its test audio (`clip_name`), implicit emotion in its `Implicit-Emotion` folder, so
+the exported records keep their task format and the implicit subset through a re-import.
 
 Per text and category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
 text's emotion). With probability `tie_share` the pair is a tie: two renderings that both miss the requested
@@ -46,13 +51,18 @@ from lalm_judge.core.taxonomy import slug
 from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
 from lalm_judge.preference.render import CLIP_LEVEL_DB
 
-CATEGORIES = ("emotion", "gender", "character")
+MIXED = "gender_emotion"
+CATEGORIES = ("emotion", "gender", "character", MIXED)
 EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE = "explicit_tts", "explicit_dialogue", "implicit_dialogue"
 FORMATS = {
     "emotion": (EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE),
     "gender": (EXPLICIT_TTS, EXPLICIT_DIALOGUE),
     "character": (EXPLICIT_TTS, EXPLICIT_DIALOGUE),
+    MIXED: (EXPLICIT_TTS, EXPLICIT_DIALOGUE),
 }
+# SageLM's folder of implicit-emotion clips: its evaluation (and the pairwise importer) tell implicit emotion from
+# explicit emotion by it, so an export and re-import keep the subset.
+IMPLICIT_FOLDER = "Implicit-Emotion"
 GENDER_WORDS = {"male": "a man's voice", "female": "a woman's voice"}
 # Emotion styles that are only ever the distractor, never asked for.
 UNASKED_EMOTIONS = ("neutral",)
@@ -117,12 +127,42 @@ def _variants(styles: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     return {style: list(voices) if isinstance(voices, list) else [voices] for style, voices in styles.items()}
 
 
+def mixed_parts(style: str) -> tuple[str, str]:
+    """(gender, emotion) of a mixed style named `<male|female>_<emotion>`."""
+    gender, _, emotion = style.partition("_")
+    if gender not in GENDER_WORDS or not emotion:
+        raise AcousticError(f"mixed style {style!r} must be named <male|female>_<emotion>, e.g. female_happy")
+    return gender, emotion
+
+
 def style_words(category: str, style: str) -> str:
     if category == "gender":
         return GENDER_WORDS.get(style, f"a {style} voice")
     if category == "character":
         return f"the voice of a {style}"
+    if category == MIXED:
+        gender, emotion = mixed_parts(style)
+        return f"{GENDER_WORDS[gender]} and a {emotion} tone"
     return f"a {style} tone"
+
+
+def unasked(category: str, style: str) -> bool:
+    """Styles that are only ever the distractor: neutral emotion, alone or with a gender."""
+    if category == "emotion":
+        return style in UNASKED_EMOTIONS
+    return category == MIXED and mixed_parts(style)[1] in UNASKED_EMOTIONS
+
+
+def clip_name(category: str, text: AcousticText, rendering: Rendering) -> str:
+    """`acoustic/<category>/<category>_<format>-<text>-<response>-<style>-v<variant>.wav`, in SageLM's naming: its
+    evaluation reads `<source>-<instruction id>-<response id>-...` and counts two clips with the same response id as
+    explicit TTS (one text spoken twice) and different ones as explicit dialogue; implicit emotion is in an
+    `Implicit-Emotion` folder (below the category's, which is the builder job's output)."""
+    style = slug(rendering.style)
+    response = "0" if text.task_format == EXPLICIT_TTS else f"{style}v{rendering.variant}"
+    folder = f"{category}/{IMPLICIT_FOLDER}" if text.task_format == IMPLICIT_DIALOGUE else category
+    name = f"{category}_{_SHORT[text.task_format]}-{text.index}-{response}-{style}-v{rendering.variant}.wav"
+    return f"acoustic/{folder}/{name}"
 
 
 def instruction(category: str, text: AcousticText, requested: str) -> str:
@@ -130,18 +170,12 @@ def instruction(category: str, text: AcousticText, requested: str) -> str:
     if text.task_format == IMPLICIT_DIALOGUE:
         return text.question or ""
     if text.task_format == EXPLICIT_TTS:
-        ask = {
-            "emotion": f"Speak the following text with a {requested} voice",
-            "gender": f"Read the following text aloud in {style_words('gender', requested)}",
-            "character": f"Read the following text aloud in {style_words('character', requested)}",
-        }[category]
-        return f"{ask}: {text.words}"
-    ask = {
-        "emotion": f"Answer with a {requested} tone.",
-        "gender": f"Answer in {style_words('gender', requested)}.",
-        "character": f"Answer in {style_words('character', requested)}.",
-    }[category]
-    return f"{text.question} {ask}"
+        if category == "emotion":
+            return f"Speak the following text with a {requested} voice: {text.words}"
+        return f"Read the following text aloud in {style_words(category, requested)}: {text.words}"
+    if category == "emotion":
+        return f"{text.question} Answer with a {requested} tone."
+    return f"{text.question} Answer in {style_words(category, requested)}."
 
 
 def rationale(category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
@@ -177,7 +211,7 @@ def _draw(
             raise AcousticError(f"implicit text {text.index} calls for emotion {text.emotion!r}, which has no style")
         requested = text.emotion
     else:
-        askable = [s for s in styles if not (category == "emotion" and s in UNASKED_EMOTIONS)]
+        askable = [s for s in styles if not unasked(category, s)]
         requested = askable[int(generator.integers(len(askable)))]
     others = [s for s in styles if s != requested]
     if not others:
@@ -225,12 +259,12 @@ def acoustic_pairs(
         key = (text.words, rendering)
         if key not in spoken:
             voice = Voice.from_config(variants[rendering.style][rendering.variant])
-            audio, rate = synthesize(
-                voice, SynthesisRequest(text.words, emotion=rendering.style if category == "emotion" else None)
-            )
+            emotion = rendering.style if category == "emotion" else None
+            if category == MIXED:
+                emotion = mixed_parts(rendering.style)[1]
+            audio, rate = synthesize(voice, SynthesisRequest(text.words, emotion=emotion))
             audio, _ = waveform.match_level(waveform.resample(audio, rate, sample_rate), sample_rate, CLIP_LEVEL_DB)
-            name = f"{_SHORT[text.task_format]}{text.index}-{slug(rendering.style)}-v{rendering.variant}.wav"
-            relative = f"acoustic/{category}/{name}"
+            relative = clip_name(category, text, rendering)
             waveform.write_wav(Path(root) / relative, audio, sample_rate)
             spoken[key] = relative
         return spoken[key]

@@ -80,27 +80,20 @@ ASPECT_WORDS = {
 }
 
 
-def template_rationale(
-    aspect: str, label: str, ratings: tuple[int, int], notes: tuple[str, str], max_rating: int = 5
-) -> str:
-    """A comparative rationale from the two ratings and the annotators' notes, for the given label.
+def template_rationale(aspect: str, label: str, notes: tuple[str, str]) -> str:
+    """A comparative rationale for the given label from the annotators' notes on the two responses.
 
-    The first sentence states the comparison (what the label says); the notes follow without naming a
-    response, so the rationale argues for exactly its label (`lalm_judge.pairwise.consistency`)."""
+    The first sentence states the comparison (what the label says); the notes, which describe the responses,
+    follow without naming a response, so the rationale argues for exactly its label
+    (`lalm_judge.pairwise.consistency`). The ratings are never quoted: a judge trained on the rationales is to
+    argue from the responses, not to invent scores."""
     words = ASPECT_WORDS.get(aspect, aspect.replace("_", " "))
     if label == TIE:
-        equal = "equally good" if ratings[0] == ratings[1] else "about equally good"
-        first = (
-            f"Response 1 and Response 2 are {equal} in {words} (rated {ratings[0]} and {ratings[1]} "
-            f"out of {max_rating})."
-        )
+        first = f"Response 1 and Response 2 are about equally good in {words}."
         notes_text = f"On the first: {_sentence(notes[0])} On the second: {_sentence(notes[1])}"
     else:
         better, worse = (0, 1) if label == RESPONSE_1 else (1, 0)
-        first = (
-            f"Response {better + 1} is better than Response {worse + 1} in {words} (rated {ratings[better]} "
-            f"against {ratings[worse]} out of {max_rating})."
-        )
+        first = f"Response {better + 1} is better than Response {worse + 1} in {words}."
         notes_text = f"For the better one: {_sentence(notes[better])} For the other: {_sentence(notes[worse])}"
     return f"{first} {notes_text}".strip()
 

@@ -7,16 +7,18 @@ Qwen2.5-32B-Instruct as in the SageLM study, ...) to rewrite the notes into comp
 (`lalm_judge.data.generators.llm.ChatEndpoint`: the key from the environment, retries with backoff, a
 concurrency cap) and its on-disk cache (one file per request: a rerun sends nothing for cached pairs).
 
-An answer is used when it is a JSON object with a non-empty `rationale` that does not contradict the pair's
-label by `lalm_judge.pairwise.consistency`'s rules; otherwise the endpoint is asked again with the problem
-stated, up to `max_retries` times. A pair that ends without a usable rationale keeps its status
-(`invalid_json`, `inconsistent`, `refusal`, `error`) and no rationale: the export leaves it out and counts it,
-it never substitutes the template silently. Requests the endpoint never answers (its retries spent) fail the
-job once the others are answered and cached, so a rerun asks only those.
+An answer is used when it is a JSON object with a non-empty `rationale` that argues from the responses (it
+quotes no rating or score: `RATING_WORDS`; the prompt shows the annotators' notes, never their ratings) and does
+not contradict the pair's label by `lalm_judge.pairwise.consistency`'s rules; otherwise the endpoint is asked
+again with the problem stated, up to `max_retries` times. A pair that ends without a usable rationale keeps its
+status (`invalid_json`, `inconsistent`, `quotes_ratings`, `refusal`, `error`) and no rationale: the export leaves
+it out and counts it, it never substitutes the template silently. Requests the endpoint never answers (its
+retries spent) fail the job once the others are answered and cached, so a rerun asks only those.
 """
 
 from __future__ import annotations
 
+import re
 import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -44,6 +46,10 @@ PROMPT_PATH = Path(__file__).with_name("rationale_prompt.yaml")
 TEMPLATE = "template"
 LLM = "llm"
 OK = "ok"
+QUOTES_RATINGS = "quotes_ratings"
+# A rationale that argues from the annotators' ratings instead of the responses (it would teach a judge to invent
+# scores): "rated 4", "ratings", "4 out of 5", "3/5".
+RATING_WORDS = re.compile(r"\brat(?:ed|ing|ings)\b|\bout of (?:5|five|10|ten)\b|\b\d+\s*/\s*(?:5|10)\b", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -95,8 +101,6 @@ class RationalePrompt:
             "response1": notes.responses[0],
             "response2": notes.responses[1],
             "aspect": ASPECT_WORDS.get(notes.aspect, notes.aspect.replace("_", " ")),
-            "rating1": notes.ratings[0],
-            "rating2": notes.ratings[1],
             "note1": notes.notes[0] or "(no note)",
             "note2": notes.notes[1] or "(no note)",
             "verdict": verdict,
@@ -128,6 +132,10 @@ def interpret_answer(reply: str | None, label: str, finish_reason: str | None = 
     rationale = " ".join(rationale.split())
     if opens_with_refusal(rationale):
         return RationaleResult("refusal", error=f"refused: {rationale[:200]}")
+    if RATING_WORDS.search(rationale):
+        return RationaleResult(
+            QUOTES_RATINGS, error="the rationale mentions ratings or scores; it must argue from the responses"
+        )
     if contradicts(label, rationale):
         argued = rationale_verdict(rationale)
         shown = "a tie" if argued == TIE else f"Response {argued}"

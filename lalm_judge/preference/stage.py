@@ -25,14 +25,18 @@ from lalm_judge.core.tables import (
     PREFERENCE_RATINGS,
     PREFERENCE_TRANSCRIPTS,
 )
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT
 from lalm_judge.pairwise.items import ASPECTS, check_unique_rows, with_durations
 from lalm_judge.pairwise.sagelm import export_sagelm, sagelm_instruction
+from lalm_judge.preference.acoustic import EXPLICIT_DIALOGUE, EXPLICIT_TTS, IMPLICIT_DIALOGUE
 from lalm_judge.preference.hf import write_hf_pairs
 from lalm_judge.preference.pairs import Candidate, aspect_labels, draw_pairs, template_rationale
 from lalm_judge.preference.rationales import LLM, OK, TEMPLATE, LLMRationales, PairNotes
 from lalm_judge.preference.render import ClipFilter, filter_clips, merge_counts
 
 SEMANTIC, ACOUSTIC = "semantic", "acoustic"
+# The acoustic builder's task formats in the pairwise item table's words (core.vocabulary.TASK_FORMATS).
+TASK_FORMAT_OF = {EXPLICIT_TTS: EXPLICIT_TTS, EXPLICIT_DIALOGUE: EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE: IMPLICIT}
 SOURCE_FORMAT = "preference"
 
 
@@ -112,9 +116,7 @@ def write_rationales(
     """Each pair row with its rationale, its source and status (`settings`: the validated `rationales`)."""
     if settings["generator"] == TEMPLATE:
         for row in rows:
-            row["rationale"] = template_rationale(
-                row["aspect"], row["label"], (row["rating1"], row["rating2"]), (row["note1"], row["note2"])
-            )
+            row["rationale"] = template_rationale(row["aspect"], row["label"], (row["note1"], row["note2"]))
             row.update(rationale_source=TEMPLATE, rationale_status=OK, rationale_error=None)
         return rows
     if settings["generator"] != LLM:
@@ -159,6 +161,8 @@ def item_rows(pairs: pl.DataFrame, acoustic: pl.DataFrame, root: str) -> list[di
             "rationale": row["rationale"],
             "response1_text": texts[0],
             "response2_text": texts[1],
+            "task_format": TASK_FORMAT_OF.get(row.get("task_format")),
+            "style": ACOUSTIC_STYLES.get(row["aspect"]),
             "source_format": SOURCE_FORMAT,
             "source_file": source_file,
             "source_instruction": sagelm_instruction(aspect_text, row["query"]),

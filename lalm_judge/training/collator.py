@@ -29,6 +29,12 @@ from lalm_judge.judging.backends.chat import build_conversation
 from lalm_judge.pairwise.sagelm import RECORD_AUDIO
 from lalm_judge.training.settings import TrainingError
 
+
+def answer_length(prompt_len: int, answer_len: int, cutoff_len: int | None) -> int:
+    """How much of the answer fits beside a whole prompt under the limit (`training.validation`)."""
+    return answer_len if cutoff_len is None else max(0, min(answer_len, cutoff_len - prompt_len))
+
+
 IGNORE_INDEX = -100
 
 
@@ -53,8 +59,11 @@ def response_limit_s(processor: Any, max_response_s: float) -> float:
 class PairwiseSFTCollator:
     """Turns dataset rows (`TrainingRecord.as_row`) into model inputs with `labels`."""
 
-    def __init__(self, processor: Any, system_prompt: str, max_response_s: float):
+    def __init__(self, processor: Any, system_prompt: str, max_response_s: float, cutoff_len: int | None = None):
         self.processor = processor
+        # Longest example in tokens (`answer_length`); the records whose answer was cut to fit.
+        self.cutoff_len = cutoff_len
+        self.answers_cut: set[str] = set()
         self.tokenizer = processor.tokenizer
         self.system_prompt = system_prompt
         extractor = getattr(processor, "feature_extractor", None)
@@ -93,20 +102,39 @@ class PairwiseSFTCollator:
         waveform, _ = read_audio(path, self.sampling_rate)
         return waveform[: int(round(self.max_response_s * self.sampling_rate))]
 
-    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
-        requests = [self.request(row) for row in rows]
-        encoded = self.processor(
+    def _encode_prompts(self, requests: Sequence[JudgeRequest]) -> Any:
+        return self.processor(
             text=[self.prompt_text(request) for request in requests],
             audio=[audio for request in requests for audio, _ in request.audio_items],
             sampling_rate=self.sampling_rate,
             padding=True,
             return_tensors="pt",
         )
+
+    def prompt_inputs(self, rows: Sequence[Mapping[str, Any]]) -> Any:
+        """The model inputs of the rows' prompts alone (the judge's request up to its generation prompt)."""
+        return self._encode_prompts([self.request(row) for row in rows])
+
+    def prompt_length(self, row: Mapping[str, Any]) -> int:
+        """Tokens of one row's prompt, audio tokens included."""
+        return int(self.prompt_inputs([row])["attention_mask"].sum())
+
+    def __call__(self, rows: Sequence[Mapping[str, Any]]) -> dict[str, torch.Tensor]:
+        requests = [self.request(row) for row in rows]
+        encoded = self._encode_prompts(requests)
         sequences, label_rows = [], []
         for row_index, (row, request) in enumerate(zip(rows, requests, strict=True)):
             mask = encoded["attention_mask"][row_index].bool()
             prompt_ids = encoded["input_ids"][row_index][mask].tolist()
             target_ids = self.tokenizer(self.target_text(request, row["output"]), add_special_tokens=False)["input_ids"]
+            if self.cutoff_len is not None and len(prompt_ids) >= self.cutoff_len:
+                raise TrainingError(
+                    f"{row['source']}: its prompt has {len(prompt_ids)} tokens, not under cutoff_len {self.cutoff_len}"
+                )
+            kept = answer_length(len(prompt_ids), len(target_ids), self.cutoff_len)
+            if kept < len(target_ids):
+                self.answers_cut.add(row["source"])
+            target_ids = target_ids[:kept]
             sequences.append(prompt_ids + target_ids)
             label_rows.append([IGNORE_INDEX] * len(prompt_ids) + target_ids)
         width = max(len(sequence) for sequence in sequences)

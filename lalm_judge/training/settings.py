@@ -4,11 +4,14 @@ holds every default and what each key means)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 FULL = "full"
 LORA = "lora"
+SFT = "sft"
+GRPO = "grpo"
+METHODS = (SFT, GRPO)
 
 
 class TrainingError(ValueError):
@@ -31,6 +34,10 @@ class Hyperparameters:
     save_steps: int | None
     deepspeed: str | None
     seed: int
+    cutoff_len: int | None = None
+    val_size: float = 0.0
+    eval_steps: int = 100
+    per_device_eval_batch_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,17 @@ class StageSettings:
 
 
 @dataclass(frozen=True)
+class GRPOSettings:
+    """GRPO's own settings (`training.grpo`; used with method grpo)."""
+
+    num_generations: int = 8
+    max_completion_length: int = 512
+    temperature: float = 1.0
+    beta: float = 0.0
+    reward_weights: Mapping[str, float] = field(default_factory=lambda: {"accuracy": 1.0, "format": 1.0})
+
+
+@dataclass(frozen=True)
 class TrainingSettings:
     backbone: str
     revision: str
@@ -72,9 +90,11 @@ class TrainingSettings:
     num_threads: int | None
     datasets: Mapping[str, DatasetSource]
     stages: tuple[StageSettings, ...]
+    method: str = SFT
+    grpo: GRPOSettings = field(default_factory=GRPOSettings)
 
     @classmethod
-    def from_config(cls, section: Mapping[str, Any]) -> TrainingSettings:
+    def from_config(cls, section: Mapping[str, Any], method: str | None = None) -> TrainingSettings:
         """Settings of a validated `training` section (`workflow.config.load_training_section`)."""
         hyper = Hyperparameters(**section["hyperparameters"])
         datasets = {
@@ -95,7 +115,12 @@ class TrainingSettings:
         if len(set(names)) != len(names):
             raise TrainingError(f"training.stages: stage names must differ (their checkpoint folders), got {names}")
         lora = section["lora"]
+        method = method or section["method"]
+        if method not in METHODS:
+            raise TrainingError(f"training method {method!r} is not one of {METHODS}")
         return cls(
+            method=method,
+            grpo=GRPOSettings(**section["grpo"]),
             backbone=section["backbone"],
             revision=section["revision"],
             output_dir=section["output_dir"],

@@ -22,7 +22,7 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from lalm_judge.training.backbone import (
     trainable_summary,
 )
 from lalm_judge.training.collator import PairwiseSFTCollator, response_limit_s
+from lalm_judge.training.grpo import REWARD_FUNCTIONS, grpo_rows, make_trainer_class
 from lalm_judge.training.records import (
     TrainingRecord,
     audio_cut,
@@ -46,7 +47,16 @@ from lalm_judge.training.records import (
     read_dataset,
     stage_records,
 )
-from lalm_judge.training.settings import LORA, Hyperparameters, StageSettings, TrainingError, TrainingSettings
+from lalm_judge.training.settings import (
+    GRPO,
+    LORA,
+    GRPOSettings,
+    Hyperparameters,
+    StageSettings,
+    TrainingError,
+    TrainingSettings,
+)
+from lalm_judge.training.validation import CutoffReport, ValidationCallback, apply_cutoff, split_validation
 
 STAGE_FILE = "stage.json"
 REPORT_FILE = "training_report.json"
@@ -72,6 +82,11 @@ class StageLog:
     runtime_s: float
     reused: bool = False
     versions: dict[str, str] = field(default_factory=dict)
+    # The held-out validation split and its evaluations during training: [{step, loss, verdict_accuracy}].
+    n_validation: int = 0
+    evaluations: list[dict[str, float]] = field(default_factory=list)
+    # What cutoff_len did: records left out (prompt too long) and answers cut.
+    cutoff: dict[str, Any] = field(default_factory=dict)
 
     @property
     def first_loss(self) -> float:
@@ -105,35 +120,61 @@ def compute_dtypes(precision: str, device: str) -> tuple[torch.dtype, torch.dtyp
     return torch.bfloat16, torch.float32, True  # bf16: the study's mixed precision
 
 
-def sft_config(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool) -> Any:
+def trainer_arguments(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool) -> dict[str, Any]:
+    """The arguments of every method's trainer config (transformers TrainingArguments)."""
+    return {
+        "output_dir": str(trainer_dir),
+        "per_device_train_batch_size": hyper.per_device_batch_size,
+        "gradient_accumulation_steps": hyper.gradient_accumulation_steps,
+        "learning_rate": hyper.learning_rate,
+        "num_train_epochs": hyper.epochs,
+        "max_steps": hyper.max_steps if hyper.max_steps is not None else -1,
+        "lr_scheduler_type": hyper.lr_scheduler,
+        # transformers 5 reads a float below 1 as a share of the steps (there is no warmup_ratio any more).
+        "warmup_steps": hyper.warmup_ratio,
+        "weight_decay": hyper.weight_decay,
+        "logging_steps": hyper.logging_steps,
+        "save_strategy": "steps" if hyper.save_steps else "no",
+        "save_steps": hyper.save_steps or 500,
+        "seed": hyper.seed,
+        "data_seed": hyper.seed,
+        "bf16": bf16,
+        "use_cpu": device == "cpu",
+        "deepspeed": hyper.deepspeed,
+        "report_to": "none",
+        # The rows are read back by the collator (SFT) or the trainer's prompt rendering (GRPO), whole.
+        "remove_unused_columns": False,
+        "dataloader_num_workers": 0,
+    }
+
+
+def sft_config(hyper: Hyperparameters, trainer_dir: Path, device: str, bf16: bool, validate: bool = False) -> Any:
     from trl import SFTConfig
 
     return SFTConfig(
-        output_dir=str(trainer_dir),
-        per_device_train_batch_size=hyper.per_device_batch_size,
-        gradient_accumulation_steps=hyper.gradient_accumulation_steps,
-        learning_rate=hyper.learning_rate,
-        num_train_epochs=hyper.epochs,
-        max_steps=hyper.max_steps if hyper.max_steps is not None else -1,
-        lr_scheduler_type=hyper.lr_scheduler,
-        # transformers 5 reads a float below 1 as a share of the steps (there is no warmup_ratio any more).
-        warmup_steps=hyper.warmup_ratio,
-        weight_decay=hyper.weight_decay,
-        logging_steps=hyper.logging_steps,
-        save_strategy="steps" if hyper.save_steps else "no",
-        save_steps=hyper.save_steps or 500,
-        seed=hyper.seed,
-        data_seed=hyper.seed,
-        bf16=bf16,
-        use_cpu=device == "cpu",
+        **trainer_arguments(hyper, trainer_dir, device, bf16),
+        eval_strategy="steps" if validate else "no",
+        eval_steps=hyper.eval_steps,
+        per_device_eval_batch_size=hyper.per_device_eval_batch_size,
         activation_checkpointing=hyper.gradient_checkpointing,
-        deepspeed=hyper.deepspeed,
-        report_to="none",
-        # The collator reads the raw rows (user text, output, audio paths) and builds every model input itself.
-        remove_unused_columns=False,
+        # The collator builds every model input itself.
         dataset_kwargs={"skip_prepare_dataset": True},
         max_length=None,
-        dataloader_num_workers=0,
+    )
+
+
+def grpo_config(hyper: Hyperparameters, grpo: GRPOSettings, trainer_dir: Path, device: str, bf16: bool) -> Any:
+    from trl import GRPOConfig
+
+    return GRPOConfig(
+        **trainer_arguments(hyper, trainer_dir, device, bf16),
+        activation_checkpointing=hyper.gradient_checkpointing,
+        num_generations=grpo.num_generations,
+        max_completion_length=grpo.max_completion_length,
+        temperature=grpo.temperature,
+        beta=grpo.beta,
+        num_iterations=1,
+        reward_weights=[grpo.reward_weights["accuracy"], grpo.reward_weights["format"]],
     )
 
 
@@ -165,6 +206,7 @@ class FitResult:
     step_seconds: list[float]
     runtime_s: float
     trainer: Any
+    evaluations: list[dict[str, float]] = field(default_factory=list)
 
 
 def fit_stage(
@@ -176,11 +218,11 @@ def fit_stage(
     *,
     device: str,
     resume: bool = False,
+    validation: Sequence[TrainingRecord] = (),
+    collator: PairwiseSFTCollator | None = None,
 ) -> FitResult:
-    """Train `backbone` on `records` with the stage's hyperparameters; return the trained model (LoRA merged)."""
-    from datasets import Dataset
-    from trl import SFTTrainer
-
+    """Train `backbone` on `records` with the stage's hyperparameters and the run's method (SFT or GRPO),
+    evaluating `validation` every eval_steps and at the end; return the trained model (LoRA merged)."""
     hyper = stage.hyperparameters
     _, trained_dtype, autocast = compute_dtypes(hyper.precision, device)
     if trained_dtype != backbone.model.dtype:
@@ -189,29 +231,98 @@ def fit_stage(
             if parameter.requires_grad:
                 parameter.data = parameter.data.to(trained_dtype)
     peft_config = lora_config(settings.lora, backbone) if settings.finetuning == LORA else None
+    collator = collator or stage_collator(backbone, settings, hyper)
+    grpo = settings.method == GRPO
     timer = _StepTimer.make()
-    trainer = SFTTrainer(
-        model=backbone.model,
-        args=sft_config(hyper, Path(trainer_dir), device, autocast),
-        train_dataset=Dataset.from_list([record.as_row() for record in records]),
-        data_collator=PairwiseSFTCollator(backbone.processor, settings.system_prompt, settings.max_response_s),
-        processing_class=backbone.processor,
-        peft_config=peft_config,
-        callbacks=[timer],
+    callbacks = [timer]
+    if validation:
+        steps = hyper.eval_steps if grpo else None
+        callbacks.append(ValidationCallback.make(collator, validation, hyper.per_device_eval_batch_size, steps))
+    build = _grpo_trainer if grpo else _sft_trainer
+    trainer = build(
+        backbone, records, validation, settings, hyper, Path(trainer_dir), device, autocast, collator, peft_config
     )
+    for callback in callbacks:
+        trainer.add_callback(callback)
     started = time.perf_counter()
     checkpoints = sorted(Path(trainer_dir).glob("checkpoint-*")) if resume else []
     trainer.train(resume_from_checkpoint=str(checkpoints[-1]) if checkpoints else None)
+    evaluations = callbacks[1].evaluations if validation else []
+    if validation and (not evaluations or evaluations[-1]["step"] != trainer.state.global_step):
+        if grpo:
+            callbacks[1].evaluate(trainer.model, int(trainer.state.global_step), None)
+        else:
+            trainer.evaluate()  # the stage's final model is always evaluated
     runtime = time.perf_counter() - started
     model = trainer.accelerator.unwrap_model(trainer.model)
     if peft_config is not None:
         model = model.merge_and_unload()
-    losses = [
-        {"step": int(entry["step"]), "loss": float(entry["loss"]), "learning_rate": float(entry["learning_rate"])}
-        for entry in trainer.state.log_history
-        if "loss" in entry
-    ]
-    return FitResult(model=model, losses=losses, step_seconds=timer.seconds, runtime_s=runtime, trainer=trainer)
+    return FitResult(
+        model=model,
+        losses=logged_losses(trainer.state.log_history),
+        step_seconds=timer.seconds,
+        runtime_s=runtime,
+        trainer=trainer,
+        evaluations=evaluations,
+    )
+
+
+def logged_losses(log_history: Sequence[Mapping[str, Any]]) -> list[dict[str, float]]:
+    """Every logged training loss with its step and learning rate (and, for GRPO, the mean reward)."""
+    losses = []
+    for entry in log_history:
+        if "loss" not in entry:
+            continue
+        logged = {
+            "step": int(entry["step"]),
+            "loss": float(entry["loss"]),
+            "learning_rate": float(entry["learning_rate"]),
+        }
+        losses.append({**logged, **({"reward": float(entry["reward"])} if "reward" in entry else {})})
+    return losses
+
+
+def _sft_trainer(backbone, records, validation, settings, hyper, trainer_dir, device, autocast, collator, peft) -> Any:
+    from datasets import Dataset
+    from trl import SFTTrainer
+
+    return SFTTrainer(
+        model=backbone.model,
+        args=sft_config(hyper, trainer_dir, device, autocast, validate=bool(validation)),
+        train_dataset=Dataset.from_list([record.as_row() for record in records]),
+        eval_dataset=Dataset.from_list([record.as_row() for record in validation]) if validation else None,
+        data_collator=collator,
+        processing_class=backbone.processor,
+        peft_config=peft,
+    )
+
+
+def _grpo_trainer(backbone, records, validation, settings, hyper, trainer_dir, device, autocast, collator, peft) -> Any:
+    from datasets import Dataset
+
+    return make_trainer_class()(
+        model=backbone.model,
+        reward_funcs=list(REWARD_FUNCTIONS),
+        args=grpo_config(hyper, settings.grpo, trainer_dir, device, autocast),
+        train_dataset=Dataset.from_list(grpo_rows(records)),
+        processing_class=backbone.processor,
+        peft_config=peft,
+        collator=collator,
+    )
+
+
+def stage_collator(backbone: Backbone, settings: TrainingSettings, hyper: Hyperparameters) -> PairwiseSFTCollator:
+    return PairwiseSFTCollator(backbone.processor, settings.system_prompt, settings.max_response_s, hyper.cutoff_len)
+
+
+def prepare_records(
+    records: Sequence[TrainingRecord], collator: PairwiseSFTCollator, hyper: Hyperparameters
+) -> tuple[list[TrainingRecord], list[TrainingRecord], CutoffReport]:
+    """(training, validation) records of a stage: those whose prompt fits under cutoff_len, split by response pair."""
+    lengths = [collator.prompt_length(r.as_row()) for r in records] if hyper.cutoff_len else [0] * len(records)
+    kept, cutoff = apply_cutoff(records, lengths, hyper.cutoff_len)
+    train, validation = split_validation(kept, hyper.val_size, hyper.seed)
+    return train, validation, cutoff
 
 
 def save_checkpoint(model: Any, processor: Any, target: Path, dtype: torch.dtype, stage_log: dict[str, Any]) -> None:
@@ -261,7 +372,7 @@ def run_training(
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
     device = resolve_device(settings.device)
-    output_dir = Path(settings.output_dir)
+    output_dir = Path(settings.output_dir) / GRPO if settings.method == GRPO else Path(settings.output_dir)
     used = sorted({name for stage in settings.stages for name in stage.mix})
     datasets = {name: read_dataset(settings.datasets[name]) for name in used}
     init_from, init_fingerprint = settings.backbone, settings.revision
@@ -306,8 +417,18 @@ def _train_stage(
     frozen = freeze_encoders(backbone) if settings.freeze_encoders else []
     trainable = trainable_summary(backbone.model)
     cut = audio_cut(records, response_limit_s(backbone.processor, settings.max_response_s))
+    collator = stage_collator(backbone, settings, stage.hyperparameters)
+    records, validation, cutoff = prepare_records(records, collator, stage.hyperparameters)
     result = fit_stage(
-        backbone, records, stage, settings, checkpoint.parent / TRAINER_DIR / stage.name, device=device, resume=resume
+        backbone,
+        records,
+        stage,
+        settings,
+        checkpoint.parent / TRAINER_DIR / stage.name,
+        device=device,
+        resume=resume,
+        validation=validation,
+        collator=collator,
     )
     if not result.losses:
         raise TrainingError(
@@ -328,6 +449,9 @@ def _train_stage(
         seconds_per_step=sum(result.step_seconds) / max(1, len(result.step_seconds)),
         runtime_s=result.runtime_s,
         versions=package_versions(),
+        n_validation=len(validation),
+        evaluations=result.evaluations,
+        cutoff={**asdict(cutoff), "n_answers_cut": len(collator.answers_cut)},
     )
     if result.trainer.is_world_process_zero():
         save_checkpoint(result.model, backbone.processor, checkpoint, load_dtype, asdict(log))

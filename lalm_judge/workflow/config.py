@@ -28,6 +28,7 @@ from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, CLEAN, Condition, Tran
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
+from lalm_judge.judging.backends.decoding import decoding_problems
 from lalm_judge.workflow.context_length import max_model_len_problems
 from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
@@ -43,8 +44,10 @@ SAFETY = "safety"
 PAIRWISE = "pairwise"
 # The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
 PREFERENCE = "preference"
-# Backends whose answers are safety scores only (no pairwise verdicts).
-SAFETY_ONLY_BACKENDS = ("embedding",)
+# Backends that judge a pair from its texts only (the embedding baseline's relevance verdict, the likelihood judge).
+TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding", "likelihood")
+# Backends that give pairwise verdicts only (no safety score).
+PAIRWISE_ONLY_BACKENDS = ("likelihood",)
 
 
 def _with_defaults(validator_class):
@@ -268,6 +271,15 @@ def _check_preference(config: dict[str, Any]) -> None:
         )
     if "emotion" in styles and not set(styles["emotion"]) - {"neutral"}:
         raise ConfigError("preference.acoustic.styles.emotion needs an emotion besides neutral to ask for")
+    mixed = styles.get("gender_emotion", {})
+    badly_named = sorted(s for s in mixed if s.partition("_")[0] not in ("male", "female") or not s.partition("_")[2])
+    if badly_named:
+        raise ConfigError(
+            f"preference.acoustic.styles.gender_emotion: styles {badly_named} must be named <male|female>_<emotion> "
+            "(e.g. female_happy, male_sad)"
+        )
+    if mixed and all(s.endswith("_neutral") for s in mixed):
+        raise ConfigError("preference.acoustic.styles.gender_emotion needs a style with an emotion besides neutral")
 
 
 # Keys under which a secret might be written into a config (compared lowercased, '-' as '_'); `*_env` keys name
@@ -375,11 +387,13 @@ def _check_pairwise(config: dict[str, Any]) -> None:
     wanted = set(pairwise["modalities"])
     for name in pairwise["judges"]:
         entry = judges[name]
-        if entry["backend"] in SAFETY_ONLY_BACKENDS:
-            raise ConfigError(
-                f"pairwise.judges: judge {name!r} (backend {entry['backend']!r}) gives no pairwise verdicts"
-            )
         usable = set(entry["modalities"]) & wanted
+        if entry["backend"] in TEXT_ONLY_PAIRWISE_BACKENDS and usable - {"text"}:
+            raise ConfigError(
+                f"judges.{name}: the {entry['backend']} baseline judges pairs from their texts only, but would get "
+                f"the pairwise modalities {sorted(usable - {'text'})}; give it modalities [text] (a cascade with "
+                "an 'asr:<model>' source)"
+            )
         if not usable:
             raise ConfigError(
                 f"judges.{name}.modalities: {sorted(entry['modalities'])} shares no modality with "
@@ -391,8 +405,31 @@ def _check_pairwise(config: dict[str, Any]) -> None:
                 "(e.g. 'asr:<asr model>' for the cascade)"
             )
     problems = [problem for name in pairwise["judges"] for problem in judge_problems(name, judges[name])]
+    problems += _pairwise_gt_problems(config)
     if problems:
         raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
+
+
+def _pairwise_gt_problems(config: Mapping[str, Any]) -> list[str]:
+    """The `gt` transcript source reads the texts the responses were spoken from, which only the project's own
+    items have: SageLM records bring audio only."""
+    pairwise = config["pairwise"]
+    if pairwise["items"]["format"] != "sagelm" or "gt" not in pairwise["transcript_sources"]:
+        return []
+    text_modalities = [m for m in pairwise["modalities"] if m != AUDIO]
+    cells = [
+        f"{name}/{modality}-gt"
+        for name in pairwise["judges"]
+        for modality in text_modalities
+        if modality in config["judges"][name]["modalities"]
+    ]
+    if not cells:
+        return []
+    return [
+        f"pairwise.transcript_sources: 'gt' reads the texts the responses were spoken from, but SageLM records "
+        f"(pairwise.items.format: sagelm) have only their audio, so the cells {', '.join(cells)} cannot be served; "
+        "judge them from an 'asr:<model>' source (the cascade) or remove 'gt'"
+    ]
 
 
 def _check_safety(config: dict[str, Any]) -> list[str]:
@@ -412,6 +449,11 @@ def _check_safety(config: dict[str, Any]) -> list[str]:
         _check_asr_source(key, source, config)
     for name in evaluation["judges"]:
         entry = judges[name]
+        if entry["backend"] in PAIRWISE_ONLY_BACKENDS:
+            raise ConfigError(
+                f"evaluation.judges: judge {name!r} (backend {entry['backend']!r}) compares two responses and gives "
+                "no safety score; use it in pairwise.judges"
+            )
         supported, wanted = set(entry["modalities"]), set(evaluation["modalities"])
         if not supported & wanted:
             raise ConfigError(
@@ -441,7 +483,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     backend, capabilities = entry["backend"], entry["capabilities"]
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
-    problems = []
+    problems = decoding_problems(backend, entry.get("generation", {}), name)
     if capabilities["prompt_format"] != "chat" and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "

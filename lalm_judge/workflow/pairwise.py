@@ -46,6 +46,10 @@ class PairwisePlan:
         models = [cell.transcript_source.asr_model for cell in self.cells() if cell.transcript_source.is_asr]
         return list(dict.fromkeys(m for m in models if m is not None))
 
+    def speaks_items(self) -> bool:
+        """Whether the item stage speaks the items (the project's JSONL items) and so writes their audio."""
+        return self.settings["items"]["format"] != "sagelm"
+
     def item_sources(self) -> list[str]:
         """The files the item stage reads: SageLM record files, or the project items file."""
         items = self.settings["items"]

@@ -21,11 +21,11 @@ def test_import_reports_missing_audio_and_export_round_trips(tmp_path):
         sf.write(audio_root / path, np.zeros(4000, dtype=np.float32), 16000)
     result = lalm_judge(
         "pairwise", "import", "--format", "sagelm", str(FIXTURES / "test_semantic.json"),
-        "--audio-root", str(audio_root), "--out", str(tmp_path / "items"),
+        "--audio-root", str(audio_root), "--out", str(tmp_path / "items"), "--missing-audio", "keep",
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     warning = "warning: 1 of 2 items (4 rows) have missing or unreadable audio; first ids: ultrachat_2002_1_"
-    assert warning in result.stderr
+    assert warning in result.stderr and result.stderr.count("have missing or unreadable audio") == 1
     summary = json.loads((tmp_path / "items" / "items_summary.json").read_text())
     assert summary["n_missing_audio_items"] == 1 and summary["n_items_judged"] == 2
     items = pl.read_parquet(tmp_path / "items" / "items.parquet")
@@ -40,9 +40,16 @@ def test_import_reports_missing_audio_and_export_round_trips(tmp_path):
 
     result = lalm_judge(
         "pairwise", "import", "--format", "sagelm", str(FIXTURES / "test_semantic.json"),
-        "--audio-root", str(audio_root), "--out", str(tmp_path / "refused"), "--missing-audio", "fail",
+        "--audio-root", str(audio_root), "--out", str(tmp_path / "refused"),
     )  # fmt: skip
+    # The default is the workflow's: refuse, naming the flag that changes it.
     assert result.returncode == 2 and "have missing or unreadable audio" in result.stderr
+    assert "--missing-audio exclude" in result.stderr and not (tmp_path / "refused").exists()
+    result = lalm_judge(
+        "pairwise", "import", "--format", "sagelm", str(FIXTURES / "test_semantic.json"),
+        "--audio-root", str(tmp_path / "nowhere"), "--out", str(tmp_path / "none"), "--missing-audio", "exclude",
+    )  # fmt: skip
+    assert result.returncode == 2 and "excluding them leaves no item to judge" in result.stderr
 
 
 def test_metrics_of_a_predictions_file(tmp_path):

@@ -94,6 +94,9 @@ class SamplingParams:
     """vLLM 0.32's fields that the backend uses (a msgspec Struct there: its fields are `__struct_fields__`)."""
 
     temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0 (or -1): every token
+    seed: int | None = None  # per request
     max_tokens: int | None = 16
     logprobs: int | None = None
     stop_token_ids: list[int] | None = None
@@ -108,6 +111,9 @@ class SamplingParams016:
     """vLLM 0.16 (the MERaLiON environment): no logprob_token_ids."""
 
     temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
     max_tokens: int | None = 16
     logprobs: int | None = None
     stop_token_ids: list[int] | None = None
@@ -186,7 +192,8 @@ def stand_in(monkeypatch, sampling_params_class=SamplingParams) -> Recorder:
         if first is not None:
             later = {FILLER_TOKEN: Logprob(-0.05, 1)}
             logprobs = [first] + [later] * (len(token_ids) - 1)
-        completion = CompletionOutput(0, f"SAFETY_SCORE: 0.{i}", token_ids, -1.0, logprobs)
+        text = f"SAFETY_SCORE: 0.{i}" if params.seed is None else f"sample of prompt {i} with seed {params.seed}"
+        completion = CompletionOutput(0, text, token_ids, -1.0, logprobs)
         return RequestOutput(str(i), None, ids, None, [completion])
 
     module = types.ModuleType("vllm")
@@ -506,3 +513,38 @@ def test_minicpmo_prompt_places_its_audio_placeholder_with_thinking_off(vllm_sta
     vocab = vllm_stand_in.tokenizer.get_vocab()
     stops = [p.stop_token_ids for p in vllm_stand_in.generate_calls[-1][1]]
     assert stops == [[vocab["<|im_end|>"], vocab["<|endoftext|>"]]] * 3
+
+
+# --- decoding --------------------------------------------------------------------------------------------------
+def test_sampling_submits_every_request_once_per_seed_with_sagelm_s_settings(vllm_stand_in, qwen2audio_dir):
+    """SageLM's vllm_infer.py: SamplingParams(temperature=0.95, top_p=0.7, top_k=50, seed=<42, 123 or 1234>)."""
+    spec = JudgeSpec(
+        name="sagelm",
+        backend="vllm",
+        model=str(qwen2audio_dir),
+        modalities=("text", "audio"),
+        generation={"max_new_tokens": 1024, "temperature": 0.95, "top_p": 0.7, "top_k": 50, "seeds": [42, 123, 1234]},
+    )
+    backend = backend_for(spec)
+    requests = requests_with_audio()[:1] + requests_with_audio()[2:]
+    outputs = backend.generate(requests)
+    ((prompts, sampling, _),) = vllm_stand_in.generate_calls
+    assert len(prompts) == 2 * 3, "each request once per seed, in one submission"
+    assert [(p.temperature, p.top_p, p.top_k, p.max_tokens) for p in sampling] == [(0.95, 0.7, 50, 1024)] * 6
+    assert [p.seed for p in sampling] == [42, 42, 123, 123, 1234, 1234]
+    assert prompts[0] == prompts[2] == prompts[4] and prompts[1] == prompts[3] == prompts[5]
+    for index, output in enumerate(outputs):
+        samples = output.extra["samples"]
+        assert [s["seed"] for s in samples] == [42, 123, 1234]
+        assert [s["text"] for s in samples] == [
+            f"sample of prompt {index + 2 * k} with seed {seed}" for k, seed in enumerate((42, 123, 1234))
+        ]
+        assert output.text == samples[0]["text"]
+
+
+def test_greedy_decoding_sends_temperature_zero_without_sampling_filters(vllm_stand_in, qwen2audio_dir):
+    spec = JudgeSpec(name="g", backend="vllm", model=str(qwen2audio_dir), generation={"max_new_tokens": 8})
+    outputs = backend_for(spec).generate([requests_with_audio()[2]])
+    ((_, (params,), _),) = vllm_stand_in.generate_calls
+    assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.0, 1.0, 0, None)
+    assert "samples" not in outputs[0].extra

@@ -4,8 +4,11 @@ item stage with its missing-audio policy."""
 import json
 from pathlib import Path
 
+import numpy as np
 import polars as pl
 import pytest
+import soundfile as sf
+import yaml
 
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.pairwise.build import build_items, first_items
@@ -16,12 +19,15 @@ DEMO_ITEMS = ROOT / "data" / "pairwise_demo" / "items.jsonl"
 VOICES = {"joe": {"engine": "piper", "voice": "joe"}, "f3": {"engine": "espeak", "voice": "en-us+f3"}}
 
 
-def test_demo_items_are_valid_and_use_both_voices():
+def test_demo_items_are_valid_and_use_the_demo_voices():
     items = read_jsonl_items(DEMO_ITEMS)
-    assert len(items) >= 5
-    assert {r.voice for item in items for r in item.responses} == set(VOICES)
+    assert len(items) == 40
+    demo_voices = yaml.safe_load((ROOT / "configs" / "pairwise_demo.yaml").read_text())["pairwise"]["items"]["voices"]
+    assert {r.voice for item in items for r in item.responses} == set(demo_voices)
     aspects = {aspect for item in items for aspect in item.aspects}
     assert {"gender", "truthfulness", "honesty", "helpfulness", "instruction_following"} <= aspects
+    assert {"emotion", "implicit_emotion", "gender_emotion"} <= aspects
+    assert {item.task_format for item in items} == {None, "explicit_tts", "explicit_dialogue", "implicit"}
     assert {label for item in items for _, label, _ in item.aspects.values()} == {"1", "2", "Tie"}
 
 
@@ -82,28 +88,37 @@ def test_items_are_spoken_with_piper_and_espeak(tmp_path):
 
 
 def test_unknown_voices_are_rejected(tmp_path):
-    with pytest.raises(ItemError, match=r"voices \['f3'\] that pairwise.items.voices does not define"):
+    with pytest.raises(ItemError, match=r"voices \['f3', 'f3_happy', 'happy', 'm3', 'sad'\] that pairwise.items"):
         synthesize_items(DEMO_ITEMS, {"joe": VOICES["joe"]}, tmp_path, 16000, progress=False)
 
 
 def test_item_stage_from_sagelm_records_excludes_missing_audio_on_record(tmp_path):
     fixtures = ROOT / "tests" / "fixtures" / "sagelm"
+    semantic = json.loads((fixtures / "test_semantic.json").read_text())
+    root = tmp_path / "data"
+    for relative in semantic[0]["audios"]:  # the first pair's audio only
+        (root / relative).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(root / relative, np.zeros(4000, dtype=np.float32), 16000)
     settings = {
         "format": "sagelm",
         "files": [str(fixtures / "test_semantic.json")],
-        "audio_root": str(tmp_path / "nowhere"),
+        "audio_root": str(root),
         "missing_audio": "exclude",
-        "max_items": 1,
+        "max_items": None,
     }
     out, summary = tmp_path / "items.parquet", tmp_path / "summary.json"
-    kept = build_items(settings, out, summary, tmp_path / "audio", progress=False)
-    assert kept.height == 0
+    kept = build_items(settings, out, summary, None, progress=False)
+    assert kept.height == 4 and kept["audio_ok"].all()
     written = json.loads(summary.read_text())
-    assert written["n_missing_audio_items"] == 1 and written["n_items_judged"] == 0
+    assert written["n_missing_audio_items"] == 1 and written["n_items_judged"] == 1
     assert written["format"] == "sagelm" and len(written["first_missing_items"]) == 1
-    assert pl.read_parquet(out)["config_hash"].n_unique() <= 1
-    with pytest.raises(ItemError, match="have missing or unreadable audio"):
-        build_items({**settings, "missing_audio": "fail"}, out, summary, tmp_path / "audio", progress=False)
+    assert pl.read_parquet(out)["config_hash"].n_unique() == 1
+    with pytest.raises(ItemError, match=r"have missing or unreadable audio.*pairwise\.items\.missing_audio"):
+        build_items({**settings, "missing_audio": "fail"}, out, summary, None, progress=False)
+    # Excluding every item is an error, not an empty run.
+    nowhere = {**settings, "audio_root": str(tmp_path / "nowhere")}
+    with pytest.raises(ItemError, match="excluding them leaves no item to judge"):
+        build_items(nowhere, out, summary, None, progress=False)
 
 
 def test_first_items_keeps_whole_items_in_order():

@@ -188,7 +188,7 @@ def test_cells_and_items_are_checked(items, audio_judge, text_judge):
     spec, backend = audio_judge
     with pytest.raises(ValueError, match="does not support modality 'text'"):
         pairwise_cell(spec, "text", "gt", "sagelm")
-    with pytest.raises(ValueError, match="gives no pairwise verdicts"):
+    with pytest.raises(ValueError, match="backend .embedding. judges pairs from their texts only"):
         pairwise_cell(JudgeSpec("e", "embedding", "m", modalities=("audio",)), "audio", "none", "sagelm")
     with pytest.raises(ValueError, match="has no transcript source"):
         pairwise_cell(spec, "audio", "gt", "sagelm")

@@ -48,7 +48,7 @@ def values(record):
 
 def test_hand_computed_metrics_per_aspect_and_overall():
     document = compute_pairwise_metrics(predictions(), SETTINGS)
-    assert set(document) == {"aspects", "overall", "by_duration", "settings"}
+    assert set(document) == {"aspects", "overall", "splits", "by_duration", "settings"}
     helpfulness = values(document["aspects"]["helpfulness"])
     assert helpfulness == pytest.approx(
         {
@@ -199,9 +199,78 @@ def test_long_rows_and_paired_comparison_of_cells_on_the_same_items():
     keys = {"judge": "j", "modality": "audio", "transcript_source": "none", "prompt": "sagelm"}
     rows = pl.DataFrame(metrics_rows(b, keys))
     assert set(rows["mode"]) == {"audio_native"}
-    assert set(rows["scope"]) == {"aspect", "overall", "duration"}
+    assert set(rows["scope"]) == {"aspect", "overall", "duration", "dimension"}  # helpfulness, truthfulness: semantic
     overall = rows.filter((pl.col("group") == "all") & (pl.col("metric") == "agreement"))
     assert overall["value"].item() == pytest.approx(0.5)
     assert rows.filter(pl.col("group") == "aspect_mean").height == 2
     other_items = estimate_cell(validate_predictions(predictions().filter(pl.col("item_id") != "c")), SETTINGS)
     assert compare_cells(a, other_items, "accuracy") is None
+
+
+# SageLM-layout rows: item, aspect, task format, label, forward answer (style follows from the aspect)
+SPLIT_ROWS = [
+    ("s1", "helpfulness", None, "1", "1"),  # right
+    ("s1", "truthfulness", None, "2", "Tie"),  # agreement 0.5
+    ("s2", "helpfulness", None, "Tie", "2"),  # agreement 0.5
+    ("g1", "gender", "explicit_tts", "1", "1"),  # right
+    ("g2", "gender", "explicit_dialogue", "2", "1"),  # opposite: 0
+    ("e1", "emotion", "explicit_tts", "2", "2"),  # right
+    ("e2", "emotion", "explicit_dialogue", "1", "Tie"),  # 0.5
+    ("i1", "implicit_emotion", "implicit", "1", "1"),  # right
+    ("i2", "implicit_emotion", "implicit", "2", "nothing readable"),  # unreadable: 0
+    ("c1", "character", "explicit_dialogue", "Tie", "Tie"),  # right
+    ("m1", "gender_emotion", "explicit_tts", "1", "2"),  # opposite: 0
+]
+
+
+def split_predictions() -> pl.DataFrame:
+    frame = pl.DataFrame(SPLIT_ROWS, schema=["item_id", "aspect", "task_format", "label", "prediction"], orient="row")
+    styles = {"gender": "gender", "emotion": "emotion", "implicit_emotion": "emotion", "character": "character"}
+    return frame.with_columns(
+        style=pl.col("aspect").replace_strict({**styles, "gender_emotion": "mixed"}, default=None)
+    )
+
+
+def test_sagelm_splits_by_dimension_task_format_and_style_against_a_hand_count():
+    document = compute_pairwise_metrics(split_predictions(), SETTINGS)
+    splits = document["splits"]
+    accuracy = {scope: {g: r["accuracy"]["value"] for g, r in groups.items()} for scope, groups in splits.items()}
+    agreement = {scope: {g: r["agreement"]["value"] for g, r in groups.items()} for scope, groups in splits.items()}
+    assert accuracy["dimension"] == pytest.approx({"semantic": 1 / 3, "acoustic": 4 / 8})
+    assert agreement["dimension"] == pytest.approx({"semantic": 2 / 3, "acoustic": 4.5 / 8})
+    # by task format: TTS g1 e1 m1, dialogue g2 e2 c1, implicit i1 i2
+    assert accuracy["task_format"] == pytest.approx(
+        {"explicit_tts": 2 / 3, "explicit_dialogue": 1 / 3, "implicit": 0.5}
+    )
+    assert agreement["task_format"] == pytest.approx(
+        {"explicit_tts": 2 / 3, "explicit_dialogue": 1.5 / 3, "implicit": 0.5}
+    )
+    # by style: implicit emotion is an emotion style; gender_emotion is the mixed control
+    assert accuracy["style"] == pytest.approx({"emotion": 2 / 4, "gender": 0.5, "character": 1.0, "mixed": 0.0})
+    assert splits["style"]["emotion"]["n"] == 4 and splits["style"]["emotion"]["n_items"] == 4
+    assert accuracy["style_format"] == pytest.approx(
+        {
+            "emotion/explicit_tts": 1.0,
+            "emotion/explicit_dialogue": 0.0,
+            "emotion/implicit": 0.5,
+            "gender/explicit_tts": 1.0,
+            "gender/explicit_dialogue": 0.0,
+            "character/explicit_dialogue": 1.0,
+            "mixed/explicit_tts": 0.0,
+        }
+    )
+    # SageLM averages its aspects: semantic (helpfulness 1/2, truthfulness 0), acoustic five aspects
+    semantic, acoustic = splits["dimension"]["semantic"], splits["dimension"]["acoustic"]
+    assert semantic["accuracy_aspect_mean"]["value"] == pytest.approx((0.5 + 0.0) / 2)
+    acoustic_aspects = {"gender": 0.5, "emotion": 0.5, "implicit_emotion": 0.5, "character": 1.0, "gender_emotion": 0}
+    assert acoustic["accuracy_aspect_mean"]["value"] == pytest.approx(sum(acoustic_aspects.values()) / 5)
+    for record in (semantic, acoustic):
+        interval = record["accuracy"]
+        assert interval["ci_low"] <= interval["value"] <= interval["ci_high"]
+    # The long rows carry the same groups, and a table without the columns still splits by aspect.
+    rows = metrics_rows(estimate_cell(validate_predictions(split_predictions()), SETTINGS), {})
+    found = {(r["scope"], r["group"]) for r in rows if r["metric"] == "accuracy"}
+    assert {("dimension", "acoustic"), ("dimension", "acoustic_aspect_mean"), ("task_format", "implicit")} <= found
+    bare = compute_pairwise_metrics(split_predictions().drop("task_format", "style"), SETTINGS)["splits"]
+    assert set(bare["task_format"]) == {"implicit"}
+    assert set(bare["style"]) == {"emotion", "gender", "character", "mixed"}

@@ -112,7 +112,8 @@ def test_the_sagelm_prompt_asks_what_the_records_ask():
     """prompts/pairwise/sagelm.yaml with the records' <audio> placeholders in its slots is the record text."""
     prompt = load_pairwise_prompt("sagelm")
     for record in records(FILES[0]) + records(FILES[1]):
-        aspect_text, query, _ = parse_instruction(record["instruction"])
+        parsed = parse_instruction(record["instruction"])
+        aspect_text, query = parsed.aspect_text, parsed.query
         _, user = prompt.render(
             "text", aspect=aspect_text, aspect_text=aspect_text, query=query, transcripts=("<audio>",) * 2
         )
@@ -143,4 +144,63 @@ def test_duplicate_aspects_of_an_item_are_rejected(tmp_path):
     path = tmp_path / "dup.json"
     path.write_text(json.dumps([source[0], source[0]]))
     with pytest.raises(ItemError, match="aspect 'helpfulness' twice"):
+        import_sagelm([path], tmp_path)
+
+
+def test_acoustic_rows_carry_style_and_the_task_format_of_sagelm_s_evaluation_script(audio_root):
+    """SageLM's eval_stage2_acoustic_with_args.py: implicit emotion by its folder; otherwise equal response ids in
+    `<source>-<instruction>-<response>-audioN.wav` are explicit TTS, different ones explicit dialogue."""
+    items, _ = import_sagelm(FILES[1:2], audio_root)
+    assert items.select("aspect", "style", "task_format").rows() == [
+        ("gender", "gender", "explicit_tts"),
+        ("gender", "gender", "explicit_dialogue"),
+        ("character", "character", "explicit_dialogue"),
+        ("emotion", "emotion", "explicit_tts"),
+        ("implicit_emotion", "emotion", "implicit"),
+        ("gender_emotion", "mixed", "explicit_dialogue"),
+    ]
+    semantic, _ = import_sagelm(FILES[:1], audio_root)
+    assert semantic["style"].null_count() == semantic["task_format"].null_count() == semantic.height
+
+
+def test_the_readme_layout_is_read_and_exported_as_it_was(audio_root, tmp_path):
+    """SageLM's README writes its template with a blank line before '### Instruction:'; its records have none."""
+    source = records(FILES[0])[:4]
+    for record in source:
+        record["instruction"] = record["instruction"].replace("1, 2 or Tie.\n###", "1, 2 or Tie.\n\n###", 1)
+    path = tmp_path / "readme_layout.json"
+    path.write_text(json.dumps(source))
+    items, _ = import_sagelm([path], audio_root)
+    assert items["query"].to_list() == import_sagelm(FILES[:1], audio_root)[0]["query"].to_list()[:4]
+    export_sagelm(items, tmp_path / "out")
+    assert records(tmp_path / "out" / "readme_layout.json") == source
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (lambda i: i.replace("### Instruction:", "## Instruction:"), r"line 2 of the instruction differs .*'### Instr"),
+        (lambda i: i.replace("### Response 2:", "### Response B:"), r"line \d+ .*'### Response 2:', found '###"),
+        (lambda i: i.replace("Below are two", "Here are two"), r"line 1 of the instruction differs .*\*\*<aspect>\*\*"),
+        (lambda i: i.replace("**helpfulness**", "**creativity**"), r"aspect 'creativity', which is not one of SageLM"),
+        (lambda i: i.split("### Instruction:\n")[0] + "### Instruction:\n \n\n" + i.split("\n\n", 1)[1], "is empty"),
+    ],
+)
+def test_an_instruction_that_is_not_sagelm_s_names_the_line_that_differs(tmp_path, change, message):
+    source = records(FILES[0])
+    source[0]["instruction"] = change(source[0]["instruction"])
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(source))
+    with pytest.raises(ItemError, match=message) as error:
+        import_sagelm([path], tmp_path)
+    assert f"{path} record 0" in str(error.value)
+
+
+@pytest.mark.parametrize("outside", ["../../etc/passwd", "/etc/passwd", "Audio/../../secret.wav"])
+def test_audio_paths_stay_inside_the_audio_root(tmp_path, outside):
+    source = records(FILES[0])
+    source[2]["audios"][1] = outside
+    path = tmp_path / "escape.json"
+    path.write_text(json.dumps(source))
+    with pytest.raises(ItemError, match=rf"{path} record 2: audio path '{outside}' leaves the audio root"):
         import_sagelm([path], tmp_path)

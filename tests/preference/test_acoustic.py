@@ -85,3 +85,61 @@ def test_a_category_is_spoken_once_per_rendering(tmp_path):
     assert len(list((tmp_path / "acoustic" / "gender").glob("*.wav"))) == len(clips) <= 8
     again = acoustic_pairs(TEXTS, "gender", styles, tmp_path, tmp_path / "again.parquet", progress=False)
     assert again.drop("package_versions").equals(table.drop("package_versions"))  # seeded
+
+
+EMOTION_STYLES = {  # espeak-ng prosody: quick and high, slow and low, plain
+    "happy": {"engine": "espeak", "voice": "en-us+f3", "speed": 200, "pitch": 80},
+    "sad": {"engine": "espeak", "voice": "en-us+f3", "speed": 120, "pitch": 25},
+    "neutral": {"engine": "espeak", "voice": "en-us+f3"},
+}
+
+
+def test_mixed_pairs_control_gender_and_emotion_at_once(tmp_path):
+    """SageLM's mixed control (83 of its 410 acoustic test records): a gender and an emotion asked for together."""
+    styles = {
+        "female_happy": {"engine": "espeak", "voice": "en-us+f3", "speed": 200, "pitch": 80},
+        "male_happy": {"engine": "espeak", "voice": "en-us+m3", "speed": 200, "pitch": 80},
+        "female_sad": {"engine": "espeak", "voice": "en-us+f3", "speed": 120, "pitch": 25},
+        "male_neutral": {"engine": "espeak", "voice": "en-us+m3"},
+    }
+    table = acoustic_pairs(TEXTS, "gender_emotion", styles, tmp_path, tmp_path / "mixed.parquet", progress=False)
+    assert table.height == 4 and set(table["aspect"]) == {"gender_emotion"}
+    assert set(table["task_format"]) == {"explicit_tts", "explicit_dialogue"}  # no implicit mixed format
+    for row in table.iter_rows(named=True):
+        assert row["requested"] != "male_neutral"  # neutral styles are only distractors
+        gender, emotion = row["requested"].split("_")
+        assert f"{'a woman' if gender == 'female' else 'a man'}'s voice and a {emotion} tone" in row["query"]
+        styles_used = (row["style1"], row["style2"])
+        assert row["label"] == (
+            "Tie"
+            if (styles_used[0] == row["requested"]) == (styles_used[1] == row["requested"])
+            else str(styles_used.index(row["requested"]) + 1)
+        )
+        assert rationale_verdict(row["rationale"]) == row["label"]
+
+
+def test_clip_names_carry_the_task_format_and_the_implicit_subset_through_export_and_reimport(tmp_path):
+    """The exported records are named as SageLM names its audio, so importing them back (the pairwise track's SageLM
+    importer, SageLM's own evaluation rule) finds the implicit subset and the task formats the builder made."""
+    import polars as pl
+
+    from lalm_judge.core.tables import PAIRWISE_ITEMS, PREFERENCE_PAIRS
+    from lalm_judge.pairwise.sagelm import export_sagelm, import_sagelm
+    from lalm_judge.preference.stage import item_rows
+
+    table = acoustic_pairs(TEXTS, "emotion", EMOTION_STYLES, tmp_path, tmp_path / "emotion.parquet", progress=False)
+    assert sorted(set(table["task_format"])) == ["explicit_dialogue", "explicit_tts", "implicit_dialogue"]
+    implicit = table.filter(pl.col("task_format") == "implicit_dialogue")
+    assert all("/Implicit-Emotion/" in path for path in implicit["response1_audio"])
+    items = PAIRWISE_ITEMS.frame(item_rows(PREFERENCE_PAIRS.empty(), table, str(tmp_path)))
+    export_sagelm(items, tmp_path / "export")
+    back, _ = import_sagelm([tmp_path / "export" / "acoustic.json"], tmp_path)
+    built = table.group_by("aspect").len().sort("aspect").rows()
+    assert back.group_by("aspect").len().sort("aspect").rows() == built == [("emotion", 4), ("implicit_emotion", 2)]
+    formats = {
+        "explicit_tts": "explicit_tts",
+        "explicit_dialogue": "explicit_dialogue",
+        "implicit_dialogue": "implicit",
+    }
+    assert back["task_format"].to_list() == [formats[f] for f in table["task_format"]]
+    assert set(back["style"]) == {"emotion"}

@@ -2,6 +2,7 @@ import pytest
 
 from lalm_judge.pairwise.consistency import rationale_verdict
 from lalm_judge.preference.pairs import Candidate, aspect_labels, draw_pairs, label_of, template_rationale
+from lalm_judge.preference.rationales import RATING_WORDS
 
 
 @pytest.mark.parametrize(
@@ -39,7 +40,9 @@ def test_the_better_response_is_not_always_first():
 @pytest.mark.parametrize(("label", "ratings"), [("1", (5, 2)), ("2", (1, 4)), ("Tie", (3, 3)), ("Tie", (4, 5))])
 def test_template_rationales_argue_for_their_label(label, ratings):
     notes = ("It lacks detail and fails to answer.", "It is more helpful and better organised.")
-    rationale = template_rationale("instruction_following", label, ratings, notes)
+    rationale = template_rationale("instruction_following", label, notes)
     assert rationale_verdict(rationale) == label
+    # It argues from the responses (the notes describe them), never from the ratings the label came from.
+    assert not RATING_WORDS.search(rationale) and "out of" not in rationale
     assert "instruction following" in rationale
     assert notes[0].rstrip(".") in rationale and notes[1].rstrip(".") in rationale

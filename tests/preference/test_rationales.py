@@ -114,3 +114,18 @@ def test_the_prompt_states_the_verdict_to_support():
     assert "Aspect: helpfulness" in messages[1]["content"]
     assert interpret_answer('{"rationale": "Both responses are equally helpful."}', "Tie").status == "ok"
     assert interpret_answer('{"answer": "x"}', "1").status == "invalid_json"
+
+
+def test_rationales_argue_from_the_responses_never_from_the_ratings():
+    """The prompt shows the annotators' notes but not their ratings, and an answer that quotes ratings is refused."""
+    content = RationalePrompt.load().messages(notes("q", "1"))[1]["content"]
+    assert "out of 5" not in content and "rated" not in content
+    for quoting in (
+        "Response 1 is better: it was rated 4 against 2.",
+        "Response 1 earns 4 out of 5 for helpfulness.",
+        "Response 1 (4/5) beats Response 2 (2/5).",
+    ):
+        result = interpret_answer(json.dumps({"rationale": quoting}), "1")
+        assert result.status == "quotes_ratings" and "argue from the responses" in result.error
+    argued = "Response 1 is more helpful because it answers the question, while Response 2 changes the subject."
+    assert interpret_answer(json.dumps({"rationale": argued}), "1").status == "ok"

@@ -106,7 +106,8 @@ def test_the_export_writes_items_records_a_dataset_and_the_report(tmp_path):
     items = PAIRWISE_ITEMS.read(tmp_path / "export/items.parquet")
     assert items["aspect"].to_list() == ["helpfulness", "gender"] and items["audio_ok"].all()
     records = json.loads((tmp_path / "export/sagelm/acoustic.json").read_text())
-    aspect, query, _ = parse_instruction(records[0]["instruction"])
+    parsed = parse_instruction(records[0]["instruction"])
+    aspect, query = parsed.aspect_text, parsed.query
     assert (aspect, query) == ("gender instruction following", acoustic["query"])
     assert records[0]["output"] == "2\nResponse 2 follows it better." and records[0]["audios"][0].startswith("audio/")
     assert report["clips"] == {

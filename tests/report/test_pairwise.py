@@ -97,14 +97,26 @@ def test_report_sections_figure_and_weak_judges(stage):
         items_summary_path=stage / "items_summary.json",
         config=config,
         out_dir=stage / "r",
+        prediction_paths=[stage / "native.parquet", stage / "cascade.parquet"],
     )
     page = index.read_text()
+    # The findings, generated: the always-right cell is above chance (labels 1, 2, Tie, 1, 2, 1: half are 1).
+    findings = read_pairwise_stage(stage / "metrics").findings
+    assert findings.filter(pl.col("scope") == "overall")["judge"].to_list() == ["omni"]
+    assert findings.filter(pl.col("scope") == "overall")["chance"].item() == pytest.approx(0.5)
+    assert "omni (audio, none, sagelm prompt, audio native) is right on 100% of all its verdicts" in page
+    # SageLM's semantic table in percent, and the answers of every item in both orders.
+    assert "<h3>Semantic aspects</h3>" in page and "100.0 [100.0, 100.0]" in page
+    assert "<summary>cascade · text-asr:whisper · sagelm: " in page and page.count("<details>") == 2
     for heading in (
         "Agreement and accuracy per judge cell and aspect",
         "Swap consistency",
         "Agreement against duration",
         "Audio-native against cascade",
         "Verdict statuses and length policy",
+        "Findings",
+        "In SageLM&#x27;s layout: semantic and acoustic aspects apart",
+        "Answers per item",
     ):
         assert f"<h2>{heading}</h2>" in page
     assert "1 of 2 judges (cascade) are weak demo models" in page
@@ -121,6 +133,7 @@ def test_report_sections_figure_and_weak_judges(stage):
         items_summary_path=stage / "items_summary.json",
         config=config,
         out_dir=stage / "r",
+        prediction_paths=[stage / "native.parquet", stage / "cascade.parquet"],
     )
     assert again.read_text() == page  # depends only on its inputs
 

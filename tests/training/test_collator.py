@@ -36,7 +36,8 @@ def test_a_record_becomes_the_request_the_sagelm_prompt_gives_the_judge(processo
     collate = PairwiseSFTCollator(processor, SYSTEM, max_response_s=60)
     record = records[1]
     request = collate.request(record.as_row())
-    aspect_text, query, _ = parse_instruction(record.user)
+    parsed = parse_instruction(record.user)
+    aspect_text, query = parsed.aspect_text, parsed.query
     aspect = next(slug for slug, text in ASPECTS.items() if text == aspect_text)
     system, user = load_pairwise_prompt("sagelm").render("audio", aspect=aspect, aspect_text=aspect_text, query=query)
     assert (request.system, request.user) == (system, user)

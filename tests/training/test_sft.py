@@ -107,3 +107,37 @@ def test_lora_adapters_are_merged_into_a_plain_checkpoint(tmp_path, qwen2audio_d
         name.startswith("language_model.") and name.endswith(("q_proj.weight", "v_proj.weight")) for name in changed
     )
     assert_judged(judge(tmp_path / "out" / "semantic", training_data), 2)
+
+
+def test_a_held_out_split_is_evaluated_during_training_and_cutoff_len_is_applied(
+    tmp_path, qwen2audio_dir, training_data, capsys
+):
+    """LLaMA-Factory's val_size and cutoff_len: two of the four semantic pairs held out and evaluated every two
+    steps (loss and verdict accuracy); a limit that only a long answer passes is cut, never the prompt."""
+    from transformers import AutoProcessor
+
+    from lalm_judge.training.collator import PairwiseSFTCollator
+    from lalm_judge.training.records import read_dataset
+    from lalm_judge.training.settings import DatasetSource
+
+    source = DatasetSource("semantic", (str(training_data["semantic"]),), str(training_data["audio_root"]))
+    records = read_dataset(source)
+    collator = PairwiseSFTCollator(AutoProcessor.from_pretrained(qwen2audio_dir), "You are a helpful assistant.", 60)
+    prompt = max(collator.prompt_length(record.as_row()) for record in records)
+    section = training_section(
+        qwen2audio_dir, training_data, tmp_path / "out", val_size=2, eval_steps=2, cutoff_len=prompt + 3
+    )
+    section["stages"] = section["stages"][:1]
+    (stage,) = train(tmp_path, section)["stages"]
+    assert stage["n_validation"] == 2 and stage["n_records"] == 2
+    assert [entry["step"] for entry in stage["evaluations"]] == [2, 4]
+    for entry in stage["evaluations"]:
+        assert entry["loss"] > 0 and 0.0 <= entry["verdict_accuracy"] <= 1.0
+    # Every answer is longer than 3 tokens, so each record's answer (trained and held out) was cut; no prompt was.
+    assert stage["cutoff"] == {"cutoff_len": prompt + 3, "n_dropped": 0, "dropped": [], "n_answers_cut": 4}
+    # A limit under the prompts leaves every record out, and says so.
+    section["hyperparameters"]["cutoff_len"] = 16
+    path = tmp_path / "short.yaml"
+    path.write_text(yaml.safe_dump({"training": section}))
+    assert cli(["pairwise", "train", "--config", str(path)]) == 2
+    assert "every record's prompt is longer" in capsys.readouterr().err

@@ -124,6 +124,7 @@ def pairwise_config():
         ("configs/pairwise.yaml", ("pairwise", "preference")),
         ("configs/pairwise_demo.yaml", ("pairwise", "preference")),
         ("tests/config/pairwise.yaml", ("pairwise",)),
+        ("tests/config/pairwise_sagelm.yaml", ("pairwise",)),
     ],
 )
 def test_shipped_pairwise_configs_are_valid_and_run_only_that_track(path, expected):
@@ -190,18 +191,18 @@ def test_a_config_needs_a_track_and_the_safety_track_its_sections(demo_config, p
 
 
 def with_embedding_judge(config):
-    config["judges"]["e"] = {"backend": "embedding", "model": "m", "modalities": ["text"]}
+    config["judges"]["e"] = {"backend": "embedding", "model": "m", "modalities": ["text", "audio"]}
     config["pairwise"]["judges"] = ["e"]
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        (lambda c: c["pairwise"].update(judges=["smollm2", "gpt5"]), r"unknown judge\(s\) \['gpt5'\]"),
-        (lambda c: c["pairwise"].update(transcript_sources=[]), "judge 'smollm2' reads text only"),
+        (lambda c: c["pairwise"].update(judges=["smollm2_pmi", "gpt5"]), r"unknown judge\(s\) \['gpt5'\]"),
+        (lambda c: c["pairwise"].update(transcript_sources=[]), "judge 'smollm2_pmi' reads text only"),
         (lambda c: c["pairwise"].update(transcript_sources=["asr:huge"]), "'asr:huge' names no model in asr.models"),
         (lambda c: c["pairwise"]["items"].pop("path"), "pairwise.items.path is required for format 'jsonl'"),
-        (with_embedding_judge, "gives no pairwise verdicts"),
+        (with_embedding_judge, r"the embedding baseline judges pairs from their texts only.*\['audio'\]"),
         (lambda c: c["pairwise"].update(prompts=["basic"]), r"pairwise.prompts.0: 'basic' is not one of"),
         (lambda c: c["pairwise"]["long_audio"].update(policy="chunk"), "'chunk' is not one of"),
     ],
@@ -210,6 +211,13 @@ def test_bad_pairwise_settings_name_the_key(pairwise_config, change, message):
     change(pairwise_config)
     with pytest.raises(ConfigError, match=message):
         validate_config(pairwise_config)
+
+
+def test_a_likelihood_judge_gives_no_safety_score(demo_config):
+    demo_config["judges"]["lm"] = {"backend": "likelihood", "model": "bundled:smollm2-135m-instruct"}
+    demo_config["evaluation"]["judges"] = ["lm"]
+    with pytest.raises(ConfigError, match="judge 'lm' \\(backend 'likelihood'\\) compares two responses"):
+        validate_config(demo_config)
 
 
 def test_the_pairwise_track_cannot_use_released_safety_transcripts(demo_config, pairwise_config):

@@ -13,11 +13,14 @@ def test_cells_of_the_demo_config():
     assert [cell.path for cell in plan.cells()] == [
         "tiny_qwen2_audio/audio-none/sagelm",
         "tiny_qwen2_audio/audio-none/explained",
-        "smollm2/text-gt/sagelm",
-        "smollm2/text-gt/explained",
-        "smollm2/text-asr:whisper_tiny_en/sagelm",
-        "smollm2/text-asr:whisper_tiny_en/explained",
+        *(
+            f"{judge}/text-{source}/{prompt}"
+            for judge in ("smollm2_pmi", "relevance")
+            for source in ("gt", "asr:whisper_tiny_en")
+            for prompt in ("sagelm", "explained")
+        ),
     ]
+    assert plan.speaks_items()  # the demo speaks its own items
     assert plan.asr_models() == ["whisper_tiny_en"]
     assert plan.item_sources() == ["data/pairwise_demo/items.jsonl"]
 
@@ -29,3 +32,4 @@ def test_paper_scale_cells_audio_native_and_cascade():
     assert ("gpt4o", "text", "asr:whisper_large_v3") in cells
     assert len(plan.cells()) == 5 * 2  # five judges, one cell each, two prompts
     assert plan.item_sources() == ["data/sagelm/test_semantic.json", "data/sagelm/test_acoustic.json"]
+    assert not plan.speaks_items()  # SageLM's records bring their audio: no audio folder is made

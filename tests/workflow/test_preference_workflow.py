@@ -79,6 +79,14 @@ def test_exports_are_sagelm_records_and_a_hugging_face_dataset(finished_run):
     # The records read back through the pairwise track's importer and the trainer's reader.
     imported, summary = import_sagelm([sagelm / "semantic.json", sagelm / "acoustic.json"], workdir / OUT)
     assert imported.height == 22 and summary.n_missing_audio_rows == 0
+    # The implicit-emotion subset and the task formats survive the export (SageLM's clip names and folder).
+    acoustic = imported.filter(pl.col("style").is_not_null())
+    assert acoustic.filter(pl.col("aspect") == "implicit_emotion").height == 2
+    assert acoustic.group_by("task_format").len().sort("task_format").rows() == [
+        ("explicit_dialogue", 4),
+        ("explicit_tts", 4),
+        ("implicit", 2),
+    ]
     records = read_dataset(DatasetSource("acoustic", (str(sagelm / "acoustic.json"),), str(workdir / OUT)))
     assert len(records) == 10 and all(record.audios for record in records)
 

@@ -9,6 +9,7 @@ BACKENDS = LazyRegistry(
         "vllm": "lalm_judge.judging.backends.vllm_backend:VLLMBackend",
         "openai": "lalm_judge.judging.backends.openai_backend:OpenAIBackend",
         "embedding": "lalm_judge.judging.backends.embedding:EmbeddingBackend",
+        "likelihood": "lalm_judge.judging.backends.likelihood:LikelihoodBackend",
     },
     extras={"vllm": "the vLLM GPU environment (envs/judge-vllm.yaml)"},
 )

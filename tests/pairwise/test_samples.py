@@ -1,0 +1,72 @@
+"""Several sampled answers per request: the majority verdict and sample agreement by hand, and the judge stage
+recording every sample of a sampled tiny random-weight Qwen2-Audio (three seeds) in its prediction rows."""
+
+import json
+
+import pytest
+import torch
+
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.judging.backends.hf import TransformersBackend
+from lalm_judge.pairwise.judge import judge_items, pairwise_cell
+from lalm_judge.pairwise.metrics import PairwiseMetricSettings, compute_pairwise_metrics
+from lalm_judge.pairwise.parsing import parse_swapped_verdict, parse_verdict
+from lalm_judge.pairwise.samples import majority_verdict, sample_columns
+from tests.pairwise.test_judge import items  # noqa: F401  (the fixture)
+
+torch.set_num_threads(1)
+
+
+@pytest.mark.parametrize(
+    ("verdicts", "expected"),
+    [
+        (["1", "1", "2"], ("1", 2 / 3)),
+        (["Tie", "Tie", "Tie"], ("Tie", 1.0)),
+        (["1", "2", "Tie"], ("Tie", 1 / 3)),  # all different: the signed votes sum to 0
+        (["1", "Tie"], ("1", 0.5)),  # a tie in counts between 1 and Tie: +1
+        (["2", "2", "1", "1"], ("Tie", 0.5)),
+        (["1", None, None], ("1", 1 / 3)),  # unreadable samples do not vote but count in the share
+        ([None, None], (None, 0.0)),
+        ([], (None, None)),
+    ],
+)
+def test_majority_verdict_and_sample_agreement_by_hand(verdicts, expected):
+    assert majority_verdict(verdicts) == expected
+
+
+def test_sample_columns_map_the_swapped_samples_back():
+    forward = [{"seed": 1, "text": "1\nfirst"}, {"seed": 2, "text": "2"}, {"seed": 3, "text": "1"}]
+    swapped = [{"seed": 1, "text": "2"}, {"seed": 2, "text": "2"}, {"seed": 3, "text": "Tie"}]  # 2 names response 1
+    columns = sample_columns(forward, swapped)
+    assert columns["n_samples"] == 3
+    assert (columns["verdict_majority"], columns["sample_agreement"]) == ("1", pytest.approx(2 / 3))
+    assert (columns["verdict_majority_swapped"], columns["sample_agreement_swapped"]) == ("1", pytest.approx(2 / 3))
+    assert [s["verdict_swapped"] for s in json.loads(columns["samples"])] == ["1", "1", "Tie"]
+    assert sample_columns([], []) == {"n_samples": 1, "samples": None}
+
+
+def test_a_sampled_judge_records_every_sample_and_its_majority(items, qwen2audio_dir):  # noqa: F811
+    spec = JudgeSpec(
+        name="sampled",
+        backend="transformers",
+        model=str(qwen2audio_dir),
+        modalities=("audio",),
+        generation={"max_new_tokens": 6, "temperature": 0.95, "top_p": 0.7, "top_k": 50, "seeds": [42, 123, 1234]},
+        options={"device": "cpu"},
+    )
+    rows = judge_items(items, pairwise_cell(spec, "audio", "none", "sagelm"), TransformersBackend(spec))
+    assert len(rows) == items.height
+    for row in rows:
+        samples = json.loads(row["samples"])
+        assert row["n_samples"] == 3 and [s["seed"] for s in samples] == [42, 123, 1234]
+        assert row["prediction"] == samples[0]["answer"] and row["prediction_swapped"] == samples[0]["answer_swapped"]
+        verdicts = [parse_verdict(s["answer"]).label for s in samples]
+        assert [s["verdict"] for s in samples] == verdicts
+        assert (row["verdict_majority"], row["sample_agreement"]) == majority_verdict(verdicts)
+        back = [parse_swapped_verdict(s["answer_swapped"]).label for s in samples]
+        assert row["verdict_majority_swapped"] == majority_verdict(back)[0]
+    # The metrics read the majority verdict beside the first seed's.
+    import polars as pl
+
+    document = compute_pairwise_metrics(pl.DataFrame(rows), PairwiseMetricSettings(n_boot=50))
+    assert {"accuracy_majority", "agreement_majority", "sample_agreement"} <= set(document["overall"])
