@@ -3,9 +3,9 @@
 `template` (`pairs.template_rationale`) states the comparison the ratings give and appends the annotators'
 notes; it needs nothing but the pair. `llm` asks an OpenAI-compatible endpoint (GPT-4o, a `vllm serve`d
 Qwen2.5-32B-Instruct as in the SageLM study, ...) to rewrite the notes into comparative form with the prompt
-`rationale_prompt.yaml`, through the rewrite generator's endpoint machinery
-(`lalm_judge.data.generators.llm.ChatEndpoint`: the key from the environment, retries with backoff, a
-concurrency cap) and its on-disk cache (one file per request: a rerun sends nothing for cached pairs).
+`rationale_prompt.yaml`, through the project's one endpoint client (`lalm_judge.core.endpoints`: the key from
+the environment and redacted by value, retries with backoff, a total deadline per request, a concurrency cap)
+and its per-request answer cache (one file per request: a rerun sends nothing for cached pairs).
 
 An answer is used when it is a JSON object with a non-empty `rationale` that does not contradict the pair's
 label by `lalm_judge.pairwise.consistency`'s rules; otherwise the endpoint is asked again with the problem
@@ -25,18 +25,20 @@ from typing import Any
 
 import yaml
 
-from lalm_judge.core.endpoints import chat_request_key
-from lalm_judge.core.vocabulary import TIE
-from lalm_judge.data.generators import GeneratorConfigError
-from lalm_judge.data.generators.llm import (
-    ChatEndpoint,
-    LLMSettings,
+from lalm_judge.core.endpoints import (
+    CONTENT_FILTER,
+    Asking,
+    ChatSettings,
+    EndpointClient,
     Question,
     ResponseCache,
     ask_all_cached,
+    chat_request_key,
     decode_json,
-    looks_like_refusal,
 )
+from lalm_judge.core.vocabulary import TIE
+from lalm_judge.data.generators import GeneratorConfigError
+from lalm_judge.data.generators.llm import looks_like_refusal
 from lalm_judge.pairwise.consistency import contradicts, rationale_verdict
 from lalm_judge.preference.pairs import ASPECT_WORDS
 
@@ -112,7 +114,7 @@ class RationalePrompt:
 
 def interpret_answer(reply: str | None, label: str, finish_reason: str | None = None) -> RationaleResult:
     """Classify one reply: ok (a rationale that does not argue against the label), or why not."""
-    if finish_reason == "content_filter":
+    if finish_reason == CONTENT_FILTER:
         return RationaleResult("refusal", error="the endpoint's content filter stopped the answer")
     if not reply or not reply.strip():
         return RationaleResult("invalid_json", error="empty reply")
@@ -140,7 +142,8 @@ class LLMRationales:
     """Rewrites the rationales of many pairs concurrently, cached; one instance per job."""
 
     def __init__(self, config: Mapping[str, Any], cache_dir: str | Path, seed: int = 0):
-        self.settings = LLMSettings.from_config({"prompt": str(PROMPT_PATH), **config})
+        what = "the rationale rewriter"
+        self.settings = ChatSettings.from_config({"prompt": str(PROMPT_PATH), **config}, what, GeneratorConfigError)
         self.prompt = RationalePrompt.load(self.settings.prompt)
         if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
             raise GeneratorConfigError(
@@ -148,7 +151,7 @@ class LLMRationales:
                 f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
             )
         self.cache = ResponseCache(Path(cache_dir), RationaleResult)
-        self.endpoint = ChatEndpoint(self.settings, "the rationale rewriter")
+        self.client = EndpointClient(self.settings.endpoint, what)
         self.seed = seed
 
     @property
@@ -167,14 +170,14 @@ class LLMRationales:
         return chat_request_key(fields, messages)
 
     def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
-        return ask_all_cached(
-            self.endpoint,
-            self.cache,
-            [self._question(notes) for notes in pairs],
+        asking = Asking(
+            self.client,
+            self.settings,
             reask=self.prompt.reask_message,
             failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
             what="rationale",
         )
+        return ask_all_cached(asking, self.cache, [self._question(notes) for notes in pairs])
 
     def _question(self, notes: PairNotes) -> Question:
         messages = self.prompt.messages(notes)

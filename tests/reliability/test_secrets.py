@@ -21,11 +21,13 @@ import pytest
 from bench.fault_proxy import FaultProxy
 from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.files import write_parquet
+from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
-from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
+from lalm_judge.judging.cache import RequestCache, judge_identity
+from lalm_judge.judging.runner import RequestEngine
 from lalm_judge.workflow.config import ConfigError, validate_config
 from tests.support.workflow import load_test_config
 
@@ -72,12 +74,12 @@ def generator(endpoint: FaultProxy) -> dict:
     }
 
 
-def judge(endpoint: FaultProxy, cache_dir) -> CachedBackend:
+def judge(endpoint: FaultProxy, cache_dir) -> RequestEngine:
     """The judge as the judge stage runs it: behind its request cache, which must not hold the key either."""
     options = {"base_url": endpoint.base_url, "api_key_env": KEY_ENV}
     options |= {"max_retries": 2, "timeout_s": 1.0, "backoff_base_s": 0.01}
     spec = JudgeSpec(name="api_judge", backend="openai", model="stand-in", options=options)
-    return CachedBackend(OpenAIBackend(spec), RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
+    return RequestEngine(OpenAIBackend(spec), RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
 
 
 def requests() -> list[JudgeRequest]:
@@ -150,8 +152,8 @@ def test_a_key_written_into_the_config_is_rejected_naming_its_place():
 def test_a_missing_key_variable_is_named_before_any_request(monkeypatch, tmp_path, dialogue):
     monkeypatch.delenv(KEY_ENV, raising=False)
     with proxy(0.0) as endpoint:
-        with pytest.raises(RuntimeError, match=KEY_ENV):
+        with pytest.raises(MissingSecret, match=KEY_ENV):
             judge(endpoint, tmp_path)
-        with pytest.raises(ValueError, match=KEY_ENV):
+        with pytest.raises(MissingSecret, match=KEY_ENV):
             rewrite_turn(dialogue, 1, ["hate"], [1], generator(endpoint), 0, tmp_path)
         assert endpoint.log.total == 0

@@ -58,6 +58,9 @@ class JudgeOutput:
     # probability the answer words carry (`chat.AnswerProbability`); both None when none were read.
     p_safe: float | None = None
     answer_mass: float | None = None
+    # Why generation stopped, normalized: "stop" (an end token or stop string), "length" (the token limit),
+    # "content_filter" (the provider withheld or cut it), or None when the backend does not say.
+    finish_reason: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -123,6 +126,9 @@ class JudgeSpec:
     capabilities: Capabilities = field(default_factory=Capabilities)
     # GPUs of the job (schedule.resources.gpu): vLLM's default tensor parallel size.
     gpus: int = 0
+    # Models other than `model` whose answers are this judge's (an endpoint that serves the configured model
+    # under another name); any other served model fails the job (`judging.runner.ServedModelCheck`).
+    accept_served_models: tuple[str, ...] = ()
 
     # Registry keys that change no answer: the schedule and the report's texts.
     NOT_IN_SPEC: ClassVar[tuple[str, ...]] = ("schedule", "description", "weak")
@@ -133,6 +139,7 @@ class JudgeSpec:
         values = {k: v for k, v in entry.items() if k not in cls.NOT_IN_SPEC and k != "gpus"}
         values["modalities"] = tuple(values["modalities"]) if "modalities" in values else cls.modalities
         values["capabilities"] = Capabilities.from_config(values.get("capabilities"))
+        values["accept_served_models"] = tuple(values.get("accept_served_models", ()))
         gpus = entry.get("gpus", entry.get("schedule", {}).get("resources", {}).get("gpu", 0))
         return cls(name=name, gpus=int(gpus), **values)
 
@@ -140,5 +147,9 @@ class JudgeSpec:
     def generation_settings(self) -> dict[str, Any]:
         """What shapes the decoding beyond the model and prompt (the `generation` provenance column of its rows):
         the generation options, the weights' dtype, and the batch size, since on a GPU the batch a request shares
-        changes the numerics (docs/reliability.md)."""
-        return {"generation": dict(self.generation), "dtype": self.dtype, "batch_size": self.batch_size}
+        changes the numerics (docs/reliability.md). Headers sent with the requests (`extra_headers`) are
+        recorded by name only: a header value may be a credential."""
+        generation = dict(self.generation)
+        if isinstance(generation.get("extra_headers"), Mapping):
+            generation["extra_headers"] = sorted(generation["extra_headers"])
+        return {"generation": generation, "dtype": self.dtype, "batch_size": self.batch_size}

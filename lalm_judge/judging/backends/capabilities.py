@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from lalm_judge.judging.backends.base import JudgeSpec
 
@@ -120,3 +121,14 @@ FAMILIES: tuple[ModelFamily, ...] = (
 def family_of(model: str) -> ModelFamily | None:
     """The known family of a model id, or None (local folders and models this project has no facts about)."""
     return next((family for family in FAMILIES if family.matches(model)), None)
+
+
+def resolved_commit(model: str, revision: str) -> str | None:
+    """The hub commit a checkpoint `model` at `revision` was loaded from, read from the local hub cache (its
+    snapshot folder is named by the commit); None for a local folder or a checkpoint not in the cache."""
+    if Path(model).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache  # present wherever transformers is
+
+    found = try_to_load_from_cache(model, "config.json", revision=revision)
+    return Path(found).parent.name if isinstance(found, str) else None

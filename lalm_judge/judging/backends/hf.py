@@ -45,6 +45,7 @@ import transformers
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import resolved_commit
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
     build_conversation,
@@ -158,6 +159,14 @@ def _n_until_eos(tokens: list[int], eos_ids: set[int]) -> int:
     return len(tokens)
 
 
+def finish_reason(tokens: list[int], eos_ids: set[int], max_new_tokens: int) -> str | None:
+    """ "stop" when a generated sequence holds an end-of-sequence token, "length" when it ran to the token limit
+    without one (None otherwise: generation stopped for a reason of its own)."""
+    if any(token in eos_ids for token in tokens):
+        return "stop"
+    return "length" if len(tokens) >= max_new_tokens else None
+
+
 def materialized_source(spec: JudgeSpec) -> tuple[str, str]:
     """(folder or hub id to load from, revision string for provenance)."""
     options = spec.options
@@ -181,6 +190,8 @@ class LoadedModel:
     model: Any
     processor: Any
     revision: str
+    # The hub commit the checkpoint was loaded from (`capabilities.resolved_commit`); None for a local folder.
+    commit: str | None = None
 
 
 def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
@@ -209,7 +220,7 @@ def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
     model = model_class.from_pretrained(
         source, dtype=_torch_dtype(spec.dtype, device), device_map=device, **load_kwargs
     ).eval()
-    return LoadedModel(model, processor, revision)
+    return LoadedModel(model, processor, revision, resolved_commit(source, spec.revision))
 
 
 class TransformersBackend:
@@ -227,6 +238,9 @@ class TransformersBackend:
         self.device = resolve_device(options.get("device", "auto"))
         loaded = loaded if loaded is not None else load_model(spec, self.device)
         self.model, self.processor, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        # What answers, recorded with every output: the checkpoint loaded and its resolved commit where known
+        # (a hub commit; a bundled or GGUF copy's package version and file).
+        self.served = {"served_model": spec.model, "served_revision": loaded.commit or self._copy_revision(spec)}
         self.text_only = isinstance(self.processor, transformers.PreTrainedTokenizerBase)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
@@ -262,6 +276,10 @@ class TransformersBackend:
         if config.pad_token_id is None:
             config.pad_token_id = self.tokenizer.pad_token_id
         return config
+
+    def _copy_revision(self, spec: JudgeSpec) -> str | None:
+        """The revision of a converted copy (bundled or GGUF: it names the package or file), else None."""
+        return self.model_revision if self.model_revision != spec.revision else None
 
     def describe(self) -> dict[str, str]:
         return {"model": self.spec.model, "model_revision": self.model_revision}
@@ -358,6 +376,8 @@ class TransformersBackend:
                     n_output_tokens=n_output,
                     p_safe=answers[row].p_safe if answers[row] else None,
                     answer_mass=answers[row].mass if answers[row] else None,
+                    finish_reason=finish_reason(tokens, self.eos_ids, self.generation_config.max_new_tokens),
+                    extra=dict(self.served),
                 )
             )
         return outputs
