@@ -111,22 +111,33 @@ spec = JudgeSpec.from_config(args["spec"].pop("name"), args["spec"])
 run_job(args["manifests"], spec, args["cells"], Path(args["root"]))
 """
 
+_PAIRWISE_JOB_PROCESS = """
+import json, sys
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.pairwise.judge import judge_cell
+args = json.loads(sys.argv[1])
+spec = JudgeSpec.from_config(args["spec"].pop("name"), args["spec"])
+judge_cell(spec=spec, progress=False, **args["cell"])
+"""
 
-def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
-    """Run the job in another process and SIGKILL it once `kill_at` requests are cached; how many were cached."""
-    args = {
-        "manifests": [str(p) for p in manifests],
-        "spec": {**dataclasses.asdict(spec), "modalities": list(spec.modalities)},
-        "cells": list(cells),
-        "root": str(root),
-    }
+
+def spec_arguments(spec: JudgeSpec) -> dict[str, Any]:
+    """A spec as JSON, for `JudgeSpec.from_config` in another process."""
+    return {**dataclasses.asdict(spec), "modalities": list(spec.modalities)}
+
+
+def kill_when_cached(
+    script: str, args: Mapping[str, Any], cache: RequestCache, kill_at: int, root: Path, timeout_s: float = 600
+) -> int:
+    """Run `script` (Python code reading its JSON arguments from argv[1]) in another process and SIGKILL it once
+    `kill_at` requests are in `cache`; how many were cached then."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # The job's stderr goes to a file, not a pipe: a pipe nobody reads fills up and blocks the job, possibly while
     # it holds the cache's lock, which the polling below then waits for.
     stderr_path = root / "killed_job.stderr"
+    root.mkdir(parents=True, exist_ok=True)
     with open(stderr_path, "wb") as stderr:
-        job = subprocess.Popen([sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
-    cache = RequestCache(root / "cache" / spec.name)
+        job = subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
     deadline = time.monotonic() + timeout_s
     while cache.count() < kill_at:
         if job.poll() is not None:
@@ -138,6 +149,26 @@ def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: in
     job.send_signal(signal.SIGKILL)
     job.wait()
     return cache.count()
+
+
+def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
+    """Run the judge job in another process and SIGKILL it once `kill_at` requests are cached; how many were."""
+    args = {
+        "manifests": [str(p) for p in manifests],
+        "spec": spec_arguments(spec),
+        "cells": list(cells),
+        "root": str(root),
+    }
+    return kill_when_cached(_JOB_PROCESS, args, RequestCache(root / "cache" / spec.name), kill_at, root, timeout_s)
+
+
+def kill_pairwise_job_half_way(spec: JudgeSpec, cell: Mapping[str, Any], root: Path, kill_at: int) -> int:
+    """Run a pairwise judge job (`pairwise.judge.judge_cell` with the keyword arguments `cell`, which name its
+    `cache_dir`) in another process and SIGKILL it once `kill_at` requests are cached; how many were."""
+    cache = RequestCache(Path(cell["cache_dir"]) / spec.name)
+    return kill_when_cached(
+        _PAIRWISE_JOB_PROCESS, {"spec": spec_arguments(spec), "cell": dict(cell)}, cache, kill_at, root
+    )
 
 
 # --- sections ---------------------------------------------------------------------------------------------------
