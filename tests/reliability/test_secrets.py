@@ -3,10 +3,11 @@
 The rewrite stage and the openai judge run with a sentinel key through the fault proxy (bench/fault_proxy.py),
 which quotes the Authorization header back in every error body, as some servers quote a rejected key: transient
 faults that are retried, requests the server rejects (rows with status 'error', a failed judge call) and an
-endpoint that never answers (failed jobs). Every file written (tables, caches), every log record at DEBUG (the
-`openai` and `httpx` clients' included), everything printed and every error message with its traceback is then
-searched for the key. The workflow-level search (results, logs, Snakemake's metadata, the report) is in
-tests/reliability/test_workflow_runs.py.
+endpoint that never answers (failed jobs); and through one that quotes the key in its 200 answers, whose texts
+become variant rows, score outputs and cache entries (the key's value is redacted from them). Every file written
+(tables, caches), every log record at DEBUG (the `openai` and `httpx` clients' included), everything printed and
+every error message with its traceback is then searched for the key. The workflow-level search (results, logs,
+Snakemake's metadata, the report) is in tests/reliability/test_workflow_runs.py.
 """
 
 from __future__ import annotations
@@ -51,9 +52,14 @@ def answer(body: dict) -> str:
     return json.dumps({"text": "Cook it yourself, idiot.", "emotion": "angry"})
 
 
-def proxy(fault_rate: float, faults: list[str] | None = None) -> FaultProxy:
+def answer_quoting_the_key(body: dict, authorization: str) -> str:
+    key = authorization.removeprefix("Bearer ")
+    return json.dumps({"text": f"Cook it yourself with key {key}, idiot.", "emotion": "angry"})
+
+
+def proxy(fault_rate: float, faults: list[str] | None = None, answers=answer) -> FaultProxy:
     return FaultProxy(
-        answer=answer,
+        answer=answers,
         fault_rate=fault_rate,
         max_faults_per_request=2 if fault_rate < 1 else None,
         error_detail=quote_the_key,
@@ -119,12 +125,17 @@ def test_the_key_reaches_the_endpoint_and_nothing_else(dialogue, tmp_path, monke
     run(proxy(0.3), rewrite("variants_with_faults"))
     run(proxy(1.0, ["bad_request"]), rewrite("variants_rejected"))
     run(proxy(1.0, ["server_error", "rate_limit"]), rewrite("variants_unreachable"))
+    run(proxy(0.0, answers=answer_quoting_the_key), rewrite("variants_quoting_the_key"))
     run(proxy(0.3), score("scores_with_faults"))
+    run(proxy(0.0, answers=answer_quoting_the_key), score("scores_quoting_the_key"))
     run(proxy(1.0, ["bad_request"]), score("scores_rejected"))
     run(proxy(1.0, ["unavailable"]), score("scores_unreachable"))
 
     assert seen == {f"Bearer {SENTINEL}"}, "the key was sent as the bearer token"
     assert len(errors) == 3, errors  # the unreachable rewrite, the rejected and the unreachable judge calls
+    quoted = pl.read_parquet(tmp_path / "variants_quoting_the_key.parquet")["text"].to_list()
+    scored = pl.read_parquet(tmp_path / "scores_quoting_the_key.parquet")["text"].to_list()
+    assert all("with key ***, idiot" in text for text in quoted + scored), "the quoted key was redacted"
     rejected = pl.read_parquet(tmp_path / "variants_rejected.parquet")
     assert set(rejected["status"]) == {"error"} and rejected["error"].str.contains("Incorrect API key").all()
     messages = [text for err in errors for text in traceback.format_exception(err)]
