@@ -536,7 +536,7 @@ PREFERENCE_ACOUSTIC = TableSchema(
     {
         "item_id": pl.String,
         "aspect": pl.String,
-        "category": pl.String,
+        "style_category": pl.String,
         "task_format": pl.String,
         "requested": pl.String,
         "style1": pl.String,

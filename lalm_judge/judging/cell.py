@@ -211,7 +211,7 @@ def cell_settings(
     if problem:
         raise ValueError(f"judge {spec.name!r}: {problem}")
     cascade_model = spec.options.get("cascade_asr") if modality == AUDIO else None
-    cascade = TranscriptSource.asr(str(cascade_model).removeprefix("asr:")) if cascade_model else None
+    cascade = TranscriptSource.asr(str(cascade_model)) if cascade_model else None
     return CellSettings(
         spec,
         modality,

@@ -10,15 +10,15 @@ calls for) a style, and the response that has it is better. Categories and the s
 A style maps to one voice of the TTS registry or to a list of variants.
 
 Formats, from the texts file (`preference.acoustic.items`, e.g. data/preference_demo/acoustic.yaml):
-- `explicit_tts` (all categories): "Speak the following text with a sad voice: <text>", the response says
+- `explicit_tts` (all style categories): "Speak the following text with a sad voice: <text>", the response says
   the text;
-- `explicit_dialogue` (all categories): "<question> Answer with a sad tone.", the response says the answer;
+- `explicit_dialogue` (all style categories): "<question> Answer with a sad tone.", the response says the answer;
 - `implicit_dialogue` (emotion only; aspect `implicit_emotion`): the question alone, whose `emotion` a fitting
   answer shows.
 
-Per text and category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
+Per text and style category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
 text's emotion). With probability `tie_share` the pair is a tie: two renderings that both miss the requested
-style, or both have it in different variants (a category with two styles and one variant each has no ties);
+style, or both have it in different variants (a style category with two styles and one variant each has no ties);
 otherwise one rendering has the requested style and the other a different one, on a drawn side. The label
 follows from the styles used, never from a judge, and the templated rationale says what the instruction asks
 and what each response does, then the comparison (it argues for its own label by
@@ -43,10 +43,9 @@ from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import PREFERENCE_ACOUSTIC
 from lalm_judge.core.taxonomy import slug
-from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
+from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, STYLE_CATEGORIES, TIE
 from lalm_judge.preference.render import CLIP_LEVEL_DB
 
-CATEGORIES = ("emotion", "gender", "character")
 EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE = "explicit_tts", "explicit_dialogue", "implicit_dialogue"
 FORMATS = {
     "emotion": (EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE),
@@ -117,15 +116,15 @@ def _variants(styles: Mapping[str, Any]) -> dict[str, list[Mapping[str, Any]]]:
     return {style: list(voices) if isinstance(voices, list) else [voices] for style, voices in styles.items()}
 
 
-def style_words(category: str, style: str) -> str:
-    if category == "gender":
+def style_words(style_category: str, style: str) -> str:
+    if style_category == "gender":
         return GENDER_WORDS.get(style, f"a {style} voice")
-    if category == "character":
+    if style_category == "character":
         return f"the voice of a {style}"
     return f"a {style} tone"
 
 
-def instruction(category: str, text: AcousticText, requested: str) -> str:
+def instruction(style_category: str, text: AcousticText, requested: str) -> str:
     """The query the judge reads: the request for the style, or (implicit) the question alone."""
     if text.task_format == IMPLICIT_DIALOGUE:
         return text.question or ""
@@ -134,25 +133,26 @@ def instruction(category: str, text: AcousticText, requested: str) -> str:
             "emotion": f"Speak the following text with a {requested} voice",
             "gender": f"Read the following text aloud in {style_words('gender', requested)}",
             "character": f"Read the following text aloud in {style_words('character', requested)}",
-        }[category]
+        }[style_category]
         return f"{ask}: {text.words}"
     ask = {
         "emotion": f"Answer with a {requested} tone.",
         "gender": f"Answer in {style_words('gender', requested)}.",
         "character": f"Answer in {style_words('character', requested)}.",
-    }[category]
+    }[style_category]
     return f"{text.question} {ask}"
 
 
-def rationale(category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
+def rationale(style_category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
     """What the instruction asks, what each response does, and the comparison the label makes."""
-    wanted = style_words(category, requested)
+    wanted = style_words(style_category, requested)
     asks = (
         f"The question calls for {wanted}."
         if text.task_format == IMPLICIT_DIALOGUE
         else f"The instruction asks for {wanted}."
     )
-    does = f"Response 1 uses {style_words(category, styles[0])} and Response 2 uses {style_words(category, styles[1])}"
+    first, second = (style_words(style_category, style) for style in styles)
+    does = f"Response 1 uses {first} and Response 2 uses {second}"
     if label == TIE:
         verdict = (
             "both follow it, so the two are equally good"
@@ -164,7 +164,7 @@ def rationale(category: str, text: AcousticText, requested: str, styles: tuple[s
 
 
 def _draw(
-    category: str,
+    style_category: str,
     text: AcousticText,
     variants: Mapping[str, Sequence[Any]],
     tie_share: float,
@@ -177,7 +177,7 @@ def _draw(
             raise AcousticError(f"implicit text {text.index} calls for emotion {text.emotion!r}, which has no style")
         requested = text.emotion
     else:
-        askable = [s for s in styles if not (category == "emotion" and s in UNASKED_EMOTIONS)]
+        askable = [s for s in styles if not (style_category == "emotion" and s in UNASKED_EMOTIONS)]
         requested = askable[int(generator.integers(len(askable)))]
     others = [s for s in styles if s != requested]
     if not others:
@@ -201,7 +201,7 @@ def _draw(
 
 def acoustic_pairs(
     texts_path: str | os.PathLike,
-    category: str,
+    style_category: str,
     styles: Mapping[str, Any],
     root: str | os.PathLike,
     out_path: str | os.PathLike,
@@ -212,13 +212,15 @@ def acoustic_pairs(
     seed: int = 0,
     progress: bool = True,
 ) -> pl.DataFrame:
-    """Draw and speak the acoustic pairs of one category; write and return their table (clips below `root`)."""
-    if category not in CATEGORIES:
-        raise AcousticError(f"unknown acoustic category {category!r}; use one of {CATEGORIES}")
+    """Draw and speak the acoustic pairs of one style category; write and return their table (clips below `root`)."""
+    if style_category not in STYLE_CATEGORIES:
+        raise AcousticError(f"unknown acoustic style category {style_category!r}; use one of {STYLE_CATEGORIES}")
     variants = _variants(styles)
     if len(variants) < 2:
-        raise AcousticError(f"preference.acoustic.styles.{category} needs at least two styles, has {sorted(variants)}")
-    texts = [text for text in read_texts(texts_path) if text.task_format in FORMATS[category]]
+        raise AcousticError(
+            f"preference.acoustic.styles.{style_category} needs at least two styles, has {sorted(variants)}"
+        )
+    texts = [text for text in read_texts(texts_path) if text.task_format in FORMATS[style_category]]
     spoken: dict[tuple[str, Rendering], str] = {}
 
     def clip(text: AcousticText, rendering: Rendering) -> str:
@@ -226,47 +228,47 @@ def acoustic_pairs(
         if key not in spoken:
             voice = Voice.from_config(variants[rendering.style][rendering.variant])
             audio, rate = synthesize(
-                voice, SynthesisRequest(text.words, emotion=rendering.style if category == "emotion" else None)
+                voice, SynthesisRequest(text.words, emotion=rendering.style if style_category == "emotion" else None)
             )
             audio, _ = waveform.match_level(waveform.resample(audio, rate, sample_rate), sample_rate, CLIP_LEVEL_DB)
             name = f"{_SHORT[text.task_format]}{text.index}-{slug(rendering.style)}-v{rendering.variant}.wav"
-            relative = f"acoustic/{category}/{name}"
+            relative = f"acoustic/{style_category}/{name}"
             waveform.write_wav(Path(root) / relative, audio, sample_rate)
             spoken[key] = relative
         return spoken[key]
 
     rows = []
-    for text in tqdm(texts, desc=f"acoustic {category}", disable=not progress):
+    for text in tqdm(texts, desc=f"acoustic {style_category}", disable=not progress):
         for pair in range(pairs_per_text):
             generator = np.random.default_rng(
-                int(stable_hash([seed, category, text.task_format, text.index, pair], 12), 16)
+                int(stable_hash([seed, style_category, text.task_format, text.index, pair], 12), 16)
             )
-            drawn = _draw(category, text, variants, tie_share, generator)
+            drawn = _draw(style_category, text, variants, tie_share, generator)
             if drawn is None:
                 continue
             requested, renderings, label = drawn
-            aspect = "implicit_emotion" if text.task_format == IMPLICIT_DIALOGUE else category
+            aspect = "implicit_emotion" if text.task_format == IMPLICIT_DIALOGUE else style_category
             rows.append(
                 {
-                    "item_id": f"ac_{category}_{_SHORT[text.task_format]}{text.index}_p{pair}",
+                    "item_id": f"ac_{style_category}_{_SHORT[text.task_format]}{text.index}_p{pair}",
                     "aspect": aspect,
-                    "category": category,
+                    "style_category": style_category,
                     "task_format": text.task_format,
                     "requested": requested,
                     "style1": renderings[0].style,
                     "style2": renderings[1].style,
-                    "query": instruction(category, text, requested),
+                    "query": instruction(style_category, text, requested),
                     "response_text": text.words,
                     "response1_audio": clip(text, renderings[0]),
                     "response2_audio": clip(text, renderings[1]),
                     "label": label,
                     "rationale": rationale(
-                        category, text, requested, (renderings[0].style, renderings[1].style), label
+                        style_category, text, requested, (renderings[0].style, renderings[1].style), label
                     ),
                 }
             )
     config_hash = stable_hash(
-        {"category": category, "styles": dict(styles), "pairs": pairs_per_text, "tie_share": tie_share}
+        {"style_category": style_category, "styles": dict(styles), "pairs": pairs_per_text, "tie_share": tie_share}
     )
     frame = with_provenance(PREFERENCE_ACOUSTIC.frame(rows), config_hash=config_hash, seed=seed)
     write_parquet(out_path, frame)
