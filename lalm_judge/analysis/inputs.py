@@ -11,11 +11,8 @@ names every rule broken, how many rows break it and the first of them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TypeVar
 
 import polars as pl
 
@@ -139,18 +136,3 @@ def read_scores(paths: Sequence[str | os.PathLike]) -> pl.DataFrame:
     except TableError as err:
         raise MetricsInputError(str(err)) from err
     return validate_scores(frames, source=", ".join(os.fspath(p) for p in paths))
-
-
-TableSet = TypeVar("TableSet")
-
-
-def read_table_set(table_set: type[TableSet], directory: str | os.PathLike, how_to_make: str) -> TableSet:
-    """The tables of a dataclass of frames, one `<field>.parquet` each under directory (as a stage wrote them);
-    a missing one is an error naming it and `how_to_make` it."""
-    tables = {}
-    for field in dataclasses.fields(table_set):  # type: ignore[arg-type]
-        path = Path(directory) / f"{field.name}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing; {how_to_make}")
-        tables[field.name] = pl.read_parquet(path)
-    return table_set(**tables)
