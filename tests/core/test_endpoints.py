@@ -126,3 +126,25 @@ def test_the_defaults_are_the_schemas_and_finish_reasons_are_normalized():
         None,
         None,
     ]
+
+
+def test_a_key_sent_in_another_header_comes_from_its_variable_and_is_redacted_from_answers(monkeypatch):
+    """Azure OpenAI takes its key in an `api-key` header: `header_env` names the variable holding it."""
+    monkeypatch.setenv("LALM_JUDGE_AZURE_TEST_KEY", "azure-key-4242-abcdef")
+    server = StandInServer(lambda body: ())
+    server.script = lambda nth: Reply("The key azure-key-4242-abcdef works.\nSAFETY_SCORE: 0.9")
+    with serving(server):
+        options = {
+            "base_url": server.base_url,
+            "api_key_env": None,
+            "header_env": {"api-key": "LALM_JUDGE_AZURE_TEST_KEY"},
+        }
+        spec = JudgeSpec(name="azure", backend="openai", model="m", options=options, generation={"max_new_tokens": 8})
+        (output,) = OpenAIBackend(spec).generate([JudgeRequest("r0", "You are a judge.", "A: hi.")])
+    assert server.headers[0]["api-key"] == "azure-key-4242-abcdef"
+    assert output.text == "The key *** works.\nSAFETY_SCORE: 0.9"
+
+
+def test_the_generation_column_names_headers_without_their_values():
+    spec = JudgeSpec(name="j", backend="openai", model="m", generation={"extra_headers": {"x-trace": "secret-ish"}})
+    assert spec.generation_settings["generation"] == {"extra_headers": ["x-trace"]}

@@ -49,6 +49,7 @@ class StandInServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.auth_headers: set[str] = set()
+        self.headers: list[dict[str, str]] = []  # every request's headers, in arrival order
         self.base_url = ""
         # Answers whose client left before the whole body was sent (a trickled body given up on).
         self.abandoned = 0
@@ -78,6 +79,8 @@ def _handler(server: StandInServer) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
             try:
+                with server.lock:
+                    server.headers.append(dict(self.headers))
                 reply = server.handle(body, self.headers.get("Authorization", ""))
                 time.sleep(reply.delay_s)
             finally:
