@@ -568,3 +568,49 @@ def ask_all_cached(asking: Asking, cache: ResponseCache, questions: Sequence[Que
             f"{len(questions) - missing} answered ones are cached in {cache.root}: rerun when the endpoint is reachable"
         )
     return [task.result() for task in tasks]
+
+
+@dataclass
+class CachedChat:
+    """A caller that sends one prompt per request and caches one answer per request (the rewrite generator, the
+    rationale writer): its settings, the client, the answer cache, and what its requests are (`what`)."""
+
+    settings: ChatSettings
+    client: EndpointClient
+    cache: ResponseCache
+    what: str
+    error: type[Exception]
+
+    @classmethod
+    def from_config(
+        cls,
+        config: Mapping[str, Any],
+        *,
+        caller: str,
+        what: str,
+        default_prompt: Path,
+        cache: ResponseCache,
+        error: type[Exception] = ValueError,
+    ) -> CachedChat:
+        """The `$defs/llm_settings` block of `caller` (its prompt `default_prompt` unless it names one)."""
+        settings = ChatSettings.from_config({"prompt": str(default_prompt), **config}, caller, error)
+        return cls(settings, EndpointClient(settings.endpoint, caller), cache, what, error)
+
+    def check_prompt_version(self, version: str) -> None:
+        """The prompt file's version must be the one the config asks for, if it asks for one."""
+        wanted = self.settings.prompt_version
+        if wanted is not None and str(wanted) != version:
+            raise self.error(
+                f"config asks for {self.what} prompt version {wanted!r} but {self.settings.prompt} is version "
+                f"{version!r}; update one of them"
+            )
+
+    def ask(self, questions: Sequence[Question], reask: Callable[[str], dict[str, str]]) -> list[Any]:
+        """Every question's result (`ask_all_cached`); a failed request's result is the cache's result type with
+        the failure's status, error and attempts."""
+        result_type = self.cache.result_type
+
+        def failure(status: str, error: str, attempts: int) -> Any:
+            return result_type(status, attempts=attempts, error=error)
+
+        return ask_all_cached(Asking(self.client, self.settings, reask, failure, self.what), self.cache, questions)

@@ -40,7 +40,7 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from lalm_judge.core.files import write_json, write_parquet
+from lalm_judge.core.files import write_parquet
 from lalm_judge.core.vocabulary import TEXT
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
@@ -130,7 +130,6 @@ class JobStats(RequestCounts):
     judge: str
     shard: int
     samples: int
-    wall_s: float = 0.0
     cells: dict[str, CellCounts] = field(default_factory=dict)
 
 
@@ -450,22 +449,7 @@ def score_judge_shard(
     tables = [scores_frame(cell_rows, cell, seed) for cell, cell_rows in zip(settings, rows)]
     for table, out_path in zip(tables, out_paths):
         write_parquet(out_path, table)
-    stats.wall_s = round(time.perf_counter() - started, 3)
-    logger.info(
-        "judge %s shard %d: %d distinct requests computed, %d served from the cache, %d reused from an earlier "
-        "pass; model built %d time(s) in %.1f s, computing %.1f s, job %.1f s",
-        spec.name,
-        shard,
-        stats.computed,
-        stats.cached,
-        stats.reused,
-        stats.model_loads,
-        stats.load_s,
-        stats.compute_s,
-        stats.wall_s,
-    )
-    if stats_path is not None:
-        write_json(stats_path, stats.to_json())
+    stats.close(f"judge {spec.name} shard {shard}", started, stats_path)
     return JobResult(tables, stats)
 
 

@@ -33,7 +33,7 @@ from typing import Any, NamedTuple, Protocol
 import numpy as np
 from tqdm import tqdm
 
-from lalm_judge.core.files import package_versions
+from lalm_judge.core.files import package_versions, write_json
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
 from lalm_judge.judging.backends.capabilities import request_batch_size
@@ -119,7 +119,7 @@ class EngineRun:
         return "computed" if key in self.computed else "reused" if key in self.reused else "cached"
 
 
-@dataclass
+@dataclass(kw_only=True)
 class RequestCounts:
     """What a job's request engine computed and what it took from the request cache (the job's log)."""
 
@@ -133,6 +133,7 @@ class RequestCounts:
     model_loads: int
     load_s: float
     compute_s: float
+    wall_s: float = 0.0
 
     @classmethod
     def of(cls, run: EngineRun, engine: RequestEngine) -> dict[str, Any]:
@@ -150,6 +151,25 @@ class RequestCounts:
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def close(self, what: str, started: float, stats_path: str | Path | None) -> None:
+        """The job is done: its wall time, the closing line of its log (`what` names the job), and the counts
+        written to `stats_path` (the workflow puts them beside the job's log)."""
+        self.wall_s = round(time.perf_counter() - started, 3)
+        logger.info(
+            "%s: %d distinct requests computed, %d served from the cache, %d reused from an earlier pass; model built "
+            "%d time(s) in %.1f s, computing %.1f s, job %.1f s",
+            what,
+            self.computed,
+            self.cached,
+            self.reused,
+            self.model_loads,
+            self.load_s,
+            self.compute_s,
+            self.wall_s,
+        )
+        if stats_path is not None:
+            write_json(stats_path, self.to_json())
 
 
 def _batched(items: Iterable[KeyedRequest], size: int) -> Iterator[list[KeyedRequest]]:

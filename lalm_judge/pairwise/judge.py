@@ -42,7 +42,7 @@ import polars as pl
 from tqdm import tqdm
 
 from lalm_judge.audio.waveform import read_audio
-from lalm_judge.core.files import canonical_json, with_provenance, write_json, write_parquet
+from lalm_judge.core.files import canonical_json, with_provenance, write_parquet
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS, PAIRWISE_TRANSCRIPTS
 from lalm_judge.core.vocabulary import (
     PAIRWISE_LENGTH_POLICIES,
@@ -299,7 +299,6 @@ class PairwiseJobStats(RequestCounts):
     judge: str
     cell: str
     items: int
-    wall_s: float = 0.0
 
 
 class _ItemRequests:
@@ -461,15 +460,5 @@ def judge_cell(
     generation = canonical_json(spec.generation_settings)
     frame = with_provenance(PAIRWISE_PREDICTIONS.frame(rows), config_hash=cell_hash, seed=seed, generation=generation)
     write_parquet(out_path, frame)
-    stats.wall_s = round(time.perf_counter() - started, 3)
-    logger.info(
-        "pairwise judge %s %s: %d distinct requests computed, %d served from the cache; model built %d time(s)",
-        spec.name,
-        stats.cell,
-        stats.computed,
-        stats.cached,
-        stats.model_loads,
-    )
-    if stats_path is not None:
-        write_json(stats_path, stats.to_json())
+    stats.close(f"pairwise judge {spec.name} {stats.cell}", started, stats_path)
     return frame

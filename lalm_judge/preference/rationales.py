@@ -25,17 +25,7 @@ from typing import Any
 
 import yaml
 
-from lalm_judge.core.endpoints import (
-    CONTENT_FILTER,
-    Asking,
-    ChatSettings,
-    EndpointClient,
-    Question,
-    ResponseCache,
-    ask_all_cached,
-    chat_request_key,
-    decode_json,
-)
+from lalm_judge.core.endpoints import CONTENT_FILTER, CachedChat, Question, ResponseCache, chat_request_key, decode_json
 from lalm_judge.core.vocabulary import TIE
 from lalm_judge.data.generators import GeneratorConfigError
 from lalm_judge.data.generators.llm import looks_like_refusal
@@ -142,16 +132,17 @@ class LLMRationales:
     """Rewrites the rationales of many pairs concurrently, cached; one instance per job."""
 
     def __init__(self, config: Mapping[str, Any], cache_dir: str | Path, seed: int = 0):
-        what = "the rationale rewriter"
-        self.settings = ChatSettings.from_config({"prompt": str(PROMPT_PATH), **config}, what, GeneratorConfigError)
+        self.chat = CachedChat.from_config(
+            config,
+            caller="the rationale rewriter",
+            what="rationale",
+            default_prompt=PROMPT_PATH,
+            cache=ResponseCache(Path(cache_dir), RationaleResult),
+            error=GeneratorConfigError,
+        )
+        self.settings = self.chat.settings
         self.prompt = RationalePrompt.load(self.settings.prompt)
-        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
-            raise GeneratorConfigError(
-                f"config asks for rationale prompt version {self.settings.prompt_version!r} but "
-                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
-            )
-        self.cache = ResponseCache(Path(cache_dir), RationaleResult)
-        self.client = EndpointClient(self.settings.endpoint, what)
+        self.chat.check_prompt_version(self.prompt.version)
         self.seed = seed
 
     @property
@@ -170,14 +161,7 @@ class LLMRationales:
         return chat_request_key(fields, messages)
 
     def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
-        asking = Asking(
-            self.client,
-            self.settings,
-            reask=self.prompt.reask_message,
-            failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
-            what="rationale",
-        )
-        return ask_all_cached(asking, self.cache, [self._question(notes) for notes in pairs])
+        return self.chat.ask([self._question(notes) for notes in pairs], self.prompt.reask_message)
 
     def _question(self, notes: PairNotes) -> Question:
         messages = self.prompt.messages(notes)

@@ -64,7 +64,7 @@ def rewrite_once(base_url: str, tmp_path) -> EndpointClient:
     dialogue = Dialogue("cooking_plan", turns, "jsonl", "memory", 16000)
     (result,) = generator.rewrite([RewriteRequest(dialogue, 1, "harassment", 2, seed=0)])
     assert result.status == "ok"
-    return generator.client
+    return generator.chat.client
 
 
 def judge_once(base_url: str) -> EndpointClient:

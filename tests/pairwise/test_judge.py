@@ -3,6 +3,7 @@
 answers are random; the tests check the requests, both orders, the mapping back, the combination and the
 length policy, which do not depend on what the models say."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -233,16 +234,8 @@ def many_items(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_pairwise_job_killed_half_way_resumes_with_only_the_missing_requests(many_items, qwen2audio_dir, tmp_path):
-    spec = JudgeSpec(
-        name="tiny_qwen2_audio",
-        backend="transformers",
-        model=str(qwen2audio_dir),
-        modalities=("audio",),
-        generation={"max_new_tokens": 16},
-        batch_size=2,
-        options={"device": "cpu", "num_threads": 1},
-    )
+def test_a_pairwise_job_killed_half_way_resumes_with_only_the_missing_requests(many_items, audio_judge, tmp_path):
+    spec = dataclasses.replace(audio_judge[0], generation={"max_new_tokens": 16}, batch_size=2)
     cell = {
         "items_path": str(many_items),
         "modality": "audio",

@@ -35,13 +35,10 @@ import yaml
 from lalm_judge.core.endpoints import (
     CONTENT_FILTER,
     LENGTH,
-    Asking,
-    ChatSettings,
+    CachedChat,
     Completion,
-    EndpointClient,
     Question,
     ResponseCache,
-    ask_all_cached,
     chat_request_key,
     decode_json,
 )
@@ -160,15 +157,18 @@ class LLMGenerator:
     name = "llm"
 
     def __init__(self, config: Mapping[str, Any], cache_dir: str | Path):
-        self.settings = ChatSettings.from_config(
-            {"prompt": str(PROMPT_PATH), **config}, "the llm generator", GeneratorConfigError
+        cache = ResponseCache(Path(cache_dir), RewriteResult)
+        self.chat = CachedChat.from_config(
+            config,
+            caller="the llm generator",
+            what="rewrite",
+            default_prompt=PROMPT_PATH,
+            cache=cache,
+            error=GeneratorConfigError,
         )
+        self.settings = self.chat.settings
         self.prompt = RewritePrompt.load(self.settings.prompt)
-        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
-            raise GeneratorConfigError(
-                f"config asks for rewrite prompt version {self.settings.prompt_version!r} but "
-                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
-            )
+        self.chat.check_prompt_version(self.prompt.version)
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
         self.generation = {
@@ -178,8 +178,6 @@ class LLMGenerator:
             "send_seed": self.settings.send_seed,
             "max_retries": self.settings.endpoint.max_retries,  # also bounds the re-asks after unusable answers
         }
-        self.cache = ResponseCache(Path(cache_dir), RewriteResult)
-        self.client = EndpointClient(self.settings.endpoint, "the llm generator")
 
     def cache_key(self, request: RewriteRequest, messages: list[dict[str, str]]) -> tuple[str, dict[str, Any]]:
         """Stable key of one request; the messages' hash covers the prompt text and the dialogue content."""
@@ -197,14 +195,7 @@ class LLMGenerator:
         return chat_request_key(fields_, messages)
 
     def rewrite(self, requests: Sequence[RewriteRequest]) -> list[RewriteResult]:
-        asking = Asking(
-            self.client,
-            self.settings,
-            reask=self.prompt.reask_message,
-            failure=lambda status, error, attempts: RewriteResult(status, attempts=attempts, error=error),
-            what="rewrite",
-        )
-        return ask_all_cached(asking, self.cache, [self._question(request) for request in requests])
+        return self.chat.ask([self._question(request) for request in requests], self.prompt.reask_message)
 
     def _question(self, request: RewriteRequest) -> Question:
         messages = self.prompt.messages(request)
