@@ -44,13 +44,15 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import openai
 import yaml
 
 from lalm_judge.core.files import read_json, stable_hash, write_json
 from lalm_judge.core.secrets import read_secret, redact, redact_value
+
+if TYPE_CHECKING:
+    import openai
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +312,8 @@ class EndpointClient:
 
     def session(self) -> Session:
         """A client and semaphore for one `asyncio.run` (use as `async with session.client:`)."""
+        import openai  # the `judge` extra; imported here so that the settings and defaults need no client
+
         # Retries and the deadline are ours (counted, bounded, logged), so the library's own retries are off.
         client = openai.AsyncOpenAI(
             api_key=self._api_key,
@@ -356,6 +360,8 @@ class EndpointClient:
     ) -> tuple[Completion | str, float | None]:
         """(the completion, None) or (what went wrong, the server's cooldown) of one attempt; errors that are not
         retried are raised."""
+        import openai
+
         self.n_attempts += 1
         started = time.perf_counter()
         try:

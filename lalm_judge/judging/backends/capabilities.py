@@ -38,10 +38,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from lalm_judge.core.endpoints import endpoint_defaults
 from lalm_judge.judging.backends.base import JudgeSpec
 
-# Requests in flight of an OpenAI-compatible judge without `options.concurrency`.
-DEFAULT_CONCURRENCY = 4
 REQUESTS_PER_SLOT = 4
 # One vLLM submission. A judge job scores every cell of its judge for a shard (at paper scale about 100,000
 # requests, 60,000 of them with 35 s of audio: over 100 GB as float32), so the job cannot hand vLLM everything
@@ -55,7 +54,7 @@ def request_batch_size(spec: JudgeSpec) -> int:
     if spec.backend == "vllm":
         return VLLM_REQUESTS_PER_CALL
     if spec.backend == "openai":
-        concurrency = int(spec.options.get("concurrency", DEFAULT_CONCURRENCY))
+        concurrency = int(spec.options.get("concurrency", endpoint_defaults()["concurrency"]))
         return max(int(spec.batch_size), REQUESTS_PER_SLOT * concurrency)
     return max(1, int(spec.batch_size))
 
