@@ -72,7 +72,10 @@ def test_scores_have_the_documented_columns_and_provenance(finished_run):
         "long_audio_action",
         "audio_input",
         "answer_mass",
+        "finish_reason",
         "model_revision",
+        "served_model",
+        "served_revision",
         "package_versions",
         "seed",
     ):
