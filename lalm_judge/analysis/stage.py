@@ -114,6 +114,10 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
     )
 
 
+# The metric settings every table of the metrics folder records (provenance columns).
+METRIC_SETTINGS = ("n_bootstrap", "n_folds", "min_pb_dialogues", "n_permutations")
+
+
 def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: MetricSettings) -> list[Path]:
     """Write every table as `<out_dir>/<name>.parquet` with provenance columns; return the paths."""
     return tables.write(
@@ -148,8 +152,10 @@ def run_guide(
 ) -> list[Path]:
     """The practitioner guide (`guide.practitioner_guide`, of the cells and Pareto tables and the control flags)
     and the findings (`findings.delta_findings`), written as `<out_dir>/{guide,findings}.parquet`: the report
-    renders them. Their config hash is that of the cells table's config hashes (they are functions of it)."""
+    renders them. They are functions of the metric tables, so their provenance is theirs: the config hash of the
+    cells table's config hashes, and its metric settings."""
     cells, pareto, flags = (pl.read_parquet(path) for path in (cells_path, pareto_path, flags_path))
     tables = GuideTables(guide=practitioner_guide(cells, pareto, flags=flags), findings=delta_findings(cells))
     hashes = sorted(set(cells["config_hash"].to_list())) if "config_hash" in cells.columns else []
-    return tables.write(out_dir, config_hash=stable_hash(hashes), seed=seed)
+    settings = {name: cells[name][0] for name in METRIC_SETTINGS if name in cells.columns and cells.height}
+    return tables.write(out_dir, config_hash=stable_hash(hashes), seed=seed, **settings)
