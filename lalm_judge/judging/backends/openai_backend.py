@@ -19,6 +19,8 @@ Each output carries why generation stopped (`finish_reason`, normalized from the
 `content_filter`, or None) and the model that served it (`extra['served_model']`, the response's `model`),
 which the request engine checks against the configured one (`judges.<name>.accept_served_models`). A message
 `content` that is not a string becomes its JSON as the text, with `extra['content_error']` saying so.
+
+Options of this backend besides the endpoint's:
 - `score_tokens` / `top_logprobs` (20): ask for logprobs and read P(safe) from the first answer token
   (when the server returns logprobs; `transformers serve` ignores the request). Without
   `score_tokens`, a request that carries `answer_tokens` (the `calibrated` prompt) is scored the same
