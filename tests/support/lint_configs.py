@@ -34,10 +34,13 @@ TIMEOUT_S = 600
 
 
 def prepare(workdir: Path, configfile: Path) -> None:
-    """The inputs `configfile` reads at parse time, in `workdir`."""
+    """The inputs `configfile` reads at parse time, in `workdir`. The shared folders are real folders of links to
+    the checkout's entries, so that what is written here (a synthetic corpus) stays in the scratch folder."""
     for name in SHARED:
-        if (ROOT / name).exists():
-            (workdir / name).symlink_to(ROOT / name)
+        if (ROOT / name).is_dir():
+            (workdir / name).mkdir()
+            for entry in (ROOT / name).iterdir():
+                (workdir / name / entry.name).symlink_to(entry)
     corpus = (yaml.safe_load(configfile.read_text()) or {}).get("corpus", {})
     if not corpus or (workdir / corpus["path"]).exists():
         return
