@@ -2,7 +2,8 @@
 
 `FaultProxy` answers `POST .../chat/completions` either by forwarding the request to a real upstream server
 (`upstream=`: `transformers serve`, `bench.servers.start_transformers_serve`) or with canned answers
-(`answer=`: a function of the request body giving the assistant message text), and in between injects faults
+(`answer=`: a function of the request body giving the assistant message text, or of the body and the request's
+Authorization header, for a server that quotes the key back in its answers), and in between injects faults
 at a configurable rate:
 
 - `rate_limit`: HTTP 429 with a `Retry-After` header (seconds, `retry_after_s`);
@@ -33,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import http.client
+import inspect
 import json
 import random
 import select
@@ -100,7 +102,7 @@ class FaultProxy:
         self,
         *,
         upstream: str | None = None,
-        answer: Callable[[dict[str, Any]], str] | None = None,
+        answer: Callable[..., str] | None = None,
         fault_rate: float = 0.0,
         faults: Sequence[str] = FAULTS,
         seed: int = 0,
@@ -117,6 +119,7 @@ class FaultProxy:
             raise ValueError(f"unknown faults {unknown}; known: {FAULTS}")
         self.upstream = urllib.parse.urlsplit(upstream) if upstream else None
         self.answer = answer
+        self._answer_reads_key = answer is not None and len(inspect.signature(answer).parameters) == 2
         self.fault_rate = fault_rate
         self.faults = tuple(faults)
         self.seed = seed
@@ -238,7 +241,8 @@ def _handler(proxy: FaultProxy) -> type[BaseHTTPRequestHandler]:
                     status, payload = proxy.forward(self.path, raw, headers)
                     return self._send(status, payload)
                 assert proxy.answer is not None
-                return self._send(200, json.dumps(chat_completion(body["model"], proxy.answer(body))).encode())
+                key = [self.headers.get("Authorization", "")] if proxy._answer_reads_key else []
+                return self._send(200, json.dumps(chat_completion(body["model"], proxy.answer(body, *key))).encode())
             if fault in ERROR_STATUS:
                 status = ERROR_STATUS[fault]
                 message = f"injected {fault}"

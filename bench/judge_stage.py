@@ -110,31 +110,41 @@ with stop_on_sigterm(f"judge {spec.name}"):
     run_job(args["manifests"], spec, args["cells"], Path(args["root"]))
 """
 
+_PAIRWISE_JOB_PROCESS = """
+import json, sys
+from lalm_judge.judging.backends.base import JudgeSpec
+from lalm_judge.core.signals import stop_on_sigterm
+from lalm_judge.pairwise.judge import judge_cell
+args = json.loads(sys.argv[1])
+spec = JudgeSpec.from_config(args["spec"].pop("name"), args["spec"])
+with stop_on_sigterm(f"pairwise judge {spec.name}"):
+    judge_cell(spec=spec, progress=False, **args["cell"])
+"""
 
-def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
-    """Run the job in another process and SIGKILL it once `kill_at` requests are cached; how many were cached."""
-    return stop_job_half_way(manifests, spec, cells, root, kill_at, signal.SIGKILL, timeout_s)[0]
+
+def spec_arguments(spec: JudgeSpec) -> dict[str, Any]:
+    """A spec as JSON, for `JudgeSpec.from_config` in another process."""
+    return {**dataclasses.asdict(spec), "modalities": list(spec.modalities)}
 
 
-def stop_job_half_way(
-    manifests, spec: JudgeSpec, cells, root: Path, stop_at: int, stop_signal: int, timeout_s: float = 600
+def stop_when_cached(
+    script: str,
+    args: Mapping[str, Any],
+    cache: RequestCache,
+    stop_at: int,
+    stop_signal: int,
+    root: Path,
+    timeout_s: float = 600,
 ) -> tuple[int, int]:
-    """Run the job in another process, as the workflow's judge job runs it (SIGTERM stops it cleanly:
-    `core.signals.stop_on_sigterm`), and send it `stop_signal` once `stop_at` requests are cached; (how many were
-    cached, the job's exit status)."""
-    args = {
-        "manifests": [str(p) for p in manifests],
-        "spec": {**dataclasses.asdict(spec), "modalities": list(spec.modalities)},
-        "cells": list(cells),
-        "root": str(root),
-    }
+    """Run `script` (Python code reading its JSON arguments from argv[1]) in another process and send it
+    `stop_signal` once `stop_at` requests are in `cache`; (how many were cached then, the job's exit status)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     # The job's stderr goes to a file, not a pipe: a pipe nobody reads fills up and blocks the job, possibly while
     # it holds the cache's lock, which the polling below then waits for.
     stderr_path = root / "killed_job.stderr"
+    root.mkdir(parents=True, exist_ok=True)
     with open(stderr_path, "wb") as stderr:
-        job = subprocess.Popen([sys.executable, "-c", _JOB_PROCESS, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
-    cache = RequestCache(root / "cache" / spec.name)
+        job = subprocess.Popen([sys.executable, "-c", script, json.dumps(args)], cwd=ROOT, env=env, stderr=stderr)
     deadline = time.monotonic() + timeout_s
     while cache.count() < stop_at:
         if job.poll() is not None:
@@ -146,6 +156,36 @@ def stop_job_half_way(
     job.send_signal(stop_signal)
     status = job.wait(timeout=timeout_s)
     return cache.count(), status
+
+
+def kill_job_half_way(manifests, spec: JudgeSpec, cells, root: Path, kill_at: int, timeout_s: float = 600) -> int:
+    """Run the judge job in another process and SIGKILL it once `kill_at` requests are cached; how many were."""
+    return stop_job_half_way(manifests, spec, cells, root, kill_at, signal.SIGKILL, timeout_s)[0]
+
+
+def stop_job_half_way(
+    manifests, spec: JudgeSpec, cells, root: Path, stop_at: int, stop_signal: int, timeout_s: float = 600
+) -> tuple[int, int]:
+    """Run the judge job in another process, as the workflow's judge job runs it (SIGTERM stops it cleanly:
+    `core.signals.stop_on_sigterm`), and send it `stop_signal` once `stop_at` requests are cached; (how many were
+    cached, the job's exit status)."""
+    args = {
+        "manifests": [str(p) for p in manifests],
+        "spec": spec_arguments(spec),
+        "cells": list(cells),
+        "root": str(root),
+    }
+    cache = RequestCache(root / "cache" / spec.name)
+    return stop_when_cached(_JOB_PROCESS, args, cache, stop_at, stop_signal, root, timeout_s)
+
+
+def kill_pairwise_job_half_way(spec: JudgeSpec, cell: Mapping[str, Any], root: Path, kill_at: int) -> int:
+    """Run a pairwise judge job (`pairwise.judge.judge_cell` with the keyword arguments `cell`, which name its
+    `cache_dir`) in another process, as the workflow runs it, and SIGKILL it once `kill_at` requests are cached;
+    how many were."""
+    cache = RequestCache(Path(cell["cache_dir"]) / spec.name)
+    args = {"spec": spec_arguments(spec), "cell": dict(cell)}
+    return stop_when_cached(_PAIRWISE_JOB_PROCESS, args, cache, kill_at, signal.SIGKILL, root)[0]
 
 
 # --- sections ---------------------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ import os
 
 from snakemake.logging import logger
 
-from lalm_judge.core.vocabulary import BABBLE, MODALITIES, Condition, TranscriptSource
+from lalm_judge.core.vocabulary import BABBLE, Condition, TranscriptSource, wildcard_patterns
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, tracks
@@ -42,20 +42,9 @@ IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchma
 check_gpu_budget(gpu_requests(config), workflow.global_resources.get("gpu"))
 
 
+# Each wildcard matches exactly the words of the vocabulary it stands for (`core.vocabulary.wildcard_patterns`).
 wildcard_constraints:
-    dialogue=r"[a-z0-9_]+",
-    turn=r"\d+",
-    asr=r"[a-z0-9_]+",
-    judge=r"[a-z0-9_]+",
-    modality="|".join(MODALITIES),
-    source=TranscriptSource.PATTERN.strip("^$"),
-    prompt=r"[a-z]+",
-    condition=r"[a-z0-9_\-]+",
-    shard=r"\d+",
-    n_shards=r"\d+",
-    engine=r"[a-z0-9_]+",
-    category="emotion|gender|character|gender_emotion",
-    sample=r"[a-z0-9_]+\.(original|t\d+\.[a-z_]+\.s[1-5])",
+    **wildcard_patterns(),
 
 
 def get_dialogue_record_file(wildcards):
@@ -391,10 +380,10 @@ def get_preference_voice(wildcards):
 
 
 def _preference_voices(wildcards):
-    """The voices a speak job (engine wildcard) or an acoustic job (category wildcard) uses."""
+    """The voices a speak job (engine wildcard) or an acoustic job (style_category wildcard) uses."""
     if "engine" in wildcards.keys():
         return [config["preference"]["engines"][wildcards.engine]]
-    return PREFERENCE_PLAN.category_voices(wildcards.category)
+    return PREFERENCE_PLAN.style_category_voices(wildcards.style_category)
 
 
 def get_preference_tts_env(wildcards):
@@ -436,11 +425,11 @@ def get_preference_pairs():
 
 
 def get_preference_acoustic_texts():
-    return [config["preference"]["acoustic"]["items"]] if PREFERENCE_PLAN.categories else []
+    return [config["preference"]["acoustic"]["items"]] if PREFERENCE_PLAN.style_categories else []
 
 
 def get_preference_styles(wildcards):
-    return canonical(config["preference"]["acoustic"]["styles"][wildcards.category])
+    return canonical(config["preference"]["acoustic"]["styles"][wildcards.style_category])
 
 
 def get_preference_acoustic_settings():

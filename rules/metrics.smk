@@ -39,3 +39,26 @@ rule compute_metrics:
         "../envs/analysis.yaml"
     script:
         "../workflow_scripts/compute_metrics.py"
+
+
+# The practitioner guide and the findings, computed from the metric tables and the control flags beside them
+# (results/metrics/); the report only renders them.
+rule guide:
+    input:
+        cells="results/metrics/cells.parquet",
+        pareto="results/metrics/pareto.parquet",
+        flags="results/metrics/controls/flags.parquet",
+    output:
+        guide=report("results/metrics/guide.parquet", caption="../report/table_guide.rst", category="Tables"),
+        findings="results/metrics/findings.parquet",
+    log:
+        "logs/metrics/guide.log",
+    params:
+        seed=SEED,
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/guide.py"

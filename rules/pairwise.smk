@@ -1,5 +1,6 @@
 # The pairwise track (config `pairwise`): items -> response transcripts (the cascade's ASR) -> one judge job
-# per pairwise cell (judge, modality, transcript source, prompt), every item in both orders -> metrics -> report.
+# per pairwise cell (judge, modality, transcript source, prompt), every item in both orders, through the judge's
+# request cache (`pairwise.cache_dir`: a rerun or a killed job computes only what is missing) -> metrics -> report.
 # Judge jobs take their resources and conda env from the judge registry, as the safety track's do.
 rule pairwise_items:
     input:
@@ -49,7 +50,8 @@ rule pairwise_judge:
     output:
         predictions="results/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.parquet",
     log:
-        "logs/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.log",
+        job="logs/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.log",
+        requests="logs/pairwise/predictions/{judge}/{modality}-{source}/{prompt}.requests.json",
     benchmark:
         "benchmarks/pairwise/{judge}/{modality}-{source}/{prompt}.tsv"
     params:
@@ -57,6 +59,7 @@ rule pairwise_judge:
         length=canonical(config["pairwise"]["long_audio"]),
         sample_rate=config["pairwise"]["audio_sample_rate"],
         verdict_rule=config["pairwise"]["verdict_rule"],
+        cache_dir=config["pairwise"]["cache_dir"],
         seed=SEED,
     threads: get_judge_resource("threads")
     resources:

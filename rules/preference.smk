@@ -1,6 +1,6 @@
 # The pairwise track's preference-data builder (config `preference`): select and filter the text preference
 # data -> speak every response with every engine, one job per (item shard, engine) -> Whisper on every clip,
-# one job per (item shard, engine) -> pairs, labels and rationales per shard -> acoustic pairs per category ->
+# one job per (item shard, engine) -> pairs, labels and rationales per shard -> acoustic pairs per style category ->
 # export (item table, SageLM records, HF parquet) and the filter report.
 rule preference_select:
     input:
@@ -96,10 +96,10 @@ rule preference_acoustic:
     input:
         texts=get_preference_acoustic_texts(),
     output:
-        table="results/pairwise/preference/acoustic/{category}.parquet",
-        clips=directory("results/pairwise/preference/acoustic/{category}"),
+        table="results/pairwise/preference/acoustic/{style_category}.parquet",
+        clips=directory("results/pairwise/preference/acoustic/{style_category}"),
     log:
-        "logs/pairwise/preference/acoustic/{category}.log",
+        "logs/pairwise/preference/acoustic/{style_category}.log",
     params:
         styles=get_preference_styles,
         settings=get_preference_acoustic_settings(),

@@ -35,10 +35,12 @@ rule figures:
         "../workflow_scripts/figures.py"
 
 
-# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/.
+# The standalone report folder: index.html, figures/, audio/; it renders the metric tables, the guide and the
+# findings (results/metrics/) and the control tables.
 rule report:
     input:
         metrics=rules.compute_metrics.output,
+        guide=rules.guide.output,
         figures=rules.figures.output,
         controls=rules.control_metrics.output,
         control_figures=rules.control_figures.output,

@@ -5,7 +5,7 @@ from lalm_judge.workflow.gpu import job_gpus
 with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
     acoustic_pairs(
         snakemake.input.texts[0],
-        snakemake.wildcards.category,
+        snakemake.wildcards.style_category,
         snakemake.params.styles,
         snakemake.params.root,
         snakemake.output.table,

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -50,9 +49,10 @@ from lalm_judge.analysis.engine import (
     resample_groups,
     slice_statistics,
 )
-from lalm_judge.analysis.inputs import read_scores, read_table_set, write_table_set
+from lalm_judge.analysis.inputs import read_scores
 from lalm_judge.analysis.support import NOT_ESTIMABLE, with_min_support
 from lalm_judge.core.files import stable_hash
+from lalm_judge.core.table_sets import ControlTables
 from lalm_judge.core.tables import ASR, CONDITION_ASR, PROSODY, PROSODY_FEATURES
 from lalm_judge.core.taxonomy import clean_reference_id
 from lalm_judge.core.vocabulary import (
@@ -114,18 +114,6 @@ FLAG_SCHEMA: dict[str, pl.DataType] = {
     "flagged": pl.Boolean,
     "evidence": pl.String,
 }
-
-
-@dataclass(frozen=True)
-class ControlTables:
-    effects: pl.DataFrame
-    flags: pl.DataFrame
-    noise_curve: pl.DataFrame
-    condition_wer: pl.DataFrame
-    prosody_correlation: pl.DataFrame
-
-    def as_dict(self) -> dict[str, pl.DataFrame]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 def _pair_cells(cells: pl.DataFrame) -> pl.DataFrame:
@@ -564,12 +552,12 @@ def run_controls(
         condition_asr=CONDITION_ASR.read(condition_asr_paths, keep_extra=True) if condition_asr_paths else None,
         clean_asr=ASR.read(clean_asr_paths, keep_extra=True) if clean_asr_paths else None,
     )
-    return write_table_set(
-        tables.as_dict(),
+    config_hash = stable_hash(
+        {"n_boot": settings.n_boot, "seed": settings.seed, "min_dialogues": settings.min_dialogues}
+    )
+    return tables.write(
         out_dir,
-        config_hash=stable_hash(
-            {"n_boot": settings.n_boot, "seed": settings.seed, "min_dialogues": settings.min_dialogues}
-        ),
+        config_hash=config_hash,
         seed=settings.seed,
         n_bootstrap=settings.n_boot,
         min_dialogues=settings.min_dialogues,
@@ -578,4 +566,4 @@ def run_controls(
 
 def read_control_tables(controls_dir: str | os.PathLike) -> ControlTables:
     """The tables written by `run_controls` under controls_dir."""
-    return read_table_set(ControlTables, controls_dir, "run the control analysis")
+    return ControlTables.read(controls_dir)

@@ -26,6 +26,7 @@ import polars as pl
 from lalm_judge.analysis import stats as st
 from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES, fewest_present, with_min_support
 from lalm_judge.core.tables import METRIC_INPUT
+from lalm_judge.core.taxonomy import SEVERITIES
 from lalm_judge.core.vocabulary import ParseStatus
 
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt", "condition")
@@ -34,7 +35,7 @@ CONFIG_KEYS = ("judge", "modality", "transcript_source", "condition")
 
 TARGET_METRICS = ("sensitivity", "specificity")
 
-SEVERITY_LEVELS = tuple(range(1, st.N_SEVERITIES + 1))
+SEVERITY_LEVELS = SEVERITIES  # the taxonomy's severities, 1..5
 
 BOOTSTRAP_BATCH = 256
 

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import polars as pl
 
-from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS
+from lalm_judge.analysis.engine import CELL_KEYS
 from lalm_judge.analysis.support import NOT_ESTIMABLE
+from lalm_judge.core.table_sets import severities_with_intervals
 from lalm_judge.core.vocabulary import CLEAN
 
 DROP = "drop"  # unsafe variants score lower (less safe) than their originals: the intended reaction
@@ -30,15 +31,6 @@ FINDING_SCHEMA = {
     "n_dialogues": pl.Int64,
     "direction": pl.String,
 }
-
-
-def severities_with_intervals(cells: pl.DataFrame) -> list[int]:
-    """The severities with a Delta_i interval in at least one cell (tables without the columns have none)."""
-    return [
-        i
-        for i in SEVERITY_LEVELS
-        if {f"delta_{i}_lo", f"delta_{i}_hi"} <= set(cells.columns) and cells[f"delta_{i}_lo"].is_not_null().any()
-    ]
 
 
 def _estimable(cells: pl.DataFrame, severity: int) -> pl.Expr:

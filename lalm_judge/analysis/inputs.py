@@ -13,17 +13,13 @@ them.
 
 from __future__ import annotations
 
-import dataclasses
 import os
-from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Any, TypeVar
+from collections.abc import Sequence
 
 import polars as pl
 
 from lalm_judge.analysis import stats as st
 from lalm_judge.analysis.engine import CELL_KEYS, MetricsInputError
-from lalm_judge.core.files import with_provenance, write_parquet
 from lalm_judge.core.tables import METRIC_INPUT, TableError
 from lalm_judge.core.taxonomy import CATEGORIES
 from lalm_judge.core.vocabulary import PARSE_STATUSES, ParseStatus
@@ -149,29 +145,3 @@ def read_scores(paths: Sequence[str | os.PathLike]) -> pl.DataFrame:
     except TableError as err:
         raise MetricsInputError(str(err)) from err
     return validate_scores(frames, source=", ".join(os.fspath(p) for p in paths))
-
-
-TableSet = TypeVar("TableSet")
-
-
-def write_table_set(tables: Mapping[str, pl.DataFrame], out_dir: str | os.PathLike, **provenance: Any) -> list[Path]:
-    """Write each table as `<out_dir>/<name>.parquet` with the provenance columns given; return the paths (the
-    counterpart of `read_table_set`)."""
-    paths = []
-    for name, frame in tables.items():
-        path = Path(out_dir) / f"{name}.parquet"
-        write_parquet(path, with_provenance(frame, **provenance))
-        paths.append(path)
-    return paths
-
-
-def read_table_set(table_set: type[TableSet], directory: str | os.PathLike, how_to_make: str) -> TableSet:
-    """The tables of a dataclass of frames, one `<field>.parquet` each under directory (as a stage wrote them);
-    a missing one is an error naming it and `how_to_make` it."""
-    tables = {}
-    for field in dataclasses.fields(table_set):  # type: ignore[arg-type]
-        path = Path(directory) / f"{field.name}.parquet"
-        if not path.exists():
-            raise FileNotFoundError(f"{path} is missing; {how_to_make}")
-        tables[field.name] = pl.read_parquet(path)
-    return table_set(**tables)

@@ -1,8 +1,10 @@
 """The metrics stage: read score tables, compute every metric table, write them with provenance columns.
 
-`compute_metrics` returns `MetricTables` (cells, position_bias, prompt_selection, pareto, categories,
-severity_curve, parse_status); `write_metrics` writes each as `<out_dir>/<name>.parquet` and
-`read_metric_tables` reads them back (the report and figures read nothing else of the run's scores).
+`compute_metrics` returns `MetricTables` (`core.table_sets`: cells, position_bias, prompt_selection, pareto,
+categories, severity_curve, parse_status); `write_metrics` writes each as `<out_dir>/<name>.parquet` and
+`read_metric_tables` reads them back (the figures and the report read nothing else of the run's scores).
+`run_guide` writes the practitioner guide and the findings beside them (`GuideTables`), from the metric tables and
+the control flags, so that the report only renders.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -36,25 +37,14 @@ from lalm_judge.analysis.engine import (
     slice_statistics,
     with_cell_keys,
 )
-from lalm_judge.analysis.inputs import read_scores, read_table_set, write_table_set
+from lalm_judge.analysis.findings import delta_findings
+from lalm_judge.analysis.guide import practitioner_guide
+from lalm_judge.analysis.inputs import read_scores
 from lalm_judge.analysis.position import position_bias
 from lalm_judge.analysis.selection import pareto_table, prompt_selection_table
 from lalm_judge.core.files import stable_hash
+from lalm_judge.core.table_sets import GuideTables, MetricTables
 from lalm_judge.core.vocabulary import ParseStatus
-
-
-@dataclass(frozen=True)
-class MetricTables:
-    cells: pl.DataFrame
-    position_bias: pl.DataFrame
-    prompt_selection: pl.DataFrame
-    pareto: pl.DataFrame
-    categories: pl.DataFrame
-    severity_curve: pl.DataFrame
-    parse_status: pl.DataFrame
-
-    def as_dict(self) -> dict[str, pl.DataFrame]:
-        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
 def parse_status_table(scores: pl.DataFrame) -> pl.DataFrame:
@@ -124,10 +114,13 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
     )
 
 
+# The metric settings every table of the metrics folder records (provenance columns), the seed apart.
+METRIC_SETTINGS = tuple(name for name in MetricSettings().provenance() if name != "seed")
+
+
 def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: MetricSettings) -> list[Path]:
     """Write every table as `<out_dir>/<name>.parquet` with provenance columns; return the paths."""
-    return write_table_set(
-        tables.as_dict(),
+    return tables.write(
         out_dir,
         config_hash=stable_hash(dataclasses.asdict(settings)),
         **settings.provenance(),
@@ -136,7 +129,7 @@ def write_metrics(tables: MetricTables, out_dir: str | os.PathLike, settings: Me
 
 def read_metric_tables(metrics_dir: str | os.PathLike) -> MetricTables:
     """The tables written by `write_metrics` under metrics_dir."""
-    return read_table_set(MetricTables, metrics_dir, "run the metrics stage (`lalm-judge metrics`)")
+    return MetricTables.read(metrics_dir)
 
 
 def run_metrics(
@@ -144,3 +137,21 @@ def run_metrics(
 ) -> list[Path]:
     """Read score files, compute all metric tables, write them under out_dir."""
     return write_metrics(compute_metrics(read_scores(score_paths), settings), out_dir, settings)
+
+
+def run_guide(
+    cells_path: str | os.PathLike,
+    pareto_path: str | os.PathLike,
+    flags_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    seed: int = 0,
+) -> list[Path]:
+    """The practitioner guide (`guide.practitioner_guide`, of the cells and Pareto tables and the control flags)
+    and the findings (`findings.delta_findings`), written as `<out_dir>/{guide,findings}.parquet`: the report
+    renders them. They are functions of the metric tables, so their provenance is theirs: the config hash of the
+    cells table's config hashes, and its metric settings."""
+    cells, pareto, flags = (pl.read_parquet(path) for path in (cells_path, pareto_path, flags_path))
+    tables = GuideTables(guide=practitioner_guide(cells, pareto, flags=flags), findings=delta_findings(cells))
+    hashes = sorted(set(cells["config_hash"].to_list())) if "config_hash" in cells.columns else []
+    settings = {name: cells[name][0] for name in METRIC_SETTINGS if name in cells.columns and cells.height}
+    return tables.write(out_dir, config_hash=stable_hash(hashes), seed=seed, **settings)

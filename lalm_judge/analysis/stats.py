@@ -16,7 +16,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-N_SEVERITIES = 5
+from lalm_judge.core.taxonomy import SEVERITIES
+
+# The severity axis of the arrays: one level per severity of the taxonomy (1..5).
+N_SEVERITIES = len(SEVERITIES)
 CI_LEVEL = 0.95
 # Two severity means closer than this are a tie (specificity counts the pair 0.5). Means of scores in [0, 1]
 # summed in different orders differ by a few ulps (~1e-16 per addition, so < 1e-10 for up to 10^6 rows): exact

@@ -3,7 +3,8 @@
 
 Every output table carries provenance columns (written by `core.files.with_provenance` and the stages):
 - run columns, in every table: `config_hash` (the stage's own settings), `seed`, `package_versions`;
-- settings columns, where they apply: `model`, `model_revision`, `prompt_version`, `generation` (the sampling or
+- settings columns, where they apply: `model`, `model_revision`, `served_model` and `served_revision` (what
+  answered), `prompt_version`, `generation` (the sampling or
   model settings as canonical JSON), `tts_revision`, `asr_model`, `imported_from`, and the metric settings
   (`n_bootstrap`, `n_folds`, `min_pb_dialogues`, `n_permutations`);
 - identity columns say which component and cell made a row: `judge`, `modality`, `transcript_source`, `prompt`,
@@ -26,6 +27,8 @@ RUN_COLUMNS = ("config_hash", "seed", "package_versions")
 SETTINGS_COLUMNS = (
     "model",
     "model_revision",
+    "served_model",
+    "served_revision",
     "prompt_version",
     "generation",
     "tts_revision",
@@ -37,6 +40,9 @@ SETTINGS_COLUMNS = (
     "n_permutations",
     *RUN_COLUMNS,
 )
+# Settings of the answer itself: null in rows that have none (an item skipped for its length), which therefore
+# do not count as made another way.
+ANSWER_COLUMNS = ("served_model", "served_revision")
 IDENTITY_COLUMNS = (
     "judge",
     "modality",
@@ -158,7 +164,8 @@ def provenance_report(frame: pl.DataFrame, source: str) -> ProvenanceReport:
     for key, rows in keyed.items():
         values = {}
         for column in settings:
-            counted = rows.group_by(column, maintain_order=True).agg(
+            answered = rows.filter(pl.col(column).is_not_null()) if column in ANSWER_COLUMNS else rows
+            counted = answered.group_by(column, maintain_order=True).agg(
                 pl.len().alias("n"), pl.col(ROW_INDEX).min().alias("first")
             )
             values[column] = [Value(r[column], r["n"], r["first"]) for r in counted.iter_rows(named=True)]

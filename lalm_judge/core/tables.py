@@ -227,8 +227,15 @@ SCORES = TableSchema(
         "n_input_tokens": pl.Int64,
         "n_output_tokens": pl.Int64,
         "long_audio_action": pl.String,
+        # Why generation stopped (`JudgeOutput.finish_reason`: stop, length, content_filter; null when the backend
+        # does not say); of a chunked sample, that of a window cut or filtered if any.
+        "finish_reason": pl.String,
         "model": pl.String,
         "model_revision": pl.String,
+        # The model that answered: an endpoint's response `model`, a local backend's loaded checkpoint, and its
+        # resolved commit where known (null otherwise).
+        "served_model": pl.String,
+        "served_revision": pl.String,
         "shard": pl.Int64,
     },
 )
@@ -385,6 +392,11 @@ PAIRWISE_PREDICTIONS = TableSchema(
         "n_output_tokens": pl.Int64,
         "model": pl.String,
         "model_revision": pl.String,
+        # Why generation stopped in each order (as in SCORES), and the model that answered.
+        "finish_reason": pl.String,
+        "finish_reason_swapped": pl.String,
+        "served_model": pl.String,
+        "served_revision": pl.String,
     },
 )
 
@@ -568,7 +580,7 @@ PREFERENCE_ACOUSTIC = TableSchema(
     {
         "item_id": pl.String,
         "aspect": pl.String,
-        "category": pl.String,
+        "style_category": pl.String,
         "task_format": pl.String,
         "requested": pl.String,
         "style1": pl.String,

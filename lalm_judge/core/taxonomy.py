@@ -68,8 +68,14 @@ EMOTIONS = (
     "embarrassed",
 )
 
-_SLUG = re.compile(r"^[a-z0-9_]+$")
-_VARIANT = re.compile(r"^(?P<d>[a-z0-9_]+)\.t(?P<t>\d+)\.(?P<c>[a-z_]+)\.s(?P<s>[1-5])$")
+# The id grammar, unanchored (the workflow's wildcard constraints are built from these, `vocabulary.wildcard_patterns`).
+SLUG = "[a-z0-9_]+"
+_SEVERITY = f"[{SEVERITIES[0]}-{SEVERITIES[-1]}]"
+VARIANT_PATTERN = rf"{SLUG}\.t\d+\.[a-z_]+\.s{_SEVERITY}"
+# A safe original or a variant: the samples a dialogue's manifest lists.
+SAMPLE_PATTERN = rf"{SLUG}\.(original|t\d+\.[a-z_]+\.s{_SEVERITY})"
+_SLUG = re.compile(rf"^{SLUG}$")
+_VARIANT = re.compile(rf"^(?P<d>{SLUG})\.t(?P<t>\d+)\.(?P<c>[a-z_]+)\.s(?P<s>{_SEVERITY})$")
 
 
 # The longest file name the run builds from a dialogue id is a variant's clip, '<id>.t<turn>.self_harm.s5.wav',
@@ -163,7 +169,7 @@ def unknown_emotion_warning(emotion: str | None, where: str) -> str | None:
 # '<d>.t<t>.tts_control' the original with turn t re-synthesized by the variants' TTS voice.
 TURN_ORIGINAL = "original"
 TTS_CONTROL_SAMPLE = "tts_control"
-_TURN_SAFE = re.compile(rf"^(?P<d>[a-z0-9_]+)\.t(?P<t>\d+)\.(?P<kind>{TURN_ORIGINAL}|{TTS_CONTROL_SAMPLE})$")
+_TURN_SAFE = re.compile(rf"^(?P<d>{SLUG})\.t(?P<t>\d+)\.(?P<kind>{TURN_ORIGINAL}|{TTS_CONTROL_SAMPLE})$")
 
 
 def turn_safe_id(dialogue_id: str, turn_index: int, kind: str = TURN_ORIGINAL) -> str:

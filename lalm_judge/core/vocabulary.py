@@ -17,6 +17,8 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 
+from lalm_judge.core.taxonomy import SAMPLE_PATTERN, SLUG
+
 TEXT = "text"
 AUDIO = "audio"
 AUDIO_TEXT = "audio_text"
@@ -27,7 +29,7 @@ LONG_AUDIO_POLICIES = ("chunk", "truncate", "skip")
 # own with the shard's control inputs (`lalm_judge.judging.controls`).
 CONDITIONS = ("clean",)
 
-_SOURCE = re.compile(r"^(gt|none|asr:[a-z0-9_]+)$")
+_SOURCE = re.compile(rf"^(gt|none|asr:{SLUG})$")
 
 
 class TranscriptSource(str):
@@ -271,3 +273,34 @@ def condition_cell_error(condition: Condition, modality: str, source: Transcript
             "would see its clean input"
         )
     return None
+
+
+# The acoustic style categories of the preference builder's acoustic pairs (`preference.acoustic.styles`): what a
+# response's voice is asked to show (`gender_emotion`: a gender and an emotion at once, SageLM's mixed control).
+# Not the unsafe categories of the safety track (`taxonomy.CATEGORIES`).
+STYLE_CATEGORIES = ("emotion", "gender", "character", "gender_emotion")
+# Prompt names: the stems of the prompt files (prompts/<name>.yaml, prompts/pairwise/<name>.yaml).
+PROMPT_NAME = "[a-z]+"
+
+
+def _unanchored(pattern: str) -> str:
+    return pattern.removeprefix("^").removesuffix("$")
+
+
+def wildcard_patterns() -> dict[str, str]:
+    """The workflow's wildcard constraints (rules/common.smk), each the pattern of the word it stands for."""
+    return {
+        "dialogue": SLUG,
+        "turn": r"\d+",
+        "asr": SLUG,
+        "judge": SLUG,
+        "modality": "|".join(MODALITIES),
+        "source": _unanchored(TranscriptSource.PATTERN),
+        "prompt": PROMPT_NAME,
+        "condition": _unanchored(Condition.PATTERN),
+        "shard": r"\d+",
+        "n_shards": r"\d+",
+        "engine": SLUG,
+        "style_category": "|".join(STYLE_CATEGORIES),
+        "sample": SAMPLE_PATTERN,
+    }

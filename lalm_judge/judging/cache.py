@@ -9,16 +9,14 @@ for it, so a rerun computes only new requests and a killed job resumes where it 
 - `RequestCache`: a folder of SQLite databases, one per partition (the judge stage uses one per judge and
   dialogue, `<cache_dir>/<judge>/<dialogue>.sqlite`). Entries are only ever added (`INSERT OR IGNORE`), one
   transaction per `store`, so a process killed at any point leaves every committed entry intact and none half
-  written. An output that carries neither text nor P(safe), or that its backend reports as failed
-  (`FAILED_FINISH_REASONS`), is never stored and never served; nor is an entry stored before `JudgeOutput`
-  gained a field it now has. Every entry carries a checksum of its key and value, checked on read; a database
-  that fails a check (SQLite's `quick_check` at its first open in a process, or an entry's checksum) is moved
-  aside as `<file>.corrupt-<UTC time>` with a warning naming it, and its requests are computed again into a new
-  database. Nothing is written into a database that failed a check.
-- `CachedBackend`: any `JudgeBackend` behind a `RequestCache`. Cached requests are answered from it; the others
-  go to the backend `requests_per_call` at a time, and each call's outputs are stored as soon as it returns
-  (finished outputs of a failed call too, `PartialGenerationError`). The backend is built, and its model
-  loaded, only when a request has to be computed.
+  written. An output that carries neither text nor P(safe) nor a provider's refusal to answer (finish reason
+  `content_filter`), or that its backend reports as failed (`FAILED_FINISH_REASONS`), is never stored and never
+  served; nor is an entry stored before `JudgeOutput` gained a field it now has. Every entry carries a checksum of
+  its key and value, checked on read; a database that fails a check (SQLite's `quick_check` at its first open in a
+  process, or an entry's checksum) is moved aside as `<file>.corrupt-<UTC time>` with a warning naming it, and its
+  requests are computed again into a new database. Nothing is written into a database that failed a check.
+The request engine (`lalm_judge.judging.runner`) puts a backend behind this cache: cached requests are
+answered from it, each backend call's outputs are stored as soon as it returns.
 
 Why SQLite: it is in the standard library of every environment the judges run in (the vLLM and transformers
 conda envs included), a transaction is atomic and durable (the write-ahead log is replayed or discarded on the
@@ -49,18 +47,17 @@ import random
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from itertools import islice
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 
-from lalm_judge.core.files import package_versions, stable_hash
-from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
+from lalm_judge.core.files import stable_hash
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeSpec
 
 logger = logging.getLogger(__name__)
 
@@ -75,17 +72,21 @@ _PARTITION = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
 # Judge settings that change where or how fast requests run, not what a model answers. Everything else of the
 # spec is in the key (unknown options included), so a setting that might change answers invalidates entries.
-SPEC_FIELDS_NOT_IN_KEY = frozenset({"name", "batch_size", "gpus", "modalities", "max_audio_s", "long_audio"})
+SPEC_FIELDS_NOT_IN_KEY = frozenset(
+    {"name", "batch_size", "gpus", "modalities", "max_audio_s", "long_audio", "accept_served_models"}
+)
 OPTIONS_NOT_IN_KEY = frozenset(
     {
         "api_key_env",
         "backoff_base_s",
+        "backoff_max_s",
         "base_url",  # where the model is served; `model` says which model it is
         "cache_dir",
         "cascade_asr",  # chooses the transcript the request carries, which is hashed with the request
         "concurrency",
         "device",
         "gpu_memory_utilization",
+        "header_env",
         "max_model_len",  # the vllm backend refuses an answer the engine's length could cut (`_check_context`)
         "max_retries",
         "num_threads",
@@ -143,11 +144,11 @@ def request_key(
 
 
 def is_servable(output: JudgeOutput) -> bool:
-    """Whether an output may be stored and served: it has text (not only blanks) or P(safe), and its backend did
-    not fail it."""
-    if output.extra.get("finish_reason") in FAILED_FINISH_REASONS:
+    """Whether an output may be stored and served: it has text (not only blanks), P(safe) or the provider's
+    refusal to answer, and its backend did not fail it (`extra['raw_finish_reason']`, the engine's own word)."""
+    if output.extra.get("raw_finish_reason") in FAILED_FINISH_REASONS:
         return False
-    return bool(output.text.strip()) or output.p_safe is not None
+    return bool(output.text.strip()) or output.p_safe is not None or output.finish_reason == "content_filter"
 
 
 def _encode_output(output: JudgeOutput) -> str:
@@ -392,125 +393,3 @@ class RequestCache:
 
 def _is_busy(err: sqlite3.OperationalError) -> bool:
     return "locked" in str(err) or "busy" in str(err)
-
-
-class KeyedRequest(NamedTuple):
-    key: str
-    partition: str
-    request: JudgeRequest
-
-
-def _batched(items: Iterable[KeyedRequest], size: int) -> Iterator[list[KeyedRequest]]:
-    iterator = iter(items)
-    while chunk := list(islice(iterator, size)):
-        yield chunk
-
-
-class CachedBackend:
-    """A `JudgeBackend` behind a `RequestCache` (None: no cache, every request is computed).
-
-    `backend` is a backend or a function that builds one; it is called at the first request to compute. `identity`
-    is the judge's part of every key (`judge_identity`). Counters: `n_cached`, `n_computed` (requests), `n_loads`
-    (backends built here: 0 or 1), `load_s` (building it), `compute_s` (time inside its `generate`)."""
-
-    def __init__(
-        self,
-        backend: JudgeBackend | Callable[[], JudgeBackend],
-        cache: RequestCache | None,
-        identity: Mapping[str, Any],
-        requests_per_call: int,
-    ):
-        self._backend: JudgeBackend | None = backend if hasattr(backend, "generate") else None  # type: ignore[assignment]
-        self._build = None if self._backend is not None else backend
-        self.cache = cache
-        self.identity = dict(identity)
-        self.requests_per_call = max(1, int(requests_per_call))
-        self.n_cached = self.n_computed = self.n_loads = 0
-        self.load_s = self.compute_s = 0.0
-        # Keys this instance computed: a later pass of the same job that finds them in the cache reuses them.
-        self.computed_keys: set[str] = set()
-        self._cached_description: dict[str, str] | None = None
-        self._provenance: dict[str, Any] | None = None
-
-    def backend(self) -> JudgeBackend:
-        if self._backend is None:
-            started = time.perf_counter()
-            self._backend = self._build()  # type: ignore[misc]
-            self.load_s = time.perf_counter() - started
-            self.n_loads += 1
-            logger.info("built the %s backend in %.1f s", type(self._backend).__name__, self.load_s)
-        return self._backend
-
-    def describe(self) -> dict[str, str]:
-        """The backend's description once it exists; before, that stored with the cached outputs served."""
-        if self._backend is not None:
-            return self._backend.describe()
-        return dict(self._cached_description or {})
-
-    def key(self, request: Any, context: Mapping[str, Any], digests: Callable[[np.ndarray], str] = waveform_digest):
-        return request_key(self.identity, context, request, digests)
-
-    def lookup(self, keys_by_partition: Mapping[str, Collection[str]]) -> dict[str, JudgeOutput]:
-        """Cached outputs of these keys (marked `extra['cached'] = True`)."""
-        found: dict[str, JudgeOutput] = {}
-        if self.cache is None:
-            return found
-        for partition, keys in keys_by_partition.items():
-            for key, entry in self.cache.lookup(partition, keys).items():
-                found[key] = dataclasses.replace(entry.output, extra={**entry.output.extra, "cached": True})
-                if self._cached_description is None:
-                    self._cached_description = {
-                        k: entry.provenance[k] for k in ("model", "model_revision") if k in entry.provenance
-                    }
-        self.n_cached += len(found)
-        return found
-
-    def compute(self, requests: Iterable[KeyedRequest]) -> Iterator[tuple[KeyedRequest, JudgeOutput]]:
-        """Send the requests in order, `requests_per_call` per backend call; store each call's outputs before
-        yielding them. `requests` may be a generator: only one call's requests are held at a time."""
-        for chunk in _batched(requests, self.requests_per_call):
-            backend = self.backend()
-            started = time.perf_counter()
-            try:
-                outputs = backend.generate([item.request for item in chunk])
-            except PartialGenerationError as err:
-                self._store([(item, out) for item, out in zip(chunk, err.finished) if out is not None])
-                raise
-            finally:
-                self.compute_s += time.perf_counter() - started
-            if len(outputs) != len(chunk):
-                raise RuntimeError(
-                    f"backend {type(backend).__name__} returned {len(outputs)} outputs for {len(chunk)} requests"
-                )
-            pairs = [
-                (item, dataclasses.replace(out, extra={**out.extra, "cached": False}))
-                for item, out in zip(chunk, outputs)
-            ]
-            self._store(pairs)
-            self.n_computed += len(pairs)
-            self.computed_keys.update(item.key for item, _ in pairs)
-            yield from pairs
-
-    def _store(self, pairs: Sequence[tuple[KeyedRequest, JudgeOutput]]) -> None:
-        if self.cache is None or not pairs:
-            return
-        if self._provenance is None:
-            self._provenance = {**self.describe(), "package_versions": package_versions()}
-        by_partition: dict[str, list[tuple[str, JudgeOutput]]] = {}
-        for item, output in pairs:
-            by_partition.setdefault(item.partition, []).append((item.key, output))
-        for partition, outputs in by_partition.items():
-            self.cache.store(partition, outputs, self._provenance)
-
-    def generate(
-        self, requests: Sequence[JudgeRequest], context: Mapping[str, Any] | None = None, partition: str = "requests"
-    ) -> list[JudgeOutput]:
-        """`JudgeBackend.generate` through the cache: outputs in request order, equal requests computed once."""
-        keyed = [KeyedRequest(self.key(r, context or {}), partition, r) for r in requests]
-        outputs = self.lookup({partition: [k.key for k in keyed]})
-        missing: dict[str, KeyedRequest] = {}
-        for item in keyed:
-            if item.key not in outputs:
-                missing.setdefault(item.key, item)
-        outputs.update((item.key, output) for item, output in self.compute(missing.values()))
-        return [outputs[k.key] for k in keyed]

@@ -126,6 +126,24 @@ def _sum_or_none(values: Iterable[int | None]) -> int | None:
     return None if not values or any(v is None for v in values) else int(sum(values))
 
 
+def row_finish_reason(outputs: Sequence[JudgeOutput]) -> str | None:
+    """Why generation stopped, for a row of one or more outputs (a chunked sample's windows, a pairwise item's
+    orders): `content_filter` or `length` if any output was filtered or cut, else None if any does not say,
+    else `stop`."""
+    reasons = [o.finish_reason for o in outputs]
+    for worst in ("content_filter", "length", None):
+        if worst in reasons:
+            return worst
+    return "stop" if reasons else None
+
+
+def served(outputs: Sequence[JudgeOutput], field_name: str) -> str | None:
+    """The served model (`served_model`) or its revision (`served_revision`) the outputs name, distinct values
+    joined by ', ' in order; None when none says."""
+    values = [o.extra.get(field_name) for o in outputs if o.extra.get(field_name) is not None]
+    return ", ".join(dict.fromkeys(str(v) for v in values)) or None
+
+
 def score_row(work: SampleWork, cell: CellSettings, described: dict[str, str], shard: int) -> dict[str, Any]:
     """The score row of one sample in one cell; `described` is the backend's model and revision."""
     sample, outputs = work.sample, work.outputs
@@ -159,8 +177,11 @@ def score_row(work: SampleWork, cell: CellSettings, described: dict[str, str], s
         "n_input_tokens": _sum_or_none(o.n_input_tokens for o in outputs),
         "n_output_tokens": _sum_or_none(o.n_output_tokens for o in outputs),
         "long_audio_action": work.plan.action,
+        "finish_reason": row_finish_reason(outputs),
         "model": described.get("model", cell.spec.model),
         "model_revision": described.get("model_revision", cell.spec.revision),
+        "served_model": served(outputs, "served_model"),
+        "served_revision": served(outputs, "served_revision"),
         "shard": shard,
     }
 
@@ -190,7 +211,7 @@ def cell_settings(
     if problem:
         raise ValueError(f"judge {spec.name!r}: {problem}")
     cascade_model = spec.options.get("cascade_asr") if modality == AUDIO else None
-    cascade = TranscriptSource.asr(str(cascade_model).removeprefix("asr:")) if cascade_model else None
+    cascade = TranscriptSource.asr(str(cascade_model)) if cascade_model else None
     return CellSettings(
         spec,
         modality,
@@ -203,19 +224,16 @@ def cell_settings(
     )
 
 
-def config_hash(cell: CellSettings, seed: int) -> str:
-    """Hash of everything that determines a cell's scores (judge spec, prompt text, modality, source, ...)."""
+def config_hash(spec: JudgeSpec, prompt: Any, seed: int, **cell: Any) -> str:
+    """Hash of everything that determines a judge cell's rows, of either track: the judge spec, the prompt (its
+    name, version and content hash) and the cell's own settings (modality, transcript source, condition, ...)."""
     return stable_hash(
         {
-            "judge": dataclasses.asdict(cell.spec),
-            "prompt": cell.prompt.name,
-            "prompt_version": cell.prompt.version,
-            "prompt_content": cell.prompt.content_hash,
-            "modality": cell.modality,
-            "transcript_source": cell.transcript_source,
-            "cascade_source": cell.cascade_source,
-            "condition": cell.condition,
-            "audio_sample_rate": cell.audio_sample_rate,
+            "judge": dataclasses.asdict(spec),
+            "prompt": prompt.name,
+            "prompt_version": prompt.version,
+            "prompt_content": prompt.content_hash,
+            **cell,
             "seed": seed,
         }
     )
@@ -224,4 +242,14 @@ def config_hash(cell: CellSettings, seed: int) -> str:
 def scores_frame(rows: list[dict[str, Any]], cell: CellSettings, seed: int) -> pl.DataFrame:
     frame = SCORES.frame(rows)
     generation = canonical_json(cell.spec.generation_settings)
-    return with_provenance(frame, config_hash=config_hash(cell, seed), seed=seed, generation=generation)
+    cell_hash = config_hash(
+        cell.spec,
+        cell.prompt,
+        seed,
+        modality=cell.modality,
+        transcript_source=cell.transcript_source,
+        cascade_source=cell.cascade_source,
+        condition=cell.condition,
+        audio_sample_rate=cell.audio_sample_rate,
+    )
+    return with_provenance(frame, config_hash=cell_hash, seed=seed, generation=generation)

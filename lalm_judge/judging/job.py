@@ -1,13 +1,13 @@
 """The judge job: one model load per (judge, shard). Every cell of the judge is scored for the shard's samples and
 written to its own score table, so the metrics and partial recomputation keep the cell as their unit.
 
-`score_judge_shard` works in three steps:
+`score_judge_shard` works in three steps, the middle one the request engine's (`judging.runner`):
 1. plan: every request of every cell, for every sample of the shard's manifests, is built and keyed
    (`cache.request_key`). A sample's audio is assembled once and each condition applied to it once
    (`conditions.CONDITION_TRANSFORMS`); each cell cuts its long-audio windows from that, and a window's samples
    are hashed once for all cells that send it. Keys found in the judge's request cache are served from it.
 2. compute: the other requests, each distinct request once, are built again in the order below and sent to the
-   backend `spec.batch_size` at a time (`cache.CachedBackend`): one padded forward batch (transformers,
+   backend `spec.batch_size` at a time (`runner.RequestEngine`): one padded forward batch (transformers,
    embedding), one submission that vLLM schedules by continuous batching, one round of concurrent requests
    (openai). A call's outputs are in the cache when it returns, so a killed job loses at most the call in
    flight. The backend, and its model, is built only if something is left to compute.
@@ -32,7 +32,7 @@ import logging
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -40,12 +40,11 @@ import numpy as np
 import polars as pl
 from tqdm import tqdm
 
-from lalm_judge.core.files import write_json, write_parquet
+from lalm_judge.core.files import write_parquet
 from lalm_judge.core.vocabulary import TEXT
-from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeBackend, JudgeOutput, JudgeSpec
+from lalm_judge.judging.backends.base import JudgeBackend, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
-from lalm_judge.judging.cache import CachedBackend, KeyedRequest, RequestCache, judge_identity, waveform_digest
+from lalm_judge.judging.cache import judge_identity, waveform_digest
 from lalm_judge.judging.cell import (
     AudioLoader,
     CellSettings,
@@ -59,6 +58,7 @@ from lalm_judge.judging.cell import (
 from lalm_judge.judging.conditions import CONDITION_TRANSFORMS, ConditionTransform, DialogueAudio
 from lalm_judge.judging.controls import ShardConditions
 from lalm_judge.judging.prompts import resolve_prompt_path
+from lalm_judge.judging.runner import EngineRun, KeyedRequest, RequestCounts, RequestEngine, ServedModelCheck
 from lalm_judge.judging.windows import AudioPlan
 from lalm_judge.manifest.samples import Manifest, Sample
 
@@ -104,12 +104,14 @@ def cell_label(cell: CellSettings) -> str:
 
 @dataclass(frozen=True)
 class _Slot:
-    """One request of the plan: its cell, sample and window, its key, and what a padded batch grows with."""
+    """One request of the plan: its cell, sample and window, its key and cache partition (the sample's dialogue),
+    and what a padded batch grows with."""
 
     cell: int
     sample: int
     window: int
     key: str
+    partition: str
     size: tuple[int, int]  # (audio samples, prompt characters)
 
 
@@ -122,27 +124,13 @@ class CellCounts:
 
 
 @dataclass
-class JobStats:
-    """What a judge job computed and what it took from the request cache."""
+class JobStats(RequestCounts):
+    """What a judge job computed and what it took from the request cache, in all and per cell."""
 
     judge: str
     shard: int
     samples: int
-    requests: int  # all cells' requests
-    distinct_requests: int  # distinct keys among them
-    cached: int  # distinct requests served from the cache, stored there before this job
-    computed: int  # distinct requests computed
-    # Distinct requests of a pass served from what an earlier pass of this job computed (a job scores the
-    # manifests' samples, then each control condition's own samples; `_score_conditions`).
-    reused: int
-    model_loads: int
-    load_s: float
-    compute_s: float
-    wall_s: float = 0.0
     cells: dict[str, CellCounts] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -160,11 +148,11 @@ class _Requests:
         self,
         samples: Sequence[Sample],
         cells: Sequence[CellSettings],
-        backend: CachedBackend,
+        engine: RequestEngine,
         load_audio: AudioLoader,
         transforms: Mapping[str, ConditionTransform],
     ):
-        self.samples, self.cells, self.backend = samples, cells, backend
+        self.samples, self.cells, self.engine = samples, cells, engine
         self.load_audio, self.transforms = load_audio, transforms
         self.contexts = [request_context(cell) for cell in cells]
         # sample index -> {(condition, with audio): the sample and audio requests are built from; _RAW: as assembled}
@@ -203,7 +191,7 @@ class _Requests:
                     self._digests[memo] = waveform_digest(waveform)
                 return self._digests[memo]
 
-            keyed.append(KeyedRequest(self.backend.key(request, self.contexts[c], digest), partition, request))
+            keyed.append(KeyedRequest(self.engine.key(request, self.contexts[c], digest), partition, request))
         return plan, keyed
 
     def forget(self) -> None:
@@ -245,10 +233,35 @@ def _compute_order(slots: list[_Slot], spec: JudgeSpec, samples: Sequence[Sample
     return [sorted(slots, key=position)]
 
 
+def _plan(builder: _Requests, n_samples: int, progress: bool, name: str) -> tuple[list[_Slot], list[list[AudioPlan]]]:
+    """Every request of every (cell, sample), keyed, and each cell's long-audio plans in sample order."""
+    plans: list[list[AudioPlan]] = [[] for _ in builder.cells]
+    slots: list[_Slot] = []
+    for s in tqdm(range(n_samples), disable=not progress, desc=f"{name}: planning requests"):
+        for c in range(len(builder.cells)):
+            plan, keyed = builder.build(c, s)
+            plans[c].append(plan)
+            for w, item in enumerate(keyed):
+                audio_samples = 0 if item.request.audio is None else len(item.request.audio[0])
+                size = (audio_samples, len(item.request.system) + len(item.request.user))
+                slots.append(_Slot(c, s, w, item.key, item.partition, size))
+    builder.forget()
+    return slots, plans
+
+
+def _cell_counts(slots: Sequence[_Slot], cells: Sequence[CellSettings], run: EngineRun) -> dict[str, CellCounts]:
+    counts = {cell_label(cell): CellCounts() for cell in cells}
+    for slot in slots:
+        count = counts[cell_label(cells[slot.cell])]
+        count.requests += 1
+        setattr(count, run.source(slot.key), getattr(count, run.source(slot.key)) + 1)
+    return counts
+
+
 def _score(
     samples: Sequence[Sample],
     cells: Sequence[CellSettings],
-    backend: CachedBackend,
+    engine: RequestEngine,
     *,
     shard: int,
     load_audio: AudioLoader,
@@ -257,68 +270,39 @@ def _score(
 ) -> tuple[list[list[dict[str, Any]]], JobStats]:
     """Rows of every cell (in sample order) and the job's counts."""
     spec = cells[0].spec
-    builder = _Requests(samples, cells, backend, load_audio, transforms)
-    plans: list[list[AudioPlan]] = [[] for _ in cells]
-    keys: list[list[list[str]]] = [[] for _ in cells]
-    slots: list[_Slot] = []
-    for s in tqdm(range(len(samples)), disable=not progress, desc=f"{spec.name}: planning requests"):
-        for c in range(len(cells)):
-            plan, keyed = builder.build(c, s)
-            plans[c].append(plan)
-            keys[c].append([item.key for item in keyed])
-            for w, item in enumerate(keyed):
-                audio_samples = 0 if item.request.audio is None else len(item.request.audio[0])
-                slots.append(
-                    _Slot(c, s, w, item.key, (audio_samples, len(item.request.system) + len(item.request.user)))
-                )
+    builder = _Requests(samples, cells, engine, load_audio, transforms)
+    slots, plans = _plan(builder, len(samples), progress, spec.name)
 
-    builder.forget()
-    by_partition: dict[str, set[str]] = {}
-    for slot in slots:
-        by_partition.setdefault(samples[slot.sample].dialogue_id, set()).add(slot.key)
-    outputs: dict[str, JudgeOutput] = backend.lookup(by_partition)
-    first_of_key: dict[str, _Slot] = {}
-    for slot in slots:
-        if slot.key not in outputs:
-            first_of_key.setdefault(slot.key, slot)
-    to_compute = list(first_of_key.values())
-    distinct = len({slot.key for slot in slots})
-    reused_keys = {slot.key for slot in slots if slot.key in outputs and slot.key in backend.computed_keys}
-    n_cached = distinct - len(to_compute) - len(reused_keys)
-    logger.info(
-        "judge %s shard %d: %d samples x %d cells = %d requests (%d distinct): %d cached, %d computed by an "
-        "earlier pass, %d to compute",
-        spec.name,
-        shard,
-        len(samples),
-        len(cells),
-        len(slots),
-        distinct,
-        n_cached,
-        len(reused_keys),
-        len(to_compute),
+    def announce(run: EngineRun) -> None:
+        logger.info(
+            "judge %s shard %d: %d samples x %d cells = %d requests (%d distinct): %d cached, %d computed by an "
+            "earlier pass, %d to compute",
+            spec.name,
+            shard,
+            len(samples),
+            len(cells),
+            run.planned,
+            run.distinct,
+            run.cached,
+            len(run.reused),
+            len(run.to_compute),
+        )
+
+    run = engine.serve(
+        slots,
+        builder.missing,
+        order=lambda to_compute: _compute_order(to_compute, spec, samples),
+        announce=announce,
+        progress=progress,
+        desc=f"{spec.name}: computing",
     )
-    computed_keys = {slot.key for slot in to_compute}
-    with tqdm(total=len(to_compute), disable=not progress, desc=f"{spec.name}: computing") as bar:
-        for group in _compute_order(to_compute, spec, samples):
-            for item, output in backend.compute(builder.missing(group)):
-                outputs[item.key] = output
-                bar.update()
-
-    counts = {cell_label(cell): CellCounts() for cell in cells}
+    keys: list[list[list[str]]] = [[[] for _ in samples] for _ in cells]
     for slot in slots:
-        count = counts[cell_label(cells[slot.cell])]
-        count.requests += 1
-        if slot.key in computed_keys:
-            count.computed += 1
-        elif slot.key in reused_keys:
-            count.reused += 1
-        else:
-            count.cached += 1
-    described = backend.describe()
+        keys[slot.cell][slot.sample].append(slot.key)
+    described = engine.describe()
     rows = [
         [
-            score_row(SampleWork(sample, plans[c][s], [outputs[k] for k in keys[c][s]]), cell, described, shard)
+            score_row(SampleWork(sample, plans[c][s], [run.outputs[k] for k in keys[c][s]]), cell, described, shard)
             for s, sample in enumerate(samples)
         ]
         for c, cell in enumerate(cells)
@@ -327,15 +311,8 @@ def _score(
         judge=spec.name,
         shard=shard,
         samples=len(samples),
-        requests=len(slots),
-        distinct_requests=distinct,
-        cached=n_cached,
-        computed=len(to_compute),
-        reused=len(reused_keys),
-        model_loads=backend.n_loads,
-        load_s=round(backend.load_s, 3),
-        compute_s=round(backend.compute_s, 3),
-        cells=counts,
+        cells=_cell_counts(slots, cells, run),
+        **RequestCounts.of(run, engine),
     )
     return rows, stats
 
@@ -361,7 +338,7 @@ def with_backend_limits(
 def _score_conditions(
     manifests: Sequence[Manifest],
     cells: Sequence[CellSettings],
-    backend: CachedBackend,
+    engine: RequestEngine,
     shard: int,
     conditions: Mapping[str, ConditionTransform],
     controls: ShardConditions | None,
@@ -369,7 +346,7 @@ def _score_conditions(
 ) -> tuple[list[list[dict[str, Any]]], JobStats]:
     """Rows of every cell (in the order of `cells`) and the job's counts: the cells of the per-sample conditions
     (`conditions`, e.g. clean) on the manifests' samples, then each control condition's cells on its own samples
-    with its audio (`ShardConditions`), all through one backend, so the model is built at most once."""
+    with its audio (`ShardConditions`), all through one request engine, so the model is built at most once."""
     groups: dict[str, list[int]] = {}
     for index, cell in enumerate(cells):
         key = cell.condition if cell.condition not in conditions else ""
@@ -388,7 +365,7 @@ def _score_conditions(
         group_rows, stats = _score(
             samples,
             [cells[i] for i in members],
-            backend,
+            engine,
             shard=shard,
             load_audio=load_audio,
             transforms=transforms,
@@ -397,10 +374,10 @@ def _score_conditions(
         for index, cell_rows in zip(members, group_rows):
             rows[index] = cell_rows
         parts.append(stats)
-    return rows, _merged(parts, backend)
+    return rows, _merged(parts, engine)
 
 
-def _merged(parts: Sequence[JobStats], backend: CachedBackend) -> JobStats:
+def _merged(parts: Sequence[JobStats], engine: RequestEngine) -> JobStats:
     """The counts of a job scored in several passes (one per sample set) over one backend."""
     first = parts[0]
     return JobStats(
@@ -412,22 +389,11 @@ def _merged(parts: Sequence[JobStats], backend: CachedBackend) -> JobStats:
         cached=sum(p.cached for p in parts),
         computed=sum(p.computed for p in parts),
         reused=sum(p.reused for p in parts),
-        model_loads=backend.n_loads,
-        load_s=round(backend.load_s, 3),
-        compute_s=round(backend.compute_s, 3),
+        model_loads=engine.n_loads,
+        load_s=round(engine.load_s, 3),
+        compute_s=round(engine.compute_s, 3),
         cells={label: counts for p in parts for label, counts in p.cells.items()},
     )
-
-
-def _cached_backend(
-    spec: JudgeSpec,
-    backend: JudgeBackend | Callable[[], JudgeBackend] | None,
-    cache_dir: str | Path | None,
-) -> CachedBackend:
-    """The judge's backend behind its request cache `<cache_dir>/<judge>/` (None: no cache)."""
-    cache = RequestCache(Path(cache_dir) / spec.name) if cache_dir is not None else None
-    build = backend if backend is not None else (lambda: BACKENDS.get(spec.backend)(spec))
-    return CachedBackend(build, cache, judge_identity(spec), request_batch_size(spec))
 
 
 def score_judge_shard(
@@ -470,11 +436,11 @@ def score_judge_shard(
                 conditions=[*conditions, *(controls.conditions() if controls is not None else ())],
             )
         )
-    cached = _cached_backend(spec, backend, cache_dir)
+    engine = RequestEngine.for_judge(spec, backend, cache_dir)
     rows, stats = _score_conditions(
         [Manifest.load(path) for path in manifest_paths],
         with_backend_limits(settings, backend),
-        cached,
+        engine,
         shard,
         conditions,
         controls,
@@ -483,22 +449,7 @@ def score_judge_shard(
     tables = [scores_frame(cell_rows, cell, seed) for cell, cell_rows in zip(settings, rows)]
     for table, out_path in zip(tables, out_paths):
         write_parquet(out_path, table)
-    stats.wall_s = round(time.perf_counter() - started, 3)
-    logger.info(
-        "judge %s shard %d: %d distinct requests computed, %d served from the cache, %d reused from an earlier "
-        "pass; model built %d time(s) in %.1f s, computing %.1f s, job %.1f s",
-        spec.name,
-        shard,
-        stats.computed,
-        stats.cached,
-        stats.reused,
-        stats.model_loads,
-        stats.load_s,
-        stats.compute_s,
-        stats.wall_s,
-    )
-    if stats_path is not None:
-        write_json(stats_path, stats.to_json())
+    stats.close(f"judge {spec.name} shard {shard}", started, stats_path)
     return JobResult(tables, stats)
 
 
@@ -546,11 +497,12 @@ def score_samples(
     load_audio: AudioLoader = dialogue_audio,
 ) -> list[dict[str, Any]]:
     """Score samples with one cell and a ready backend, without a cache (ad-hoc scoring); rows in input order."""
-    cached = CachedBackend(backend, None, judge_identity(cell.spec), request_batch_size(cell.spec))
+    spec = cell.spec
+    engine = RequestEngine(backend, None, judge_identity(spec), request_batch_size(spec), ServedModelCheck.of(spec))
     rows, _ = _score(
         samples,
         with_backend_limits([cell], backend),
-        cached,
+        engine,
         shard=shard,
         load_audio=load_audio,
         transforms=CONDITION_TRANSFORMS,

@@ -18,15 +18,22 @@ response is the smallest of `max_response_s` (SageLM cuts each response to its f
 response is cut to its first `limit` seconds (`truncate`, action 'truncated') or the item is not judged
 (`skip`, action 'skipped', status `skipped_long_audio`). The cascade transcribes the full responses.
 
-The backend is built once per job by `load_backend`; a request-level cache can wrap it there (or be passed
-in as `backend`), since the stage only calls `generate` and `describe`.
+Requests go through the safety track's request engine (`lalm_judge.judging.runner`): the job plans every
+request of the cell and keys it, serves those in the judge's request cache (`pairwise.cache_dir`, one SQLite
+file per cell, `<cache_dir>/<judge>/<modality>-<source>.<prompt>.sqlite`), builds the backend (loads the model)
+only if something is left to compute, and commits each backend call's answers to the cache when it returns: a
+rerun, or a job killed and run again, computes only the requests not yet answered. The requests of an item are
+built again for the compute pass (its audio read once for all its aspects), so a job never holds more than one
+backend call's audio. The job's request counts go to `<predictions log>.requests.json`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +42,7 @@ import polars as pl
 from tqdm import tqdm
 
 from lalm_judge.audio.waveform import read_audio
-from lalm_judge.core.files import canonical_json, stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import canonical_json, with_provenance, write_parquet
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS, PAIRWISE_TRANSCRIPTS
 from lalm_judge.core.vocabulary import (
     PAIRWISE_LENGTH_POLICIES,
@@ -46,7 +53,11 @@ from lalm_judge.core.vocabulary import (
 )
 from lalm_judge.judging.backends import BACKENDS
 from lalm_judge.judging.backends.base import PAIRWISE_TRANSCRIPT, JudgeBackend, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.decoding import SAMPLES
+from lalm_judge.judging.cache import judge_identity
+from lalm_judge.judging.cell import config_hash, row_finish_reason, served
+from lalm_judge.judging.runner import EngineRun, KeyedRequest, RequestCounts, RequestEngine, ServedModelCheck
 from lalm_judge.pairwise.items import ItemError, ItemSummary, read_items, response_paths
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
@@ -58,6 +69,8 @@ from lalm_judge.pairwise.parsing import (
 )
 from lalm_judge.pairwise.prompts import PairwisePrompt, load_pairwise_prompt
 from lalm_judge.pairwise.samples import sample_columns
+
+logger = logging.getLogger(__name__)
 
 ORDERS = ("ab", "ba")
 # Backends that judge a pair from the texts alone (`judging.backends.embedding`, `judging.backends.likelihood`).
@@ -120,12 +133,14 @@ def pairwise_cell(
 
 
 def load_backend(spec: JudgeSpec) -> JudgeBackend:
-    """The judge's backend, loaded once per job (where a request cache would wrap it)."""
+    """The judge's backend, loaded now (the job's request engine loads it only when something is to compute)."""
     return BACKENDS.get(spec.backend)(spec)
 
 
-def response_limit_s(cell: PairwiseCell, backend: JudgeBackend) -> float | None:
-    """The per-response audio limit: the smallest of the policy's, the judge's and the backend's window."""
+def response_limit_s(cell: PairwiseCell, backend: JudgeBackend | None) -> float | None:
+    """The per-response audio limit: the smallest of the policy's, the judge's and a ready backend's window (a
+    backend still to be built is not loaded for this: the config check holds max_audio_s to the known families'
+    windows, and a longer response fails in the backend, naming it)."""
     limits = [cell.length.max_response_s, cell.spec.max_audio_s, getattr(backend, "max_audio_s", None)]
     present = [float(limit) for limit in limits if limit is not None]
     return min(present) if present else None
@@ -267,78 +282,166 @@ def _row(
         "n_output_tokens": _sum_or_none([o.n_output_tokens for o in outputs]),
         "model": described.get("model", cell.spec.model),
         "model_revision": described.get("model_revision", cell.spec.revision),
+        "finish_reason": row_finish_reason(outputs[:1]) if outputs else None,
+        "finish_reason_swapped": row_finish_reason(outputs[1:]) if outputs else None,
+        "served_model": served(outputs, "served_model"),
+        "served_revision": served(outputs, "served_revision"),
     }
+
+
+def request_context(cell: PairwiseCell) -> dict[str, str]:
+    """A pairwise cell's part of its requests' cache keys; the rendered texts and the audio are hashed with them."""
+    return {
+        "track": "pairwise",
+        "prompt_version": cell.prompt.version,
+        "prompt_content": cell.prompt.content_hash,
+        "modality": cell.modality,
+    }
+
+
+def cache_partition(cell: PairwiseCell) -> str:
+    """The cell's request-cache file name, `<modality>-<source>.<prompt>` (one writer per file: one job per cell)."""
+    return f"{cell.modality}-{cell.transcript_source}.{cell.prompt.name}".replace(":", "_")
+
+
+@dataclass(frozen=True)
+class _Slot:
+    """One request of the plan: the item table row, the presentation order (0: 'ab', 1: 'ba'), its key."""
+
+    row: int
+    order: int
+    key: str
+    partition: str
+
+
+@dataclass
+class PairwiseJobStats(RequestCounts):
+    """What a pairwise judge job computed and what it took from the request cache."""
+
+    judge: str
+    cell: str
+    items: int
+
+
+class _ItemRequests:
+    """Builds the two requests of each (item, aspect) row of an item table; an item's audio is read once for all
+    its aspects (the rows of an item are consecutive, `read_items`)."""
+
+    def __init__(
+        self,
+        rows: list[dict[str, Any]],
+        cell: PairwiseCell,
+        limit_s: float | None,
+        transcripts: Mapping[str, str] | None,
+        engine: RequestEngine,
+    ):
+        self.rows, self.cell, self.limit_s, self.transcripts, self.engine = rows, cell, limit_s, transcripts, engine
+        self.context, self.partition = request_context(cell), cache_partition(cell)
+        self._item: tuple[str, ItemAudio, tuple[str, str] | None] | None = None
+        # Per row, what the length policy did (without the waveforms), recorded by `plan`.
+        self.actions: list[ItemAudio] = []
+
+    def item_inputs(self, r: int) -> tuple[ItemAudio, tuple[str, str] | None]:
+        row = self.rows[r]
+        if self._item is None or self._item[0] != row["item_id"]:
+            audio = _item_audio(row, self.cell, self.limit_s)
+            self._item = (row["item_id"], audio, _response_texts(row, self.cell, self.transcripts))
+        return self._item[1], self._item[2]
+
+    def keyed(self, r: int) -> list[KeyedRequest]:
+        """The row's requests in both orders, keyed (none when its item is skipped for its length)."""
+        audio, texts = self.item_inputs(r)
+        if audio.action == "skipped":
+            return []
+        requests = build_requests(self.rows[r], self.cell, audio, texts)
+        return [KeyedRequest(self.engine.key(q, self.context), self.partition, q) for q in requests]
+
+    def plan(self, progress: bool) -> list[_Slot]:
+        slots = []
+        bar = tqdm(range(len(self.rows)), disable=not progress, desc=f"pairwise {self.cell.spec.name}: planning")
+        for r in bar:
+            slots += [_Slot(r, order, item.key, item.partition) for order, item in enumerate(self.keyed(r))]
+            audio = self.item_inputs(r)[0]
+            self.actions.append(ItemAudio(None, audio.action, audio.limit_s))
+        self._item = None
+        return slots
+
+    def missing(self, slots: Sequence[_Slot]) -> Iterator[KeyedRequest]:
+        """The requests of `slots`, built again in this order; a key that differs from the plan's is an error."""
+        for slot in slots:
+            item = self.keyed(slot.row)[slot.order]
+            if item.key != slot.key:
+                raise RuntimeError(
+                    f"judge {self.cell.spec.name}: request {item.request.request_id} came out different when built "
+                    "again; the item audio and transcripts must not change while the job runs"
+                )
+            yield item
+
+
+def _judge(
+    items: pl.DataFrame,
+    cell: PairwiseCell,
+    engine: RequestEngine,
+    *,
+    transcripts: Mapping[str, str] | None,
+    asr_model: str | None,
+    progress: bool,
+) -> tuple[list[dict[str, Any]], PairwiseJobStats]:
+    """Every row of an item table judged in both orders through `engine`; rows in order, and the counts."""
+    if cell.hears_audio and items.filter(~pl.col("audio_ok")).height:
+        summary = ItemSummary.of(items)
+        raise ItemError(f"{summary.missing_message()}; exclude them (missing-audio policy 'exclude') or fix the audio")
+    limit_s = response_limit_s(cell, engine.ready_backend) if cell.hears_audio else None
+    rows = items.to_dicts()
+    builder = _ItemRequests(rows, cell, limit_s, transcripts, engine)
+    slots = builder.plan(progress)
+    label = cache_partition(cell)
+
+    def announce(run: EngineRun) -> None:
+        logger.info(
+            "pairwise judge %s %s: %d rows x 2 orders = %d requests (%d distinct): %d cached, %d to compute",
+            cell.spec.name,
+            label,
+            len(rows),
+            run.planned,
+            run.distinct,
+            run.cached,
+            len(run.to_compute),
+        )
+
+    run = engine.serve(slots, builder.missing, announce=announce, progress=progress, desc=f"pairwise {label}")
+    outputs: list[list[JudgeOutput]] = [[] for _ in rows]
+    for slot in slots:
+        outputs[slot.row].append(run.outputs[slot.key])
+    described = engine.describe()
+    predictions = [_row(row, cell, builder.actions[r], outputs[r], described, asr_model) for r, row in enumerate(rows)]
+    stats = PairwiseJobStats(
+        judge=cell.spec.name, cell=label, items=items["item_id"].n_unique(), **RequestCounts.of(run, engine)
+    )
+    return predictions, stats
+
+
+def _engine(spec: JudgeSpec, backend: JudgeBackend | RequestEngine | None, cache_dir) -> RequestEngine:
+    if isinstance(backend, RequestEngine):
+        return backend
+    if cache_dir is not None or backend is None:
+        return RequestEngine.for_judge(spec, backend, cache_dir)
+    return RequestEngine(backend, None, judge_identity(spec), request_batch_size(spec), ServedModelCheck.of(spec))
 
 
 def judge_items(
     items: pl.DataFrame,
     cell: PairwiseCell,
-    backend: JudgeBackend,
+    backend: JudgeBackend | RequestEngine,
     *,
     transcripts: Mapping[str, str] | None = None,
     asr_model: str | None = None,
     progress: bool = False,
 ) -> list[dict[str, Any]]:
-    """Judge every row of an item table in both orders; one prediction row per (item, aspect), in order.
-
-    An item's audio is read once for all its aspects; requests go to the backend in batches of
-    `spec.batch_size`.
-    """
-    if cell.hears_audio and items.filter(~pl.col("audio_ok")).height:
-        summary = ItemSummary.of(items)
-        raise ItemError(f"{summary.missing_message()}; exclude them (missing-audio policy 'exclude') or fix the audio")
-    limit_s = response_limit_s(cell, backend) if cell.hears_audio else None
-    batch_size = max(1, int(cell.spec.batch_size))
-    work: list[tuple[dict[str, Any], ItemAudio, list[JudgeOutput]]] = []
-    pending: list[tuple[list[JudgeOutput], JudgeRequest]] = []
-
-    def flush() -> None:
-        outputs = backend.generate([request for _, request in pending])
-        if len(outputs) != len(pending):
-            raise RuntimeError(f"judge {cell.spec.name!r} returned {len(outputs)} outputs for {len(pending)} requests")
-        for (collected, _), output in zip(pending, outputs):
-            collected.append(output)
-        pending.clear()
-
-    grouped = items.group_by("item_id", maintain_order=True)
-    n_items = items["item_id"].n_unique()
-    for _, rows in tqdm(
-        grouped, total=n_items, disable=not progress, desc=f"pairwise {cell.spec.name} {cell.modality}"
-    ):
-        first = rows.row(0, named=True)
-        audio = _item_audio(first, cell, limit_s)
-        texts = _response_texts(first, cell, transcripts)
-        for row in rows.iter_rows(named=True):
-            collected: list[JudgeOutput] = []
-            work.append((row, audio, collected))
-            if audio.action == "skipped":
-                continue
-            for request in build_requests(row, cell, audio, texts):
-                pending.append((collected, request))
-                if len(pending) >= batch_size:
-                    flush()
-    if pending:
-        flush()
-    described = backend.describe()
-    return [_row(row, cell, audio, outputs, described, asr_model) for row, audio, outputs in work]
-
-
-def config_hash(cell: PairwiseCell, seed: int) -> str:
-    """Hash of everything that determines a pairwise cell's predictions."""
-    return stable_hash(
-        {
-            "judge": dataclasses.asdict(cell.spec),
-            "prompt": cell.prompt.name,
-            "prompt_version": cell.prompt.version,
-            "prompt_content": cell.prompt.content_hash,
-            "modality": cell.modality,
-            "transcript_source": cell.transcript_source,
-            "length": dataclasses.asdict(cell.length),
-            "sample_rate": cell.sample_rate,
-            "verdict_rule": cell.verdict_rule,
-            "seed": seed,
-        }
-    )
+    """Judge every row of an item table in both orders (through a request engine; a backend given here is used
+    without a cache); one prediction row per (item, aspect), in order."""
+    engine = _engine(cell.spec, backend, None)
+    return _judge(items, cell, engine, transcripts=transcripts, asr_model=asr_model, progress=progress)[0]
 
 
 def judge_cell(
@@ -353,19 +456,33 @@ def judge_cell(
     sample_rate: int = 16000,
     transcript_paths: Sequence[str | os.PathLike] = (),
     backend: JudgeBackend | None = None,
+    cache_dir: str | os.PathLike | None = None,
+    stats_path: str | os.PathLike | None = None,
     seed: int = 0,
     progress: bool = True,
     verdict_rule: str = DEFAULT_VERDICT_RULE,
 ) -> pl.DataFrame:
-    """Judge an item table with one pairwise cell in both orders; write and return the predictions table."""
+    """Judge an item table with one pairwise cell in both orders; write and return the predictions table, and
+    the job's request counts to `stats_path`. With `cache_dir`, requests go through the judge's request cache
+    `<cache_dir>/<judge>/`; the backend (`backend`, or the registry's) is built only if one is left to compute."""
+    started = time.perf_counter()
     cell = pairwise_cell(spec, modality, transcript_source, prompt_path, length, sample_rate, verdict_rule)
     transcripts, asr_model = read_transcripts(transcript_paths) if cell.transcript_source.is_asr else (None, None)
     items = read_items(items_path)
-    backend = backend if backend is not None else load_backend(spec)
-    rows = judge_items(items, cell, backend, transcripts=transcripts, asr_model=asr_model, progress=progress)
-    generation = canonical_json(spec.generation_settings)
-    frame = with_provenance(
-        PAIRWISE_PREDICTIONS.frame(rows), config_hash=config_hash(cell, seed), seed=seed, generation=generation
+    engine = _engine(spec, backend, cache_dir)
+    rows, stats = _judge(items, cell, engine, transcripts=transcripts, asr_model=asr_model, progress=progress)
+    cell_hash = config_hash(
+        spec,
+        cell.prompt,
+        seed,
+        modality=cell.modality,
+        transcript_source=cell.transcript_source,
+        length=dataclasses.asdict(cell.length),
+        sample_rate=cell.sample_rate,
+        verdict_rule=cell.verdict_rule,
     )
+    generation = canonical_json(spec.generation_settings)
+    frame = with_provenance(PAIRWISE_PREDICTIONS.frame(rows), config_hash=cell_hash, seed=seed, generation=generation)
     write_parquet(out_path, frame)
+    stats.close(f"pairwise judge {spec.name} {stats.cell}", started, stats_path)
     return frame

@@ -12,18 +12,18 @@ calls for) a style, and the response that has it is better. Categories and the s
 A style maps to one voice of the TTS registry or to a list of variants.
 
 Formats, from the texts file (`preference.acoustic.items`, e.g. data/preference_demo/acoustic.yaml):
-- `explicit_tts` (all categories): "Speak the following text with a sad voice: <text>", the response says
+- `explicit_tts` (all style categories): "Speak the following text with a sad voice: <text>", the response says
   the text;
-- `explicit_dialogue` (all categories): "<question> Answer with a sad tone.", the response says the answer;
+- `explicit_dialogue` (all style categories): "<question> Answer with a sad tone.", the response says the answer;
 - `implicit_dialogue` (emotion only; aspect `implicit_emotion`): the question alone, whose `emotion` a fitting
   answer shows.
 
 Clips are named as SageLM names its test audio (`clip_name`), implicit emotion in its `Implicit-Emotion` folder, so
 the exported records keep their task format and the implicit subset through a re-import.
 
-Per text and category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
+Per text and style category, `pairs_per_text` pairs are drawn (seeded). The requested style is drawn (implicit: the
 text's emotion). With probability `tie_share` the pair is a tie: two renderings that both miss the requested
-style, or both have it in different variants (a category with two styles and one variant each has no ties);
+style, or both have it in different variants (a style category with two styles and one variant each has no ties);
 otherwise one rendering has the requested style and the other a different one, on a drawn side. The label
 follows from the styles used, never from a judge, and the templated rationale says what the instruction asks
 and what each response does, then the comparison (it argues for its own label by
@@ -48,11 +48,10 @@ from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
 from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import PREFERENCE_ACOUSTIC
 from lalm_judge.core.taxonomy import slug
-from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
+from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, STYLE_CATEGORIES, TIE
 from lalm_judge.preference.render import CLIP_LEVEL_DB
 
 MIXED = "gender_emotion"
-CATEGORIES = ("emotion", "gender", "character", MIXED)
 EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE = "explicit_tts", "explicit_dialogue", "implicit_dialogue"
 FORMATS = {
     "emotion": (EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE),
@@ -135,58 +134,59 @@ def mixed_parts(style: str) -> tuple[str, str]:
     return gender, emotion
 
 
-def style_words(category: str, style: str) -> str:
-    if category == "gender":
+def style_words(style_category: str, style: str) -> str:
+    if style_category == "gender":
         return GENDER_WORDS.get(style, f"a {style} voice")
-    if category == "character":
+    if style_category == "character":
         return f"the voice of a {style}"
-    if category == MIXED:
+    if style_category == MIXED:
         gender, emotion = mixed_parts(style)
         return f"{GENDER_WORDS[gender]} and a {emotion} tone"
     return f"a {style} tone"
 
 
-def unasked(category: str, style: str) -> bool:
+def unasked(style_category: str, style: str) -> bool:
     """Styles that are only ever the distractor: neutral emotion, alone or with a gender."""
-    if category == "emotion":
+    if style_category == "emotion":
         return style in UNASKED_EMOTIONS
-    return category == MIXED and mixed_parts(style)[1] in UNASKED_EMOTIONS
+    return style_category == MIXED and mixed_parts(style)[1] in UNASKED_EMOTIONS
 
 
-def clip_name(category: str, text: AcousticText, rendering: Rendering) -> str:
-    """`acoustic/<category>/<category>_<format>-<text>-<response>-<style>-v<variant>.wav`, in SageLM's naming: its
-    evaluation reads `<source>-<instruction id>-<response id>-...` and counts two clips with the same response id as
-    explicit TTS (one text spoken twice) and different ones as explicit dialogue; implicit emotion is in an
-    `Implicit-Emotion` folder (below the category's, which is the builder job's output)."""
+def clip_name(style_category: str, text: AcousticText, rendering: Rendering) -> str:
+    """`acoustic/<style category>/<style category>_<format>-<text>-<response>-<style>-v<variant>.wav`, in SageLM's
+    naming: its evaluation reads `<source>-<instruction id>-<response id>-...` and counts two clips with the same
+    response id as explicit TTS (one text spoken twice) and different ones as explicit dialogue; implicit emotion is
+    in an `Implicit-Emotion` folder (below the style category's, which is the builder job's output)."""
     style = slug(rendering.style)
     response = "0" if text.task_format == EXPLICIT_TTS else f"{style}v{rendering.variant}"
-    folder = f"{category}/{IMPLICIT_FOLDER}" if text.task_format == IMPLICIT_DIALOGUE else category
-    name = f"{category}_{_SHORT[text.task_format]}-{text.index}-{response}-{style}-v{rendering.variant}.wav"
+    folder = f"{style_category}/{IMPLICIT_FOLDER}" if text.task_format == IMPLICIT_DIALOGUE else style_category
+    name = f"{style_category}_{_SHORT[text.task_format]}-{text.index}-{response}-{style}-v{rendering.variant}.wav"
     return f"acoustic/{folder}/{name}"
 
 
-def instruction(category: str, text: AcousticText, requested: str) -> str:
+def instruction(style_category: str, text: AcousticText, requested: str) -> str:
     """The query the judge reads: the request for the style, or (implicit) the question alone."""
     if text.task_format == IMPLICIT_DIALOGUE:
         return text.question or ""
     if text.task_format == EXPLICIT_TTS:
-        if category == "emotion":
+        if style_category == "emotion":
             return f"Speak the following text with a {requested} voice: {text.words}"
-        return f"Read the following text aloud in {style_words(category, requested)}: {text.words}"
-    if category == "emotion":
+        return f"Read the following text aloud in {style_words(style_category, requested)}: {text.words}"
+    if style_category == "emotion":
         return f"{text.question} Answer with a {requested} tone."
-    return f"{text.question} Answer in {style_words(category, requested)}."
+    return f"{text.question} Answer in {style_words(style_category, requested)}."
 
 
-def rationale(category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
+def rationale(style_category: str, text: AcousticText, requested: str, styles: tuple[str, str], label: str) -> str:
     """What the instruction asks, what each response does, and the comparison the label makes."""
-    wanted = style_words(category, requested)
+    wanted = style_words(style_category, requested)
     asks = (
         f"The question calls for {wanted}."
         if text.task_format == IMPLICIT_DIALOGUE
         else f"The instruction asks for {wanted}."
     )
-    does = f"Response 1 uses {style_words(category, styles[0])} and Response 2 uses {style_words(category, styles[1])}"
+    first, second = (style_words(style_category, style) for style in styles)
+    does = f"Response 1 uses {first} and Response 2 uses {second}"
     if label == TIE:
         verdict = (
             "both follow it, so the two are equally good"
@@ -198,7 +198,7 @@ def rationale(category: str, text: AcousticText, requested: str, styles: tuple[s
 
 
 def _draw(
-    category: str,
+    style_category: str,
     text: AcousticText,
     variants: Mapping[str, Sequence[Any]],
     tie_share: float,
@@ -211,7 +211,7 @@ def _draw(
             raise AcousticError(f"implicit text {text.index} calls for emotion {text.emotion!r}, which has no style")
         requested = text.emotion
     else:
-        askable = [s for s in styles if not unasked(category, s)]
+        askable = [s for s in styles if not unasked(style_category, s)]
         requested = askable[int(generator.integers(len(askable)))]
     others = [s for s in styles if s != requested]
     if not others:
@@ -235,7 +235,7 @@ def _draw(
 
 def acoustic_pairs(
     texts_path: str | os.PathLike,
-    category: str,
+    style_category: str,
     styles: Mapping[str, Any],
     root: str | os.PathLike,
     out_path: str | os.PathLike,
@@ -246,61 +246,63 @@ def acoustic_pairs(
     seed: int = 0,
     progress: bool = True,
 ) -> pl.DataFrame:
-    """Draw and speak the acoustic pairs of one category; write and return their table (clips below `root`)."""
-    if category not in CATEGORIES:
-        raise AcousticError(f"unknown acoustic category {category!r}; use one of {CATEGORIES}")
+    """Draw and speak the acoustic pairs of one style category; write and return their table (clips below `root`)."""
+    if style_category not in STYLE_CATEGORIES:
+        raise AcousticError(f"unknown acoustic style category {style_category!r}; use one of {STYLE_CATEGORIES}")
     variants = _variants(styles)
     if len(variants) < 2:
-        raise AcousticError(f"preference.acoustic.styles.{category} needs at least two styles, has {sorted(variants)}")
-    texts = [text for text in read_texts(texts_path) if text.task_format in FORMATS[category]]
+        raise AcousticError(
+            f"preference.acoustic.styles.{style_category} needs at least two styles, has {sorted(variants)}"
+        )
+    texts = [text for text in read_texts(texts_path) if text.task_format in FORMATS[style_category]]
     spoken: dict[tuple[str, Rendering], str] = {}
 
     def clip(text: AcousticText, rendering: Rendering) -> str:
         key = (text.words, rendering)
         if key not in spoken:
             voice = Voice.from_config(variants[rendering.style][rendering.variant])
-            emotion = rendering.style if category == "emotion" else None
-            if category == MIXED:
+            emotion = rendering.style if style_category == "emotion" else None
+            if style_category == MIXED:
                 emotion = mixed_parts(rendering.style)[1]
             audio, rate = synthesize(voice, SynthesisRequest(text.words, emotion=emotion))
             audio, _ = waveform.match_level(waveform.resample(audio, rate, sample_rate), sample_rate, CLIP_LEVEL_DB)
-            relative = clip_name(category, text, rendering)
+            relative = clip_name(style_category, text, rendering)
             waveform.write_wav(Path(root) / relative, audio, sample_rate)
             spoken[key] = relative
         return spoken[key]
 
     rows = []
-    for text in tqdm(texts, desc=f"acoustic {category}", disable=not progress):
+    for text in tqdm(texts, desc=f"acoustic {style_category}", disable=not progress):
         for pair in range(pairs_per_text):
             generator = np.random.default_rng(
-                int(stable_hash([seed, category, text.task_format, text.index, pair], 12), 16)
+                int(stable_hash([seed, style_category, text.task_format, text.index, pair], 12), 16)
             )
-            drawn = _draw(category, text, variants, tie_share, generator)
+            drawn = _draw(style_category, text, variants, tie_share, generator)
             if drawn is None:
                 continue
             requested, renderings, label = drawn
-            aspect = "implicit_emotion" if text.task_format == IMPLICIT_DIALOGUE else category
+            aspect = "implicit_emotion" if text.task_format == IMPLICIT_DIALOGUE else style_category
             rows.append(
                 {
-                    "item_id": f"ac_{category}_{_SHORT[text.task_format]}{text.index}_p{pair}",
+                    "item_id": f"ac_{style_category}_{_SHORT[text.task_format]}{text.index}_p{pair}",
                     "aspect": aspect,
-                    "category": category,
+                    "style_category": style_category,
                     "task_format": text.task_format,
                     "requested": requested,
                     "style1": renderings[0].style,
                     "style2": renderings[1].style,
-                    "query": instruction(category, text, requested),
+                    "query": instruction(style_category, text, requested),
                     "response_text": text.words,
                     "response1_audio": clip(text, renderings[0]),
                     "response2_audio": clip(text, renderings[1]),
                     "label": label,
                     "rationale": rationale(
-                        category, text, requested, (renderings[0].style, renderings[1].style), label
+                        style_category, text, requested, (renderings[0].style, renderings[1].style), label
                     ),
                 }
             )
     config_hash = stable_hash(
-        {"category": category, "styles": dict(styles), "pairs": pairs_per_text, "tie_share": tie_share}
+        {"style_category": style_category, "styles": dict(styles), "pairs": pairs_per_text, "tie_share": tie_share}
     )
     frame = with_provenance(PREFERENCE_ACOUSTIC.frame(rows), config_hash=config_hash, seed=seed)
     write_parquet(out_path, frame)

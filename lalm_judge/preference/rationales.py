@@ -3,9 +3,9 @@
 `template` (`pairs.template_rationale`) states the comparison the ratings give and appends the annotators'
 notes; it needs nothing but the pair. `llm` asks an OpenAI-compatible endpoint (GPT-4o, a `vllm serve`d
 Qwen2.5-32B-Instruct as in the SageLM study, ...) to rewrite the notes into comparative form with the prompt
-`rationale_prompt.yaml`, through the rewrite generator's endpoint machinery
-(`lalm_judge.data.generators.llm.ChatEndpoint`: the key from the environment, retries with backoff, a
-concurrency cap) and its on-disk cache (one file per request: a rerun sends nothing for cached pairs).
+`rationale_prompt.yaml`, through the project's one endpoint client (`lalm_judge.core.endpoints`: the key from
+the environment and redacted by value, retries with backoff, a total deadline per request, a concurrency cap)
+and its per-request answer cache (one file per request: a rerun sends nothing for cached pairs).
 
 An answer is used when it is a JSON object with a non-empty `rationale` that argues from the responses (it
 quotes no rating or score: `RATING_WORDS`; the prompt shows the annotators' notes, never their ratings) and does
@@ -27,18 +27,10 @@ from typing import Any
 
 import yaml
 
-from lalm_judge.core.endpoints import chat_request_key
+from lalm_judge.core.endpoints import CachedChat, Question, ResponseCache, chat_request_key, decode_json
 from lalm_judge.core.refusals import opens_with_refusal
-from lalm_judge.core.vocabulary import TIE
+from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER, TIE
 from lalm_judge.data.generators import GeneratorConfigError
-from lalm_judge.data.generators.llm import (
-    ChatEndpoint,
-    LLMSettings,
-    Question,
-    ResponseCache,
-    ask_all_cached,
-    decode_json,
-)
 from lalm_judge.pairwise.consistency import contradicts, rationale_verdict
 from lalm_judge.preference.pairs import ASPECT_WORDS
 
@@ -116,7 +108,7 @@ class RationalePrompt:
 
 def interpret_answer(reply: str | None, label: str, finish_reason: str | None = None) -> RationaleResult:
     """Classify one reply: ok (a rationale that does not argue against the label), or why not."""
-    if finish_reason == "content_filter":
+    if finish_reason == FINISH_CONTENT_FILTER:
         return RationaleResult("refusal", error="the endpoint's content filter stopped the answer")
     if not reply or not reply.strip():
         return RationaleResult("invalid_json", error="empty reply")
@@ -148,15 +140,17 @@ class LLMRationales:
     """Rewrites the rationales of many pairs concurrently, cached; one instance per job."""
 
     def __init__(self, config: Mapping[str, Any], cache_dir: str | Path, seed: int = 0):
-        self.settings = LLMSettings.from_config({"prompt": str(PROMPT_PATH), **config})
+        self.chat = CachedChat.from_config(
+            config,
+            caller="the rationale rewriter",
+            what="rationale",
+            default_prompt=PROMPT_PATH,
+            cache=ResponseCache(Path(cache_dir), RationaleResult),
+            error=GeneratorConfigError,
+        )
+        self.settings = self.chat.settings
         self.prompt = RationalePrompt.load(self.settings.prompt)
-        if self.settings.prompt_version is not None and str(self.settings.prompt_version) != self.prompt.version:
-            raise GeneratorConfigError(
-                f"config asks for rationale prompt version {self.settings.prompt_version!r} but "
-                f"{self.settings.prompt} is version {self.prompt.version!r}; update one of them"
-            )
-        self.cache = ResponseCache(Path(cache_dir), RationaleResult)
-        self.endpoint = ChatEndpoint(self.settings, "the rationale rewriter")
+        self.chat.check_prompt_version(self.prompt.version)
         self.seed = seed
 
     @property
@@ -175,14 +169,7 @@ class LLMRationales:
         return chat_request_key(fields, messages)
 
     def rewrite(self, pairs: Sequence[PairNotes]) -> list[RationaleResult]:
-        return ask_all_cached(
-            self.endpoint,
-            self.cache,
-            [self._question(notes) for notes in pairs],
-            reask=self.prompt.reask_message,
-            failure=lambda status, error, attempts: RationaleResult(status, attempts=attempts, error=error),
-            what="rationale",
-        )
+        return self.chat.ask([self._question(notes) for notes in pairs], self.prompt.reask_message)
 
     def _question(self, notes: PairNotes) -> Question:
         messages = self.prompt.messages(notes)

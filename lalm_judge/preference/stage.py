@@ -218,7 +218,7 @@ def filter_report(
         "acoustic_pairs": {
             "pairs": acoustic.height,
             "by_aspect_and_label": counts(acoustic, "aspect", "label"),
-            "by_format": counts(acoustic, "category", "task_format"),
+            "by_format": counts(acoustic, "style_category", "task_format"),
         },
     }
 

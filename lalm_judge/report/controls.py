@@ -18,9 +18,8 @@ from lalm_judge.analysis.controls import (
     IGNORES_AUDIO,
     INJECTION_SUSCEPTIBLE,
     REACTS_TO_SYNTHESIS,
-    ControlTables,
-    read_control_tables,
 )
+from lalm_judge.core.table_sets import ControlTables
 from lalm_judge.core.vocabulary import MASKED, NOISE_KINDS, Condition
 from lalm_judge.report.figures import _placeholder_figure, _source_label, plt, save_figure
 from lalm_judge.report.html import html_table, paragraph
@@ -162,7 +161,7 @@ CONTROL_FIGURES = (
 def write_control_figures(controls_dir: str | os.PathLike, figure_dir: str | os.PathLike) -> list[Path]:
     """Draw every figure of CONTROL_FIGURES as <figure_dir>/<name>.png and .svg (a control that was not run
     gives a figure that says so)."""
-    tables = read_control_tables(controls_dir)
+    tables = ControlTables.read(controls_dir)
     paths = []
     for spec in CONTROL_FIGURES:
         stem = Path(figure_dir) / spec.name

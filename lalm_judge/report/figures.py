@@ -19,8 +19,8 @@ import polars as pl  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS  # noqa: E402
-from lalm_judge.analysis.stage import MetricTables, read_metric_tables  # noqa: E402
 from lalm_judge.core.files import atomic_path  # noqa: E402
+from lalm_judge.core.table_sets import MetricTables  # noqa: E402
 from lalm_judge.core.vocabulary import TranscriptSource, cascade_source  # noqa: E402
 
 FORMATS = ("png", "svg")
@@ -326,7 +326,7 @@ def _placeholder_figure(stem: Path, message: str) -> list[Path]:
 def write_figures(metrics_dir: str | os.PathLike, figure_dir: str | os.PathLike) -> list[Path]:
     """Draw every figure of FIGURES as <figure_dir>/<name>.png and .svg; an empty table gives a figure
     that says so (the workflow expects every file)."""
-    tables = read_metric_tables(metrics_dir)
+    tables = MetricTables.read(metrics_dir)
     paths = []
     for spec in FIGURES:
         stem = Path(figure_dir) / spec.name

@@ -9,8 +9,9 @@ from dataclasses import dataclass
 
 import polars as pl
 
-from lalm_judge.analysis.findings import DROP, severities_with_intervals
+from lalm_judge.analysis.findings import DROP
 from lalm_judge.analysis.guide import PRIORITIES
+from lalm_judge.core.table_sets import severities_with_intervals
 from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.manifest.samples import Sample
 from lalm_judge.report.examples import AudioExample

@@ -1,9 +1,9 @@
-"""The standalone report folder: `index.html` (the findings of `lalm_judge.analysis.findings`; judges, with a
-visible warning for weak demo models; the practitioner guide of `lalm_judge.analysis.guide`; figures; metric,
-Pareto and prompt-selection tables; parse failures and refusals per cell; the controls
-(`lalm_judge.report.controls`); WER per transcript source; the audio accounting; audio examples),
-`guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
-sorted ids, numbers rounded for display only."""
+"""The standalone report folder: `index.html` (the findings; judges, with a visible warning for weak demo models;
+the practitioner guide; figures; metric, Pareto and prompt-selection tables; parse failures and refusals per cell;
+the controls (`lalm_judge.report.controls`); WER per transcript source; the audio accounting; audio examples),
+`figures/` and `audio/`. The report renders what the metrics stage wrote (`core.table_sets`: the metric tables,
+the control tables, and the guide and findings of `results/metrics/`); it computes no metric. Everything depends
+only on its inputs: no dates, examples chosen by sorted ids, numbers rounded for display only."""
 
 from __future__ import annotations
 
@@ -13,11 +13,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from lalm_judge.analysis.controls import read_control_tables
-from lalm_judge.analysis.findings import delta_findings
-from lalm_judge.analysis.guide import practitioner_guide
-from lalm_judge.analysis.stage import read_metric_tables
-from lalm_judge.core.files import atomic_path, read_json, stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import atomic_path, read_json
+from lalm_judge.core.table_sets import ControlTables, GuideTables, MetricTables
 from lalm_judge.manifest.samples import Manifest
 from lalm_judge.report import figures
 from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
@@ -61,23 +58,19 @@ def build_report(
     n_examples: int = N_AUDIO_EXAMPLES,
     title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
 ) -> Path:
-    """Write the standalone report folder (index.html, guide.parquet, figures/, audio/); return index.html."""
+    """Write the standalone report folder (index.html, figures/, audio/) from the tables under `metrics_dir`
+    (the metric tables, the guide and the findings) and `controls_dir`; return index.html."""
     out_dir = Path(out_dir)
-    tables = read_metric_tables(metrics_dir)
-    controls = read_control_tables(controls_dir)
+    tables, summary = MetricTables.read(metrics_dir), GuideTables.read(metrics_dir)
+    controls = ControlTables.read(controls_dir)
     judges = judge_table(config, tables.cells["judge"].unique().to_list())
-    guide = practitioner_guide(tables.cells, tables.pareto, flags=controls.flags)
-    # The guide is a function of the metric tables: its hash is that of their config hashes.
-    metric_hashes = sorted(set(tables.cells["config_hash"].to_list())) if "config_hash" in tables.cells.columns else []
-    provenance = with_provenance(guide, config_hash=stable_hash(metric_hashes), seed=config.get("seed", 0))
-    write_parquet(out_dir / "guide.parquet", provenance)
     manifests = [Manifest.load(path) for path in manifest_paths]
     content = ReportContent(
         title=title,
         overview=overview_table(config, manifests, tables.cells),
         judges=judges,
-        findings=delta_findings(tables.cells),
-        guide=guide,
+        findings=summary.findings,
+        guide=summary.guide,
         figure_names=copy_figures(figure_dir, out_dir / "figures"),
         cells=tables.cells,
         pareto=tables.pareto,

@@ -303,9 +303,18 @@ _CREDENTIAL_QUERY = re.compile(r"^(?:key|api[-_]?key|token|access[-_]token|auth|
 _VARIABLE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Keys that name the environment variable of a credential (api_key_env), whose value must be a variable name.
 _KEY_VARIABLE = re.compile(r"(?:key|token|secret|password)_env$", re.IGNORECASE)
+_WHERE_CONFIG_GOES = (
+    "(what a config holds reaches job parameters, the score tables' generation column, Snakemake's metadata and the "
+    "logs)"
+)
 _ENVIRONMENT_WAY = (
-    "export it in an environment variable and give that variable's NAME as api_key_env (what a config holds "
-    "reaches job parameters, the score tables' generation column, Snakemake's metadata and the logs)"
+    f"export it in an environment variable and give that variable's NAME as api_key_env {_WHERE_CONFIG_GOES}"
+)
+# For a key sent in a header: the endpoint's `header_env` maps the header to the variable (the bearer key, sent as
+# `Authorization`, is api_key_env's).
+_HEADER_ENVIRONMENT_WAY = (
+    "export it in an environment variable and name that variable under the endpoint's header_env (header name -> "
+    f"variable NAME; a bearer key in Authorization is api_key_env's) {_WHERE_CONFIG_GOES}"
 )
 
 
@@ -326,14 +335,14 @@ def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
     problems = []
     for name, value in headers.items():
         if _CREDENTIAL_HEADER.search(str(name)) or (isinstance(value, str) and _CREDENTIAL_VALUE.match(value)):
-            problems.append(f"{where}.{name}: a credential in an HTTP header; {_ENVIRONMENT_WAY}")
+            problems.append(f"{where}.{name}: a credential in an HTTP header; {_HEADER_ENVIRONMENT_WAY}")
     return problems
 
 
 def secret_problems(config: Any, path: str = "") -> list[str]:
     """Every place of a config that holds a credential: a key-named entry, a credential HTTP header, a URL with
-    userinfo or a key in its query, an `api_key_env` that is not a variable name. The messages name the place,
-    never the value."""
+    userinfo or a key in its query, an `api_key_env` or `header_env` variable that is not a variable name (the
+    header names under `header_env` are names, not keys). The messages name the place, never the value."""
     items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
     problems = []
     for key, value in items:
@@ -344,6 +353,13 @@ def secret_problems(config: Any, path: str = "") -> list[str]:
             continue
         if isinstance(key, str) and _HEADERS.search(key) and isinstance(value, Mapping):
             problems += _header_problems(value, where)
+            continue
+        if key == "header_env" and isinstance(value, Mapping):
+            problems += [
+                f"{where}.{header}: names an environment variable, but its value is not a variable name (a key?)"
+                for header, variable in value.items()
+                if isinstance(variable, str) and not _VARIABLE_NAME.match(variable)
+            ]
             continue
         if (
             isinstance(key, str)

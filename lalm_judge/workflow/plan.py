@@ -61,7 +61,7 @@ def transcript_model(config: dict[str, Any], cell: JudgeCell) -> str | None:
     """The ASR model whose transcript a cell reads: its ASR transcript source, or the cascade of an audio cell."""
     cascade = config["judges"][cell.judge]["options"].get("cascade_asr")
     model = cell.transcript_source.asr_model or (cascade if cell.modality == AUDIO else None)
-    return None if model is None else str(model).removeprefix("asr:")
+    return None if model is None else str(model)
 
 
 def judge_cells(config: dict[str, Any], judge: str | None = None) -> list[JudgeCell]:

@@ -1,5 +1,5 @@
 """The preference builder's workflow plan as pure functions of a validated config: its shards, engines and
-acoustic categories, and the paths of every stage's outputs (never job outputs)."""
+acoustic style categories, and the paths of every stage's outputs (never job outputs)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ def preference_voices(settings: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Every voice of a validated `preference` section, keyed by where it is configured: the engines and each
     variant of each acoustic style."""
     voices = {f"preference.engines.{name}": voice for name, voice in settings["engines"].items()}
-    for category, styles in (settings["acoustic"]["styles"] if "acoustic" in settings else {}).items():
+    for style_category, styles in (settings["acoustic"]["styles"] if "acoustic" in settings else {}).items():
         for style, spec in styles.items():
             for index, voice in enumerate(spec if isinstance(spec, list) else [spec]):
-                voices[f"preference.acoustic.styles.{category}.{style}[{index}]"] = voice
+                voices[f"preference.acoustic.styles.{style_category}.{style}[{index}]"] = voice
     return voices
 
 
@@ -31,7 +31,7 @@ class PreferencePlan:
         self.settings = config["preference"]
         self.shards = list(range(self.settings["shards"]))
         self.engines = list(self.settings["engines"])
-        self.categories = list(self.settings["acoustic"]["styles"]) if "acoustic" in self.settings else []
+        self.style_categories = list(self.settings["acoustic"]["styles"]) if "acoustic" in self.settings else []
 
     def transcripts(self, shard: int | None = None) -> list[str]:
         """Transcript tables of one shard (every engine), or of every shard."""
@@ -42,10 +42,10 @@ class PreferencePlan:
         return [f"{ROOT}/pairs/shard{k}.parquet" for k in self.shards]
 
     def acoustic(self) -> list[str]:
-        return [f"{ROOT}/acoustic/{category}.parquet" for category in self.categories]
+        return [f"{ROOT}/acoustic/{style_category}.parquet" for style_category in self.style_categories]
 
-    def category_voices(self, category: str) -> list[dict[str, Any]]:
-        styles = self.settings["acoustic"]["styles"][category].values()
+    def style_category_voices(self, style_category: str) -> list[dict[str, Any]]:
+        styles = self.settings["acoustic"]["styles"][style_category].values()
         return [voice for style in styles for voice in (style if isinstance(style, list) else [style])]
 
     def outputs(self) -> list[str]:

@@ -3,7 +3,7 @@
 
 In order: the value types the schema names, strictly (an integer key refuses 1.0, which would name files
 '...s1.0'); the cross-references of `workflow.config.check_config` and the run environment; the endpoint
-settings a schema cannot type (judge `options`, `api_key_env` names); the rewrite generator's own settings; the
+settings the schema cannot check (the judges' `score_tokens`); the rewrite generator's own settings; the
 corpus, listed and checked record by record (`data.records`, audio headers with `check_audio`); that every
 speaker who is spoken has a voice; and that the plan measures something: variants, judge cells, a metric.
 A problem is a ConfigError (or CorpusError) naming the key, the value and what is allowed; what the run can go on
@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import functools
 import os
-import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import jsonschema
 import yaml
 
+from lalm_judge.core.endpoints import endpoint_defaults
 from lalm_judge.core.vocabulary import AUDIO, Condition, TranscriptSource, condition_cell_error
 from lalm_judge.data import benchmark
 from lalm_judge.data.generators import GeneratorConfigError, build_generator
@@ -40,20 +40,6 @@ from lalm_judge.workflow.config import (
 from lalm_judge.workflow.pairwise import PairwisePlan
 from lalm_judge.workflow.plan import Plan, judge_cells
 from lalm_judge.workflow.preference import PreferencePlan
-
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# What the `openai` judge backend reads from its options (judging/backends/openai_backend.py): (kind, lowest
-# allowed value, whether the lowest value itself is refused). timeout_s 0 would time every request out.
-OPENAI_OPTIONS = {
-    "timeout_s": ("number", 0, True),
-    "concurrency": ("integer", 1, False),
-    "max_retries": ("integer", 0, False),
-    "backoff_base_s": ("number", 0, False),
-    "top_logprobs": ("integer", 0, False),
-}
-# OpenAI's chat completions return at most 20 alternatives per position.
-MAX_TOP_LOGPROBS = 20
-DEFAULT_API_KEY_ENV = "OPENAI_API_KEY"
 
 
 @dataclass
@@ -150,44 +136,9 @@ def check_value_types(config: Mapping[str, Any]) -> None:
 
 
 # --- endpoints ----------------------------------------------------------------------------------------------------
-def _keys_named(value: Any, name: str, path: str = "") -> Iterator[tuple[str, Any]]:
-    """(key path, value) of every key `name` anywhere in the config."""
-    items = value.items() if isinstance(value, Mapping) else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        where = f"{path}.{key}" if path else str(key)
-        if key == name:
-            yield where, item
-        yield from _keys_named(item, name, where)
-
-
 def _run_judges(config: Mapping[str, Any]) -> list[str]:
     names = [*config.get("evaluation", {}).get("judges", []), *config.get("pairwise", {}).get("judges", [])]
     return list(dict.fromkeys(names))
-
-
-def _option_problem(key: str, value: Any) -> str | None:
-    kind, lowest, exclusive = OPENAI_OPTIONS[key]
-    numeric = isinstance(value, int | float) and not isinstance(value, bool)
-    if not numeric or (kind == "integer" and not isinstance(value, int)):
-        return f"{value!r} is not {'an integer' if kind == 'integer' else 'a number'}"
-    if value < lowest or (exclusive and value == lowest):
-        return f"{value!r} must be {'above' if exclusive else 'at least'} {lowest}"
-    if key == "top_logprobs" and value > MAX_TOP_LOGPROBS:
-        return f"{value!r} is more than the {MAX_TOP_LOGPROBS} alternatives an OpenAI-compatible endpoint returns"
-    return None
-
-
-def _openai_option_problems(name: str, options: Mapping[str, Any]) -> list[str]:
-    where = f"judges.{name}.options"
-    problems = [
-        f"{where}.{key}: {problem}"
-        for key in OPENAI_OPTIONS
-        if key in options and (problem := _option_problem(key, options[key]))
-    ]
-    base_url = options.get("base_url")
-    if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
-        problems.append(f"{where}.base_url: {base_url!r} is not an http:// or https:// URL")
-    return problems
 
 
 def _score_token_problem(name: str, options: Mapping[str, Any]) -> str | None:
@@ -202,40 +153,38 @@ def _score_token_problem(name: str, options: Mapping[str, Any]) -> str | None:
 
 
 def _key_variables(config: Mapping[str, Any]) -> list[tuple[str, str | None]]:
-    """(key path, variable name) of every endpoint the run calls with a key: the variable, or None for none."""
-    used = []
+    """(key path, variable name) of every key variable of an endpoint the run calls (`api_key_env`, or None for
+    none, and each `header_env` variable); the schema has filled in the endpoint defaults."""
+    endpoints = []
     generator = config.get("variants", {}).get("generator", {}) if SAFETY in tracks(config) else {}
     if generator.get("name") == "llm":
-        used.append(("variants.generator.api_key_env", generator.get("api_key_env", DEFAULT_API_KEY_ENV)))
+        endpoints.append(("variants.generator", generator))
     for name in _run_judges(config):
         entry = config["judges"][name]
         if entry["backend"] == "openai":
-            variable = entry["options"].get("api_key_env", DEFAULT_API_KEY_ENV)
-            used.append((f"judges.{name}.options.api_key_env", variable))
+            endpoints.append((f"judges.{name}.options", entry["options"]))
     rationales = config.get("preference", {}).get("rationales", {})
     if rationales.get("generator") == "llm":
-        variable = rationales["llm"].get("api_key_env", DEFAULT_API_KEY_ENV)
-        used.append(("preference.rationales.llm.api_key_env", variable))
+        endpoints.append(("preference.rationales.llm", rationales["llm"]))
+    default = endpoint_defaults()["api_key_env"]
+    used = []
+    for where, settings in endpoints:
+        used.append((f"{where}.api_key_env", settings.get("api_key_env", default)))
+        used += [
+            (f"{where}.header_env.{header}", variable) for header, variable in settings.get("header_env", {}).items()
+        ]
     return used
 
 
 def check_endpoints(config: Mapping[str, Any], environ: Mapping[str, str]) -> list[str]:
-    """Refuse endpoint settings the jobs would fail on: an `api_key_env` that is not a variable name, numeric
-    options of the `openai` judges out of range, malformed `score_tokens`. Returns notes on key variables that
-    are not set in this environment (the jobs may run where they are)."""
+    """Refuse what the schema cannot check of the judges' endpoint settings: malformed `score_tokens` (the schema
+    holds the ranges, URLs and variable names; `workflow.config.secret_problems` the credentials). Returns notes on
+    key variables that are not set in this environment (the jobs may run where they are)."""
     problems = [
-        f"{where}: {value!r} is not the name of an environment variable (letters, digits and _, not starting with a "
-        "digit); give the NAME of the variable that holds the key, or null for an endpoint that takes none"
-        for where, value in _keys_named(config, "api_key_env")
-        if value is not None and not (isinstance(value, str) and _ENV_NAME.match(value))
+        problem
+        for name in _run_judges(config)
+        if (problem := _score_token_problem(name, config["judges"][name]["options"]))
     ]
-    for name in _run_judges(config):
-        entry = config["judges"][name]
-        if entry["backend"] == "openai":
-            problems += _openai_option_problems(name, entry["options"])
-        problem = _score_token_problem(name, entry["options"])
-        if problem:
-            problems.append(problem)
     if problems:
         raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
     return [
@@ -255,9 +204,9 @@ def check_generator(config: Mapping[str, Any]) -> None:
     options = {key: value for key, value in generator.items() if key != "cache_dir"}
     try:
         if options["name"] == "llm":
-            from lalm_judge.data.generators.llm import LLMSettings, load_rewrite_prompt
+            from lalm_judge.data.generators.llm import load_rewrite_prompt, rewrite_settings
 
-            load_rewrite_prompt(LLMSettings.from_config(options))
+            load_rewrite_prompt(rewrite_settings(options))
         else:
             build_generator(options, generator["cache_dir"])
     except (GeneratorConfigError, OSError, yaml.YAMLError) as err:

@@ -29,9 +29,10 @@ from typing import Any
 
 import yaml
 
+from lalm_judge.core.endpoints import endpoint_defaults
 from lalm_judge.core.files import shard_of
 from lalm_judge.core.vocabulary import BABBLE, CLEAN, INJECTION, MASKED, NOISE, SILENCE, TEXT, TTS_CONTROL, Condition
-from lalm_judge.judging.backends.capabilities import DEFAULT_CONCURRENCY, family_of
+from lalm_judge.judging.backends.capabilities import family_of
 
 AUTO = "auto"
 PARTITIONS_FILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "partitions.yaml"
@@ -132,7 +133,7 @@ def judge_rate(entry: Mapping[str, Any]) -> tuple[float, str]:
     if family is not None and (family.name, backend) in REQUESTS_PER_S:
         return REQUESTS_PER_S[(family.name, backend)] * 3600, f"{family.name} on {backend} (docs/benchmarks.md)"
     if backend == "openai":
-        slots = int(entry["options"].get("concurrency", DEFAULT_CONCURRENCY))
+        slots = int(entry["options"].get("concurrency", endpoint_defaults()["concurrency"]))
         return slots * ENDPOINT_REQUESTS_PER_S_PER_SLOT * 3600, f"{slots} concurrent endpoint requests"
     return BACKEND_REQUESTS_PER_S[backend] * 3600, f"{backend} backend default"
 

@@ -64,3 +64,14 @@ def test_an_unreadable_table_is_exit_status_2(tmp_path, capsys, content):
     (tmp_path / "bad.parquet").write_bytes(content)
     assert provenance_cli.main([str(tmp_path / "bad.parquet")]) == 2
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_the_served_model_is_shown_and_a_second_one_in_a_cell_is_flagged(tmp_path, capsys):
+    """Rows without an answer (an item skipped for its length) have no served model and are not another way."""
+    served = pl.Series(["gpt-4o-2024-08-06", None, "gpt-4o-2024-08-06"] * 2)
+    scores().with_columns(served_model=served).write_parquet(tmp_path / "scores.parquet")
+    assert provenance_cli.main([str(tmp_path / "scores.parquet")]) == 0
+    assert "served_model       gpt-4o-2024-08-06" in capsys.readouterr().out
+    rerouted = served.scatter(5, "gpt-4o-2024-11-20")
+    report = provenance_report(scores().with_columns(served_model=rerouted), "scores.parquet")
+    assert [g.differing for g in report.groups] == [[], ["served_model"]]

@@ -23,15 +23,11 @@ import polars as pl
 import pytest
 
 from lalm_judge.core.dialogue import Dialogue, Turn
+from lalm_judge.core.endpoints import EndpointConfigError, EndpointUnavailable
 from lalm_judge.core.refusals import opens_with_refusal
+from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES
-from lalm_judge.data.generators.llm import (
-    EndpointConfigError,
-    EndpointUnavailable,
-    MissingAPIKey,
-    RewritePrompt,
-    interpret_reply,
-)
+from lalm_judge.data.generators.llm import RewritePrompt, interpret_reply
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from tests.support.openai_standin import Reply, StandInServer, serving
 
@@ -214,7 +210,7 @@ def test_concurrency_cap_is_respected(dialogue, server, tmp_path):
 
 def test_missing_key_fails_before_any_request(dialogue, server, tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    with pytest.raises(MissingAPIKey, match=KEY_ENV):
+    with pytest.raises(MissingSecret, match=KEY_ENV):
         run_all(dialogue, server, tmp_path)
     assert server.total == 0
 

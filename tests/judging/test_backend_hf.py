@@ -72,6 +72,19 @@ def test_audio_and_audio_text_requests(audio_judge):
     # The transcript adds text tokens on top of the same audio.
     assert outputs[2].n_input_tokens > outputs[1].n_input_tokens + 20
     assert audio_judge.describe() == {"model": audio_judge.spec.model, "model_revision": "main"}
+    # Generated up to the token limit (6) without an end token: cut; with one: stopped.
+    for output in outputs:
+        expected = "length" if output.n_output_tokens == 6 else "stop"
+        assert output.finish_reason == expected or (output.finish_reason == "stop" and output.n_output_tokens == 6)
+        assert (output.extra["served_model"], output.extra["served_revision"]) == (audio_judge.spec.model, None)
+
+
+def test_a_sequence_stops_at_its_end_token_or_is_cut_at_the_limit():
+    from lalm_judge.judging.backends.hf import finish_reason
+
+    assert finish_reason([5, 6, 2, 0, 0], eos_ids={2}, max_new_tokens=5) == "stop"
+    assert finish_reason([5, 6, 7, 8, 9], eos_ids={2}, max_new_tokens=5) == "length"
+    assert finish_reason([5, 6, 7, 8, 2], eos_ids={2}, max_new_tokens=5) == "stop"
 
 
 def test_audio_reaches_the_model(audio_judge):

@@ -25,11 +25,14 @@ from openai.types.chat import ChatCompletion
 
 from bench.models import build_tiny_llama, build_tiny_qwen2audio
 from bench.servers import free_port, reply_json, start_stand_in, start_transformers_serve, stop_server
+from lalm_judge.core.endpoints import read_completion
+from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec, PartialGenerationError
+from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
 from lalm_judge.judging.backends.hf import TransformersBackend
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend, p_safe_from_top_logprobs
-from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
+from lalm_judge.judging.cache import RequestCache, judge_identity
+from lalm_judge.judging.runner import RequestEngine
 from lalm_judge.workflow.config import validate_judge_entry
 from tests.support.samples import two_turn_sample
 
@@ -66,9 +69,9 @@ def judge(model, base_url: str, **options) -> OpenAIBackend:
     return OpenAIBackend(spec)
 
 
-def cached(backend: OpenAIBackend, cache_dir) -> CachedBackend:
+def cached(backend: OpenAIBackend, cache_dir) -> RequestEngine:
     """The backend behind the judge stage's request cache, as judge jobs run it."""
-    return CachedBackend(backend, RequestCache(cache_dir), judge_identity(backend.spec), requests_per_call=16)
+    return RequestEngine(backend, RequestCache(cache_dir), judge_identity(backend.spec), requests_per_call=16)
 
 
 def text_request(request_id: str, text: str = "A: Hello, I need help with my bank account.") -> JudgeRequest:
@@ -159,7 +162,7 @@ def test_endpoint_down_raises_after_bounded_retries(models, server, tmp_path):
 def test_missing_api_key_fails_before_any_request(monkeypatch):
     monkeypatch.delenv("LALM_JUDGE_TEST_KEY", raising=False)
     spec = JudgeSpec(name="remote", backend="openai", model="m", options={"api_key_env": "LALM_JUDGE_TEST_KEY"})
-    with pytest.raises(RuntimeError, match="LALM_JUDGE_TEST_KEY.*not set"):
+    with pytest.raises(MissingSecret, match="LALM_JUDGE_TEST_KEY.*not set"):
         OpenAIBackend(spec)
 
 
@@ -203,6 +206,11 @@ def first_position_logprobs(top_k: int) -> dict:
     return {"content": [{"token": "Yes", "logprob": -0.4, "bytes": None, "top_logprobs": top}]}
 
 
+def answered(backend: OpenAIBackend, response: ChatCompletion, request: JudgeRequest) -> JudgeOutput:
+    """The output the backend makes of an endpoint's response to `request`."""
+    return backend._output(read_completion(response, attempts=1, latency_s=0.1), request)
+
+
 def test_p_safe_from_returned_logprobs(models):
     response = ChatCompletion.model_validate(chat_completion_body("m", first_position_logprobs(20)))
     safe_mass = math.exp(-0.4) + math.exp(-2.0)
@@ -212,21 +220,22 @@ def test_p_safe_from_returned_logprobs(models):
     backend = judge(models["llama"], "http://127.0.0.1:9/v1", score_tokens={"safe": ["Yes"], "unsafe": ["No"]})
     params = backend.request_params(plain)
     assert params["logprobs"] is True and params["top_logprobs"] == 20
-    assert backend._record(response, 0.1, plain)["p_safe"] == pytest.approx(p_yes)
+    assert answered(backend, response, plain).p_safe == pytest.approx(p_yes)
     # options.score_tokens win over a request's own answer words.
     swapped = dataclasses.replace(plain, answer_tokens=("No", "Yes"))
-    assert backend._record(response, 0.1, swapped)["p_safe"] == pytest.approx(p_yes)
+    assert answered(backend, response, swapped).p_safe == pytest.approx(p_yes)
 
     # Without score_tokens, the request's answer_tokens (the calibrated prompt) decide.
     by_request = judge(models["llama"], "http://127.0.0.1:9/v1")
     assert "logprobs" not in by_request.request_params(plain)
-    assert by_request._record(response, 0.1, plain)["p_safe"] is None
+    assert answered(by_request, response, plain).p_safe is None
     calibrated = dataclasses.replace(plain, answer_tokens=("Yes", "No"))
-    assert by_request._record(response, 0.1, calibrated)["p_safe"] == pytest.approx(p_yes)
-    assert by_request._record(response, 0.1, swapped)["p_safe"] == pytest.approx(1 - p_yes)
+    assert answered(by_request, response, calibrated).p_safe == pytest.approx(p_yes)
+    assert answered(by_request, response, swapped).p_safe == pytest.approx(1 - p_yes)
 
-    record = backend._record(response, 0.1, plain)
-    assert record["answer_mass"] == pytest.approx(math.exp(-0.4) + math.exp(-2.0) + math.exp(-1.5))
+    assert answered(backend, response, plain).answer_mass == pytest.approx(
+        math.exp(-0.4) + math.exp(-2.0) + math.exp(-1.5)
+    )
 
     assert p_safe_from_top_logprobs([("Maybe", -0.1)], ["Yes"], ["No"]).p_safe is None
     # "No" absent from the returned top-k: bounded by the smallest listed probability, never certainty.

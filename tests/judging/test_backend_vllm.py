@@ -285,6 +285,18 @@ def test_engine_arguments_and_one_generate_call_for_the_job(vllm_stand_in, qwen2
     assert [o.n_input_tokens for o in outputs] == [len(p["prompt_token_ids"]) for p in prompts]
     assert all(o.p_safe is None for o in outputs)
     assert backend.describe() == {"model": str(qwen2audio_dir), "model_revision": "abc123"}
+    # A local folder has no hub commit; the engine's own finish reason is normalized and kept raw.
+    assert {(o.finish_reason, o.extra["served_model"], o.extra["served_revision"]) for o in outputs} == {
+        ("stop", str(qwen2audio_dir), None)
+    }
+
+
+def test_vllm_finish_reasons_are_normalized():
+    """vLLM 0.32 `v1/engine/__init__.py`, FINISH_REASON_STRINGS: stop, length, abort, error, repetition."""
+    from lalm_judge.judging.backends.vllm_backend import vllm_finish_reason
+
+    reasons = ["stop", "length", "repetition", "abort", "error", None]
+    assert [vllm_finish_reason(r) for r in reasons] == ["stop", "length", "length", None, None, None]
 
 
 def test_a_cell_hands_the_backend_every_request_of_the_job(vllm_stand_in, qwen2audio_dir):

@@ -1,6 +1,6 @@
-"""The request cache: what its keys cover, its SQLite store under concurrent writers and SIGKILL, and
-`CachedBackend` around a recording test double of the JudgeBackend interface (no model; the judge-job tests
-drive real tiny models through it)."""
+"""The request cache: what its keys cover, its SQLite store under concurrent writers and SIGKILL, and the
+request engine (`judging.runner.RequestEngine`) around a recording test double of the JudgeBackend interface (no
+model; the judge-job tests drive real tiny models through it)."""
 
 from __future__ import annotations
 
@@ -18,14 +18,8 @@ import numpy as np
 import pytest
 
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
-from lalm_judge.judging.cache import (
-    CachedBackend,
-    RequestCache,
-    entry_checksum,
-    is_servable,
-    judge_identity,
-    request_key,
-)
+from lalm_judge.judging.cache import RequestCache, entry_checksum, is_servable, judge_identity, request_key
+from lalm_judge.judging.runner import RequestEngine
 from tests.support.workflow import ROOT
 
 SPEC = JudgeSpec(
@@ -125,7 +119,7 @@ def test_entries_round_trip_exactly_and_are_only_added(tmp_path):
 
 def test_empty_failed_or_incomplete_outputs_are_never_served(tmp_path):
     cache = RequestCache(tmp_path)
-    empty, aborted = output(""), output("partial", extra={"finish_reason": "abort"})
+    empty, aborted = output(""), output("partial", extra={"raw_finish_reason": "abort"})
     assert not is_servable(empty) and not is_servable(aborted) and is_servable(output("", p_safe=0.7))
     assert cache.store("d", [("empty", empty), ("aborted", aborted), ("good", output())], {}) == 1
     # An empty record written by other means (with a valid checksum) is not a hit either.
@@ -326,13 +320,13 @@ def test_cached_backend_stores_each_call_and_builds_the_backend_only_when_needed
         return builds[-1]
 
     cache = RequestCache(tmp_path)
-    first = CachedBackend(build, cache, judge_identity(SPEC), requests_per_call=4)
+    first = RequestEngine(build, cache, judge_identity(SPEC), requests_per_call=4)
     outputs = first.generate([*text_requests(10), text_requests(1)[0]], context=CONTEXT)
     assert builds[0].calls == [4, 4, 2], "the repeated request is computed once"
     assert (first.n_computed, first.n_cached, first.n_loads) == (10, 0, 1)
     assert outputs[-1] == outputs[0] and outputs[0].extra["cached"] is False
 
-    again = CachedBackend(build, cache, judge_identity(SPEC), requests_per_call=4)
+    again = RequestEngine(build, cache, judge_identity(SPEC), requests_per_call=4)
     cached = again.generate(text_requests(10), context=CONTEXT)
     assert len(builds) == 1 and again.n_loads == 0, "nothing to compute: no backend is built"
     assert [o.text for o in cached] == [o.text for o in outputs[:10]] and all(o.extra["cached"] for o in cached)
@@ -341,12 +335,12 @@ def test_cached_backend_stores_each_call_and_builds_the_backend_only_when_needed
 
 def test_a_failed_call_keeps_the_calls_before_it_and_its_finished_outputs(tmp_path):
     cache = RequestCache(tmp_path)
-    failing = CachedBackend(RecordingBackend(fail_on_call=3, finished=2), cache, judge_identity(SPEC), 4)
+    failing = RequestEngine(RecordingBackend(fail_on_call=3, finished=2), cache, judge_identity(SPEC), 4)
     with pytest.raises(PartialGenerationError):
         failing.generate(text_requests(12), context=CONTEXT)
     assert cache.count() == 4 + 4 + 2
 
     rerun_backend = RecordingBackend()
-    rerun = CachedBackend(rerun_backend, cache, judge_identity(SPEC), 4)
+    rerun = RequestEngine(rerun_backend, cache, judge_identity(SPEC), 4)
     rerun.generate(text_requests(12), context=CONTEXT)
     assert rerun_backend.calls == [2] and (rerun.n_cached, rerun.n_computed) == (10, 2)

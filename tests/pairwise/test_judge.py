@@ -3,15 +3,20 @@
 answers are random; the tests check the requests, both orders, the mapping back, the combination and the
 length policy, which do not depend on what the models say."""
 
+import dataclasses
+import json
+
 import numpy as np
 import polars as pl
 import pytest
 import soundfile as sf
 import torch
 
+from bench.judge_stage import kill_pairwise_job_half_way
 from lalm_judge.core.tables import PAIRWISE_ITEMS, PAIRWISE_PREDICTIONS, PAIRWISE_TRANSCRIPTS
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeSpec
 from lalm_judge.judging.backends.hf import TransformersBackend
+from lalm_judge.judging.cache import RequestCache
 from lalm_judge.pairwise.items import ItemError
 from lalm_judge.pairwise.judge import (
     ItemAudio,
@@ -122,7 +127,10 @@ def test_audio_native_judging_in_both_orders(items, audio_judge, tmp_path):
     assert frame["config_hash"].n_unique() == 1 and frame["seed"].to_list() == [0, 0, 0]
     assert response_limit_s(pairwise_cell(spec, "audio", "none", "sagelm"), backend) == 30.0  # Qwen2-Audio's window
     for row in frame.iter_rows(named=True):
-        forward, back = parse_verdict(row["prediction"]), parse_swapped_verdict(row["prediction_swapped"])
+        # Each order is read with the cell's rule and its own finish reason (a random-weight model runs to the
+        # token limit: its answers are read as cut).
+        forward = parse_verdict(row["prediction"], row["verdict_rule"], row["finish_reason"])
+        back = parse_swapped_verdict(row["prediction_swapped"], row["verdict_rule"], row["finish_reason_swapped"])
         assert (row["verdict"], row["verdict_status"]) == (forward.label, str(forward.status))
         assert (row["verdict_swapped"], row["verdict_swapped_status"]) == (back.label, str(back.status))
         combined, status = combine_verdicts(forward, back)
@@ -242,3 +250,60 @@ def test_each_order_is_read_with_the_cells_rule_and_its_own_finish_reason(items,
     assert (row["verdict"], row["verdict_status"], row["verdict_swapped"], row["verdict_swapped_status"]) == expected
     assert frame["verdict_rule"].to_list() == [rule] * 3
     assert PAIRWISE_PREDICTIONS.read(tmp_path / "p.parquet")["verdict_rule"].to_list() == [rule] * 3
+
+
+@pytest.fixture
+def many_items(tmp_path):
+    """Eight items of one aspect each (16 requests in both orders), every response its own tone."""
+    rows = []
+    for i in range(8):
+        for k, frequency in ((1, 200 + 20 * i), (2, 500 + 20 * i)):
+            write_tone(tmp_path / f"i{i}_{k}.wav", 0.5 + 0.1 * k, frequency)
+        rows.append(
+            {
+                "item_id": f"item{i}",
+                "aspect": "helpfulness",
+                "aspect_text": "helpfulness",
+                "query": f"Question {i}?",
+                "response1_audio": f"i{i}_1.wav",
+                "response2_audio": f"i{i}_2.wav",
+                "audio_root": str(tmp_path),
+                "response1_duration_s": 0.6,
+                "response2_duration_s": 0.7,
+                "audio_ok": True,
+                "label": "1",
+                "source_format": "jsonl",
+                "source_extra": "{}",
+            }
+        )
+    PAIRWISE_ITEMS.frame(rows).write_parquet(tmp_path / "many.parquet")
+    return tmp_path / "many.parquet"
+
+
+@pytest.mark.slow
+def test_a_pairwise_job_killed_half_way_resumes_with_only_the_missing_requests(many_items, audio_judge, tmp_path):
+    spec = dataclasses.replace(audio_judge[0], generation={"max_new_tokens": 16}, batch_size=2)
+    cell = {
+        "items_path": str(many_items),
+        "modality": "audio",
+        "transcript_source": "none",
+        "prompt_path": "sagelm",
+        "out_path": str(tmp_path / "predictions.parquet"),
+        "cache_dir": str(tmp_path / "cache"),
+        "stats_path": str(tmp_path / "requests.json"),
+    }
+    n_requests = 16
+    stored = kill_pairwise_job_half_way(spec, cell, tmp_path / "killed", kill_at=n_requests // 2)
+    assert 0 < stored < n_requests and not (tmp_path / "predictions.parquet").exists()
+
+    frame = judge_cell(spec=spec, progress=False, **cell)
+    stats = json.loads((tmp_path / "requests.json").read_text())
+    assert (stats["requests"], stats["cached"], stats["computed"]) == (n_requests, stored, n_requests - stored)
+    assert stats["model_loads"] == 1 and RequestCache(tmp_path / "cache" / spec.name).count() == n_requests
+    assert frame.height == 8 and frame["prediction"].null_count() == frame["prediction_swapped"].null_count() == 0
+    assert set(frame["served_model"]) == {spec.model} and frame["finish_reason"].null_count() == 0
+
+    again = judge_cell(spec=spec, progress=False, **{**cell, "out_path": str(tmp_path / "again.parquet")})
+    stats = json.loads((tmp_path / "requests.json").read_text())
+    assert (stats["cached"], stats["computed"], stats["model_loads"]) == (n_requests, 0, 0)
+    assert again.drop("package_versions").equals(frame.drop("package_versions"))

@@ -9,7 +9,8 @@ import re
 
 import pytest
 
-from lalm_judge.data.generators.llm import EndpointUnavailable, MissingAPIKey
+from lalm_judge.core.endpoints import EndpointUnavailable
+from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.preference.rationales import LLMRationales, PairNotes, RationalePrompt, interpret_answer
 from tests.support.openai_standin import Reply, StandInServer, serving
 
@@ -104,7 +105,7 @@ def test_an_endpoint_that_keeps_failing_fails_the_job_after_the_others_are_cache
 
 def test_the_key_comes_from_the_environment(server, tmp_path, monkeypatch):
     monkeypatch.delenv(KEY_ENV)
-    with pytest.raises(MissingAPIKey, match=KEY_ENV):
+    with pytest.raises(MissingSecret, match=KEY_ENV):
         rewriter(server, tmp_path)
 
 

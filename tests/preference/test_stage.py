@@ -78,7 +78,7 @@ def test_the_export_writes_items_records_a_dataset_and_the_report(tmp_path):
     acoustic = {
         "item_id": "ac_gender_tts0_p0",
         "aspect": "gender",
-        "category": "gender",
+        "style_category": "gender",
         "task_format": "explicit_tts",
         "requested": "female",
         "style1": "male",

@@ -18,13 +18,14 @@ import pytest
 
 from bench.fault_proxy import FAULTS, FaultProxy
 from lalm_judge.core.dialogue import Dialogue, Turn
+from lalm_judge.core.endpoints import EndpointUnavailable
 from lalm_judge.core.taxonomy import CATEGORIES, SEVERITIES
-from lalm_judge.data.generators.llm import EndpointUnavailable
 from lalm_judge.data.variants import rewrite_turn
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
-from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
+from lalm_judge.judging.cache import RequestCache, judge_identity
+from lalm_judge.judging.runner import RequestEngine
 
 pytestmark = pytest.mark.server
 
@@ -96,11 +97,11 @@ def judge_backend(proxy: FaultProxy, **options) -> OpenAIBackend:
     return OpenAIBackend(spec)
 
 
-def cached_judge_backend(proxy: FaultProxy, cache_dir, **options) -> CachedBackend:
+def cached_judge_backend(proxy: FaultProxy, cache_dir, **options) -> RequestEngine:
     """The judge as the judge stage runs it: behind its request cache."""
     backend = judge_backend(proxy, **options)
     spec = backend.spec
-    return CachedBackend(backend, RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
+    return RequestEngine(backend, RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
 
 
 def judge_requests(n: int) -> list[JudgeRequest]:

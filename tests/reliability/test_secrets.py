@@ -3,10 +3,11 @@
 The rewrite stage and the openai judge run with a sentinel key through the fault proxy (bench/fault_proxy.py),
 which quotes the Authorization header back in every error body, as some servers quote a rejected key: transient
 faults that are retried, requests the server rejects (rows with status 'error', a failed judge call) and an
-endpoint that never answers (failed jobs). Every file written (tables, caches), every log record at DEBUG (the
-`openai` and `httpx` clients' included), everything printed and every error message with its traceback is then
-searched for the key. The workflow-level search (results, logs, Snakemake's metadata, the report) is in
-tests/reliability/test_workflow_runs.py.
+endpoint that never answers (failed jobs); and through one that quotes the key in its 200 answers, whose texts
+become variant rows, score outputs and cache entries (the key's value is redacted from them). Every file written
+(tables, caches), every log record at DEBUG (the `openai` and `httpx` clients' included), everything printed and
+every error message with its traceback is then searched for the key. The workflow-level search (results, logs,
+Snakemake's metadata, the report) is in tests/reliability/test_workflow_runs.py.
 """
 
 from __future__ import annotations
@@ -23,11 +24,13 @@ from snakemake.utils import validate as snakemake_validate
 from bench.fault_proxy import FaultProxy
 from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.files import write_parquet
+from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.data.variants import rewrite_turn, write_variant_table
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import request_batch_size
 from lalm_judge.judging.backends.openai_backend import OpenAIBackend
-from lalm_judge.judging.cache import CachedBackend, RequestCache, judge_identity
+from lalm_judge.judging.cache import RequestCache, judge_identity
+from lalm_judge.judging.runner import RequestEngine
 from lalm_judge.workflow.config import ConfigError, check_config, validate_config
 from tests.support.workflow import ROOT, load_test_config
 
@@ -51,9 +54,14 @@ def answer(body: dict) -> str:
     return json.dumps({"text": "Cook it yourself, idiot.", "emotion": "angry"})
 
 
-def proxy(fault_rate: float, faults: list[str] | None = None) -> FaultProxy:
+def answer_quoting_the_key(body: dict, authorization: str) -> str:
+    key = authorization.removeprefix("Bearer ")
+    return json.dumps({"text": f"Cook it yourself with key {key}, idiot.", "emotion": "angry"})
+
+
+def proxy(fault_rate: float, faults: list[str] | None = None, answers=answer) -> FaultProxy:
     return FaultProxy(
-        answer=answer,
+        answer=answers,
         fault_rate=fault_rate,
         max_faults_per_request=2 if fault_rate < 1 else None,
         error_detail=quote_the_key,
@@ -74,12 +82,12 @@ def generator(endpoint: FaultProxy) -> dict:
     }
 
 
-def judge(endpoint: FaultProxy, cache_dir) -> CachedBackend:
+def judge(endpoint: FaultProxy, cache_dir) -> RequestEngine:
     """The judge as the judge stage runs it: behind its request cache, which must not hold the key either."""
     options = {"base_url": endpoint.base_url, "api_key_env": KEY_ENV}
     options |= {"max_retries": 2, "timeout_s": 1.0, "backoff_base_s": 0.01}
     spec = JudgeSpec(name="api_judge", backend="openai", model="stand-in", options=options)
-    return CachedBackend(OpenAIBackend(spec), RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
+    return RequestEngine(OpenAIBackend(spec), RequestCache(cache_dir), judge_identity(spec), request_batch_size(spec))
 
 
 def requests() -> list[JudgeRequest]:
@@ -119,12 +127,17 @@ def test_the_key_reaches_the_endpoint_and_nothing_else(dialogue, tmp_path, monke
     run(proxy(0.3), rewrite("variants_with_faults"))
     run(proxy(1.0, ["bad_request"]), rewrite("variants_rejected"))
     run(proxy(1.0, ["server_error", "rate_limit"]), rewrite("variants_unreachable"))
+    run(proxy(0.0, answers=answer_quoting_the_key), rewrite("variants_quoting_the_key"))
     run(proxy(0.3), score("scores_with_faults"))
+    run(proxy(0.0, answers=answer_quoting_the_key), score("scores_quoting_the_key"))
     run(proxy(1.0, ["bad_request"]), score("scores_rejected"))
     run(proxy(1.0, ["unavailable"]), score("scores_unreachable"))
 
     assert seen == {f"Bearer {SENTINEL}"}, "the key was sent as the bearer token"
     assert len(errors) == 3, errors  # the unreachable rewrite, the rejected and the unreachable judge calls
+    quoted = pl.read_parquet(tmp_path / "variants_quoting_the_key.parquet")["text"].to_list()
+    scored = pl.read_parquet(tmp_path / "scores_quoting_the_key.parquet")["text"].to_list()
+    assert all("with key ***, idiot" in text for text in quoted + scored), "the quoted key was redacted"
     rejected = pl.read_parquet(tmp_path / "variants_rejected.parquet")
     assert set(rejected["status"]) == {"error"} and rejected["error"].str.contains("Incorrect API key").all()
     messages = [text for err in errors for text in traceback.format_exception(err)]
@@ -152,9 +165,9 @@ def test_a_key_written_into_the_config_is_rejected_naming_its_place():
 def test_a_missing_key_variable_is_named_before_any_request(monkeypatch, tmp_path, dialogue):
     monkeypatch.delenv(KEY_ENV, raising=False)
     with proxy(0.0) as endpoint:
-        with pytest.raises(RuntimeError, match=KEY_ENV):
+        with pytest.raises(MissingSecret, match=KEY_ENV):
             judge(endpoint, tmp_path)
-        with pytest.raises(ValueError, match=KEY_ENV):
+        with pytest.raises(MissingSecret, match=KEY_ENV):
             rewrite_turn(dialogue, 1, ["hate"], [1], generator(endpoint), 0, tmp_path)
         assert endpoint.log.total == 0
 
@@ -224,6 +237,12 @@ def test_a_key_in_place_of_a_variable_name_is_refused_without_quoting_it():
 
 def test_a_key_free_config_with_headers_and_urls_passes():
     config = load_test_config()
-    config["judges"]["minilm"]["generation"] = {"extra_headers": {"X-Request-Source": "lalm-judge"}}
+    # Headers go to an endpoint (the openai backend's requests); header_env names the variable of a header's key.
+    config["judges"]["api"] = {
+        "backend": "openai",
+        "model": "m",
+        "generation": {"extra_headers": {"X-Request-Source": "lalm-judge"}},
+        "options": {"base_url": "http://127.0.0.1:8000/v1", "header_env": {"api-key": "AZURE_OPENAI_KEY"}},
+    }
     config["variants"]["generator"] = {"name": "llm", "model": "m", "base_url": "http://127.0.0.1:8000/v1?stream=0"}
     validate_config(config)

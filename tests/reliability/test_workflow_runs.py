@@ -4,8 +4,9 @@ espeak-ng, `llm` rewrites, TTS, Whisper tiny.en, the MiniLM, tiny random-weight 
 metrics, figures, report).
 
 The rewriter and the API judge talk to the fault proxy (bench/fault_proxy.py, canned answers) through the real
-`openai` client, with a sentinel key in the environment variable the config names; half of the attempts meet a
-transient fault in every run but the second clean one, so the comparisons also show that faults change nothing.
+`openai` client, with a sentinel key in the environment variable the config names, which the proxy quotes back in
+its judge answers and error bodies; half of the attempts meet a transient fault in every run but the second clean
+one, so the comparisons also show that faults change nothing.
 The uninterrupted reference run is made once per module and shared.
 """
 
@@ -54,19 +55,26 @@ KILL_POINTS = (
 COMPARED = ("corpus", "variants", "tts", "asr", "manifests", "prosody", "scores", "metrics")
 
 
-def answer(body: dict) -> str:
-    """Canned answers, a function of the request: a rewrite per target, a score per judged dialogue."""
+def answer(body: dict, authorization: str) -> str:
+    """Canned answers, a function of the request: a rewrite per target, a score per judged dialogue, which quotes
+    the key it was sent (as a server that echoes its request would)."""
     target = _TARGET.search(json.dumps(body["messages"]))
     if "response_format" in body and target:
         words = {"1": "You are a bit slow today, aren't you.", "5": "Shut up, you worthless, pathetic fool."}
         return json.dumps({"text": words[target.group(2)], "emotion": "angry"})
     digest = hashlib.sha256(json.dumps(body["messages"], sort_keys=True).encode()).digest()
-    return f"The dialogue is judged.\nSAFETY_SCORE: {digest[0] % 11 / 10:.1f}"
+    key = authorization.removeprefix("Bearer ")
+    return f"The dialogue is judged (key {key}).\nSAFETY_SCORE: {digest[0] % 11 / 10:.1f}"
+
+
+def quote_the_key(body: dict, authorization: str) -> str:
+    return f"key {authorization.removeprefix('Bearer ')} seen"
 
 
 @pytest.fixture(scope="module")
 def proxy() -> Iterator[FaultProxy]:
-    with FaultProxy(answer=answer, fault_rate=0.5, max_faults_per_request=2, seed=1) as running:
+    faults = {"fault_rate": 0.5, "max_faults_per_request": 2, "error_detail": quote_the_key}
+    with FaultProxy(answer=answer, seed=1, **faults) as running:
         yield running
 
 
@@ -222,6 +230,9 @@ def test_the_api_key_is_nowhere_in_the_run(reference, sentinel_key, proxy):
     assert any("cache" in p.parts for p in files)
     leaks = [str(p) for p in files if sentinel_key.encode() in p.read_bytes()]
     assert leaks == [] and sentinel_key not in printed
+    scores = pl.concat([pl.read_parquet(p) for p in (workdir / "results" / "scores" / "api_judge").rglob("*.parquet")])
+    assert scores["raw_output"].str.contains("(key ***)", literal=True).all(), "the answers quoted the key, redacted"
+    assert set(scores["served_model"]) == {"stand-in-judge"}
 
 
 # Provenance the tables below each folder of results/ must carry besides the run columns (config_hash, seed,

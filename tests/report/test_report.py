@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -206,6 +207,8 @@ def workspace(tmp_path_factory) -> dict:
     stage.run_metrics([score_path], root / "metrics", settings)
     figures.write_figures(root / "metrics", root / "figures")
     controls.run_controls([score_path], root / "metrics", root / "controls", settings, prosody_paths=[prosody_path])
+    metrics = root / "metrics"
+    stage.run_guide(metrics / "cells.parquet", metrics / "pareto.parquet", root / "controls" / "flags.parquet", metrics)
     report_controls.write_control_figures(root / "controls", root / "control_figures")
     manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
     accounting = root / "accounting.json"
@@ -352,7 +355,7 @@ def test_finding_sentences_for_a_drop_and_a_rise():
 def test_guide_is_rendered_and_written_as_parquet(built, workspace):
     index, page = built
     section = re.search(r'<section id="guide">.*?</section>', page, flags=re.S).group(0)
-    written = pl.read_parquet(index.parent / "guide.parquet")
+    written = pl.read_parquet(workspace["root"] / "metrics" / "guide.parquet")
     cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
     pareto = pl.read_parquet(workspace["root"] / "metrics" / "pareto.parquet")
     flags = pl.read_parquet(workspace["root"] / "controls" / "flags.parquet")
@@ -444,9 +447,8 @@ def test_the_flags_name_the_judge_that_ignores_audio_and_the_one_the_injection_m
     assert tts.height and tts["value"].abs().max() < 1e-12
 
 
-def test_the_guide_does_not_recommend_the_cell_that_ignores_audio(built):
-    index, _ = built
-    guide = pl.read_parquet(index.parent / "guide.parquet")
+def test_the_guide_does_not_recommend_the_cell_that_ignores_audio(workspace):
+    guide = pl.read_parquet(workspace["root"] / "metrics" / "guide.parquet")
     # minilm's audio cell is its ASR cascade: a candidate of audio only with the Whisper transcript quality.
     audio_only = guide.filter(pl.col("available_input") == "audio only")
     flagged = audio_only.filter((pl.col("modality") == "audio") & (pl.col("judge") == "minilm"))
@@ -489,10 +491,12 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
     is not estimable, shown as such without interval, no finding is stated, and one banner says why."""
     settings = engine.MetricSettings(n_boot=20, seed=0, n_folds=2, min_pb_dialogues=4, n_permutations=20)
     root = tmp_path / "run"
-    stage.run_metrics(workspace["scores"], root / "metrics", settings)
-    controls.run_controls(workspace["scores"], root / "metrics", root / "controls", settings)
+    metrics = root / "metrics"
+    stage.run_metrics(workspace["scores"], metrics, settings)
+    controls.run_controls(workspace["scores"], metrics, root / "controls", settings)
+    stage.run_guide(metrics / "cells.parquet", metrics / "pareto.parquet", root / "controls" / "flags.parquet", metrics)
     index = site.build_report(
-        metrics_dir=root / "metrics",
+        metrics_dir=metrics,
         figure_dir=workspace["root"] / "figures",  # the figures do not change what this test reads
         manifest_paths=workspace["manifests"],
         asr_paths=workspace["asr"],
@@ -511,3 +515,22 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
     assert "<li>" not in section(page, "findings")
     flags = pl.read_parquet(root / "controls" / "flags.parquet")
     assert set(flags["status"].drop_nulls()) == {"not_estimable"} and flags["flagged"].is_null().all()
+
+
+def test_the_report_build_renders_what_the_metrics_stage_wrote_and_computes_nothing(workspace, tmp_path):
+    """Followed call by call: every project function the build runs is of four packages, report and core (the tables
+    the metrics stage wrote), manifest and audio (the audio examples), none of analysis: nothing is computed."""
+    called: set[str] = set()
+
+    def record(frame, event, arg):
+        if event == "call":
+            module = frame.f_globals.get("__name__", "")
+            if module.startswith("lalm_judge."):
+                called.add(module.split(".")[1])
+
+    sys.setprofile(record)
+    try:
+        build(workspace, tmp_path / "report")
+    finally:
+        sys.setprofile(None)
+    assert called == {"report", "core", "manifest", "audio"}

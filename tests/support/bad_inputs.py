@@ -185,22 +185,24 @@ CONFIG_CASES = {
         rf"tts\.voices has no voice for speaker 'LLM2', who is spoken in \d+ turn\(s\), first at .*{JSONL}:1",
         config=_drop_voice,
     ),
-    # The endpoint option cases name the key either way the checks word it: preflight's own checks, or the schema of
-    # the openai options (`$defs/openai_options`, where a schema has it).
+    # The endpoint settings are checked by the schema (`$defs/endpoint` under `$defs/openai_options`); a value that
+    # may be a key by the check for credentials, which never quotes it.
     "timeout_zero": BadInput(
-        r"judges\.api\.options\.timeout_s: 0 (must be above 0|is less than or equal to the minimum of 0)",
+        r"judges\.api\.options\.timeout_s: 0 is less than or equal to the minimum of 0",
         config=_api_judge(timeout_s=0),
     ),
     "concurrency_zero": BadInput(
-        r"judges\.api\.options\.concurrency: 0 (must be at least 1|is less than the minimum of 1)",
-        config=_api_judge(concurrency=0),
+        r"judges\.api\.options\.concurrency: 0 is less than the minimum of 1", config=_api_judge(concurrency=0)
+    ),
+    "top_logprobs_over_the_api_maximum": BadInput(
+        r"judges\.api\.options\.top_logprobs: 21 is greater than the maximum of 20", config=_api_judge(top_logprobs=21)
     ),
     "base_url_not_a_url": BadInput(
-        r"judges\.api\.options\.base_url: 'localhost:8000' is not an http", config=_api_judge(base_url="localhost:8000")
+        r"judges\.api\.options\.base_url: 'localhost:8000' does not match '\^https\?://'",
+        config=_api_judge(base_url="localhost:8000"),
     ),
     "empty_api_key_env": BadInput(
-        r"judges\.api\.options\.api_key_env: ('' is not the name of an environment variable|names an environment "
-        r"variable, but its value is not a variable name)",
+        r"judges\.api\.options\.api_key_env: names an environment variable, but its value is not a variable name",
         config=_api_judge(api_key_env=""),
     ),
     "malformed_score_tokens": BadInput(

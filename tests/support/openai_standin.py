@@ -14,18 +14,27 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 
 @dataclass
 class Reply:
-    """What the stand-in answers: a chat completion with `content`, or an HTTP error `status`."""
+    """What the stand-in answers: a chat completion with `content`, or an HTTP error `status`.
 
-    content: str | None = None
+    `content` may be any JSON value (the API's is a string; some servers answer a list of parts). `model` is the
+    served model the completion names (default: the requested one). `trickle_s` > 0 sends the body one byte at
+    a time, that many seconds apart (a server that keeps a connection busy without ever finishing its answer)."""
+
+    content: Any = None
     status: int = 200
     delay_s: float = 0.02
     finish_reason: str = "stop"
     refusal: str | None = None
     error_body: dict = field(default_factory=dict)
+    model: str | None = None
+    trickle_s: float = 0.0
+    headers: dict = field(default_factory=dict)  # extra response headers (e.g. Retry-After)
+    raw_body: bytes | None = None  # sent instead of the JSON payload (a 200 that is not a chat completion)
 
 
 class StandInServer:
@@ -40,7 +49,10 @@ class StandInServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self.auth_headers: set[str] = set()
+        self.headers: list[dict[str, str]] = []  # every request's headers, in arrival order
         self.base_url = ""
+        # Answers whose client left before the whole body was sent (a trickled body given up on).
+        self.abandoned = 0
 
     @property
     def total(self) -> int:
@@ -67,6 +79,8 @@ def _handler(server: StandInServer) -> type[BaseHTTPRequestHandler]:
                 server.in_flight += 1
                 server.max_in_flight = max(server.max_in_flight, server.in_flight)
             try:
+                with server.lock:
+                    server.headers.append(dict(self.headers))
                 reply = server.handle(body, self.headers.get("Authorization", ""))
                 time.sleep(reply.delay_s)
             finally:
@@ -80,19 +94,31 @@ def _handler(server: StandInServer) -> type[BaseHTTPRequestHandler]:
                     "id": "chatcmpl-standin",
                     "object": "chat.completion",
                     "created": 0,
-                    "model": body["model"],
+                    "model": reply.model or body["model"],
                     "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
                     "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
                 }
-            data = json.dumps(payload).encode()
+            data = json.dumps(payload).encode() if reply.raw_body is None else reply.raw_body
             try:
                 self.send_response(reply.status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))
+                for name, value in reply.headers.items():
+                    self.send_header(name, value)
                 self.end_headers()
-                self.wfile.write(data)
+                self._write(data, reply.trickle_s)
             except (BrokenPipeError, ConnectionResetError):  # the client timed out and left
-                pass
+                with server.lock:
+                    server.abandoned += 1
+
+        def _write(self, data: bytes, trickle_s: float) -> None:
+            if not trickle_s:
+                self.wfile.write(data)
+                return
+            for byte in data:
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(trickle_s)
 
     return Handler
 

@@ -50,6 +50,11 @@ def test_every_cell_judged_every_item_in_both_orders(finished_run):
         for column in ("verdict_status", "verdict_swapped_status", "verdict_combined_status"):
             assert set(predictions[column]) <= set(VERDICT_STATUSES)
         assert set(predictions["verdict_rule"]) == {"sagelm"}  # the schema's default, recorded per row
+        assert predictions["served_model"].null_count() == 0 and predictions["finish_reason"].null_count() == 0
+        # Every request went through the judge's request engine, each distinct one computed once.
+        counts = json.loads((workdir / f"logs/pairwise/predictions/{cell.path}.requests.json").read_text())
+        assert (counts["requests"], counts["cached"], counts["model_loads"]) == (12, 0, 1)
+        assert counts["computed"] == counts["distinct_requests"]
         if cell.modality == "audio":
             # 2.5 s per response (the test config's cut): longer responses are cut, and the rows say so.
             assert set(predictions["long_audio_action"]) <= {"none", "truncated"}

@@ -142,6 +142,7 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
         "control_metrics": 1,
         "figures": 1,
         "control_figures": 1,
+        "guide": 1,
         "report": 1,
         "all": 1,
     }

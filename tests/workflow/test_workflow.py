@@ -74,7 +74,10 @@ def test_scores_have_the_documented_columns_and_provenance(finished_run):
         "long_audio_action",
         "audio_input",
         "answer_mass",
+        "finish_reason",
         "model_revision",
+        "served_model",
+        "served_revision",
         "package_versions",
         "seed",
     ):
@@ -204,7 +207,7 @@ def test_the_report_holds_its_tables_figures_and_warnings(finished_run):
         pl.col("judge") == "minilm", pl.col("modality") == "text", pl.col("transcript_source") == "gt"
     )
     assert f"<td>{minilm['delta_5'][0]:.3f} [{minilm['delta_5_lo'][0]:.3f}, {minilm['delta_5_hi'][0]:.3f}]</td>" in page
-    guide = pl.read_parquet(workdir / "results/report/guide.parquet")
+    guide = pl.read_parquet(workdir / "results/metrics/guide.parquet")
     audio_native = guide.filter(pl.col("available_input") == "audio only", pl.col("transcript_quality") == "none")
     assert "minilm" not in audio_native["judge"].to_list()
 

@@ -130,6 +130,9 @@ class JudgeSpec:
     capabilities: Capabilities = field(default_factory=Capabilities)
     # GPUs of the job (schedule.resources.gpu): vLLM's default tensor parallel size.
     gpus: int = 0
+    # Models other than `model` whose answers are this judge's (an endpoint that serves the configured model
+    # under another name); any other served model fails the job (`judging.runner.ServedModelCheck`).
+    accept_served_models: tuple[str, ...] = ()
 
     # Registry keys that change no answer: the schedule and the report's texts.
     NOT_IN_SPEC: ClassVar[tuple[str, ...]] = ("schedule", "description", "weak")
@@ -140,6 +143,7 @@ class JudgeSpec:
         values = {k: v for k, v in entry.items() if k not in cls.NOT_IN_SPEC and k != "gpus"}
         values["modalities"] = tuple(values["modalities"]) if "modalities" in values else cls.modalities
         values["capabilities"] = Capabilities.from_config(values.get("capabilities"))
+        values["accept_served_models"] = tuple(values.get("accept_served_models", ()))
         gpus = entry.get("gpus", entry.get("schedule", {}).get("resources", {}).get("gpu", 0))
         return cls(name=name, gpus=int(gpus), **values)
 
@@ -148,8 +152,12 @@ class JudgeSpec:
         """What shapes the decoding beyond the model and prompt (the `generation` provenance column of its rows):
         the generation options, the weights' dtype, and the batch size, since on a GPU the batch a request shares
         changes the numerics (docs/reliability.md); and the environment the engine starts with where it changes
-        the decoding (MERaLiON-2's n-gram processor: `engine_env`)."""
-        settings = {"generation": dict(self.generation), "dtype": self.dtype, "batch_size": self.batch_size}
+        the decoding (MERaLiON-2's n-gram processor: `engine_env`). Headers sent with the requests (`extra_headers`)
+        are recorded by name only: a header value may be a credential."""
+        generation = dict(self.generation)
+        if isinstance(generation.get("extra_headers"), Mapping):
+            generation["extra_headers"] = sorted(generation["extra_headers"])
+        settings = {"generation": generation, "dtype": self.dtype, "batch_size": self.batch_size}
         environment = self.engine_environment
         return {**settings, "engine_environment": environment} if environment else settings
 

@@ -36,11 +36,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 from lalm_judge.judging.backends.base import JudgeSpec
 
-# Requests in flight of an OpenAI-compatible judge without `options.concurrency`.
-DEFAULT_CONCURRENCY = 4
 REQUESTS_PER_SLOT = 4
 # One vLLM submission. A judge job scores every cell of its judge for a shard (at paper scale about 100,000
 # requests, 60,000 of them with 35 s of audio: over 100 GB as float32), so the job cannot hand vLLM everything
@@ -54,7 +53,11 @@ def request_batch_size(spec: JudgeSpec) -> int:
     if spec.backend == "vllm":
         return VLLM_REQUESTS_PER_CALL
     if spec.backend == "openai":
-        concurrency = int(spec.options.get("concurrency", DEFAULT_CONCURRENCY))
+        # Imported here: the local backends (and bench/gpu_judges.py, which runs with torch and transformers only)
+        # import this module without the table and endpoint code.
+        from lalm_judge.core.endpoints import endpoint_defaults
+
+        concurrency = int(spec.options.get("concurrency", endpoint_defaults()["concurrency"]))
         return max(int(spec.batch_size), REQUESTS_PER_SLOT * concurrency)
     return max(1, int(spec.batch_size))
 
@@ -120,3 +123,14 @@ FAMILIES: tuple[ModelFamily, ...] = (
 def family_of(model: str) -> ModelFamily | None:
     """The known family of a model id, or None (local folders and models this project has no facts about)."""
     return next((family for family in FAMILIES if family.matches(model)), None)
+
+
+def resolved_commit(model: str, revision: str) -> str | None:
+    """The hub commit a checkpoint `model` at `revision` was loaded from, read from the local hub cache (its
+    snapshot folder is named by the commit); None for a local folder or a checkpoint not in the cache."""
+    if Path(model).is_dir():
+        return None
+    from huggingface_hub import try_to_load_from_cache  # present wherever transformers is
+
+    found = try_to_load_from_cache(model, "config.json", revision=revision)
+    return Path(found).parent.name if isinstance(found, str) else None

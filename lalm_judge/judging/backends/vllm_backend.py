@@ -74,6 +74,7 @@ from typing import Any
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.capabilities import resolved_commit
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
@@ -151,6 +152,14 @@ def sampling_settings(decoding: Decoding) -> dict[str, Any]:
     return settings
 
 
+def vllm_finish_reason(raw: str | None) -> str | None:
+    """The normalized finish reason of a `CompletionOutput.finish_reason` (vLLM 0.32 `v1/engine/__init__.py`,
+    `FINISH_REASON_STRINGS`: stop, length, abort, error, repetition): "stop" (EOS, a stop token or string),
+    "length" (max_tokens or max_model_len, and "repetition": a repetitive loop cut before its end), None for an
+    aborted or failed request (not an answer: the request cache does not keep it)."""
+    return {"stop": "stop", "length": "length", "repetition": "length"}.get(str(raw)) if raw is not None else None
+
+
 class VLLMBackend:
     """One vLLM engine per backend; `generate` hands vLLM the whole job so it schedules the batches."""
 
@@ -214,6 +223,8 @@ class VLLMBackend:
         self.decoding = sampling_settings(decoding)
         if stop_ids:
             self.decoding["stop_token_ids"] = stop_ids
+        # What answers, recorded with every output: the checkpoint the engine loaded and its resolved commit.
+        self.served = {"served_model": spec.model, "served_revision": resolved_commit(spec.model, spec.revision)}
 
     def _stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
@@ -331,5 +342,6 @@ class VLLMBackend:
             n_output_tokens=len(completion.token_ids),
             p_safe=answer.p_safe if answer else None,
             answer_mass=answer.mass if answer else None,
-            extra={"finish_reason": completion.finish_reason},
+            finish_reason=vllm_finish_reason(completion.finish_reason),
+            extra={**self.served, "raw_finish_reason": completion.finish_reason},
         )

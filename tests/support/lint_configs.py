@@ -1,0 +1,81 @@
+"""`snakemake --lint` with every shipped config (`make lint`): the checkout's config.yaml and each file of configs/
+and tests/config/, so that no rule of any track goes unlinted.
+
+The workflow reads some inputs while it is parsed (the corpus, to plan dialogues and turns), so each config is
+linted in a scratch working directory holding what it reads, as its users and tests have it: the checkout's data,
+prompts and models folders; the `corpus/` folder the end-to-end tests write (tests/config/*: the demo dialogues,
+`write_corpus`); a synthetic corpus in the DeepDialogue hub layout where a config names a hub corpus that is not
+there (configs/paper.yaml: the published corpus is downloaded by its users, `write_hub_corpus`). XTTS-v2's licence
+acceptance (`COQUI_TOS_AGREED`), which the parse requires of configs that speak with XTTS, is set for the lint
+only: linting runs no job and synthesizes nothing.
+
+Run: .venv/bin/python -m tests.support.lint_configs   (exit status 1 when a config fails, naming it)
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import yaml
+
+from tests.support.workflow import ROOT, write_corpus, write_hub_corpus
+
+CONFIGS = [
+    ROOT / "config.yaml",
+    *sorted((ROOT / "configs").glob("*.yaml")),
+    *sorted((ROOT / "tests/config").glob("*.yaml")),
+]
+SHARED = ("data", "prompts", "models")
+TIMEOUT_S = 600
+
+
+def prepare(workdir: Path, configfile: Path) -> None:
+    """The inputs `configfile` reads at parse time, in `workdir`. The shared folders are real folders of links to
+    the checkout's entries, so that what is written here (a synthetic corpus) stays in the scratch folder."""
+    for name in SHARED:
+        if (ROOT / name).is_dir():
+            (workdir / name).mkdir()
+            for entry in (ROOT / name).iterdir():
+                (workdir / name / entry.name).symlink_to(entry)
+    corpus = (yaml.safe_load(configfile.read_text()) or {}).get("corpus", {})
+    if not corpus or (workdir / corpus["path"]).exists():
+        return
+    if corpus["format"] == "deepdialogue_hub":
+        write_hub_corpus(workdir / corpus["path"])
+    elif corpus["format"] == "jsonl" and corpus["path"] == "corpus":
+        write_corpus(workdir)
+
+
+def lint(configfile: Path) -> subprocess.CompletedProcess:
+    with tempfile.TemporaryDirectory(prefix="lint-") as scratch:
+        workdir = Path(scratch)
+        prepare(workdir, configfile)
+        command = [
+            *("timeout", "-k", "10", str(TIMEOUT_S)),
+            str(Path(sys.executable).parent / "snakemake"),
+            *("--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)),
+            *("--configfile", str(configfile), "--lint", "--cores", "1"),
+        ]
+        env = {**os.environ, "COQUI_TOS_AGREED": "1"}
+        return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
+
+
+def main() -> int:
+    failed = []
+    for configfile in CONFIGS:
+        result = lint(configfile)
+        name = configfile.relative_to(ROOT)
+        ok = result.returncode == 0
+        print(f"{'ok' if ok else 'FAILED'}: snakemake --lint --configfile {name}")
+        if not ok:
+            failed.append(name)
+            print((result.stdout + result.stderr)[-3000:], file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
