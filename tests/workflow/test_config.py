@@ -325,7 +325,11 @@ def test_an_unknown_endpoint_option_is_named_with_the_nearest_valid_name(demo_co
         validate_config(demo_config)
     message = str(raised.value)
     assert (f"did you mean '{nearest}'?" in message) if nearest else "did you mean" not in message
-    assert "(valid keys: api_key_env, backoff_base_s, base_url," in message
+    # The endpoint's keys ($defs/endpoint) and the backend's own.
+    assert (
+        "(valid keys: api_key_env, backoff_base_s, backoff_max_s, base_url, cascade_asr, concurrency, header_env,"
+        in message
+    )
 
 
 def test_unknown_keys_anywhere_are_named_with_the_nearest_valid_name(demo_config):
