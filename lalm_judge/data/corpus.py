@@ -71,7 +71,16 @@ def list_source_dialogues(corpus: Mapping[str, Any]) -> list[SourceDialogue]:
     fmt, path = corpus["format"], corpus["path"]
     if fmt == "jsonl":
         file = Path(path) / "dialogues.jsonl"
-        found = [SourceDialogue(r["id"], len(r["turns"]), str(file)) for r in read_jsonl_corpus(path)]
+        found = [
+            SourceDialogue(
+                r["id"],
+                len(r["turns"]),
+                str(file),
+                tuple(t["speaker"] for t in r["turns"]),
+                tuple(t.get("emotion") for t in r["turns"]),
+            )
+            for r in read_jsonl_corpus(path)
+        ]
     elif fmt in ("deepdialogue", "deepdialogue_hub"):
         found = deepdialogue.list_dialogues(path, layout=fmt, tts_system=corpus["tts_system"])
     elif fmt == benchmark.FORMAT:

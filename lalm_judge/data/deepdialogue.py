@@ -198,10 +198,13 @@ def _sources(path: str | Path, layout: str, tts_system: str) -> list[_Source]:
 
 def list_dialogues(path: str | Path, layout: str = PUBLISHED, tts_system: str = "xtts") -> list[SourceDialogue]:
     """Dialogues of a DeepDialogue folder in a stable (sorted) order; reads only the JSON files."""
-    return [
-        SourceDialogue(s.dialogue_id, len(read_conversation(s.json_path)["conversation"]), str(s.json_path))
-        for s in _sources(path, layout, tts_system)
-    ]
+    listed = []
+    for source in _sources(path, layout, tts_system):
+        turns = read_conversation(source.json_path)["conversation"]
+        speakers = tuple(str(t["speaker"]) for t in turns)
+        emotions = tuple(t.get("emotion") for t in turns)
+        listed.append(SourceDialogue(source.dialogue_id, len(turns), str(source.json_path), speakers, emotions))
+    return listed
 
 
 def transcribe_and_segment(
