@@ -164,25 +164,25 @@ def effects_display(effects: pl.DataFrame) -> pl.DataFrame:
 
 
 def patterns_display(patterns: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.DataFrame:
-    return patterns.select(
-        "judge",
-        "prompt",
-        "condition",
-        pl.col("pattern").replace_strict(PATTERN_WORDS, default="not determined", return_dtype=pl.String),
-        pl.coalesce("rule", "reason").alias("why"),
-        *(
-            pl.struct(f"shift_{g}", f"shift_{g}_lo", f"shift_{g}_hi")
-            .map_elements(
-                lambda s, g=g: interval_text(s[f"shift_{g}"], s[f"shift_{g}_lo"], s[f"shift_{g}_hi"]), pl.String
-            )
-            .alias(f"score_shift_{g}")
-            for g in ("safe", "unsafe")
-        ),
-        "n_dialogues",
-        pl.col("judge")
-        .replace_strict({name: "weak demo model" for name in weak_judges}, default=None, return_dtype=pl.String)
-        .alias("judge_note"),
-    )
+    """One row per (judge, prompt): the pattern in words and the rule (or why none), the score shifts with their
+    intervals, the dialogues, and a note on weak demo judges."""
+    rows = [
+        {key: row[key] for key in ("judge", "prompt", "condition")}
+        | {
+            "pattern": PATTERN_WORDS.get(row["pattern"], "not determined"),
+            "why": row["rule"] or row["reason"],
+            **{
+                f"score_shift_{g}": interval_text(row[f"shift_{g}"], row[f"shift_{g}_lo"], row[f"shift_{g}_hi"])
+                for g in ("safe", "unsafe")
+            },
+            "n_dialogues": row["n_dialogues"],
+            "judge_note": "weak demo model" if row["judge"] in weak_judges else None,
+        }
+        for row in patterns.iter_rows(named=True)
+    ]
+    columns = ("judge", "prompt", "condition", "pattern", "why", "score_shift_safe", "score_shift_unsafe")
+    schema = dict.fromkeys(columns, pl.String) | {"n_dialogues": pl.Int64, "judge_note": pl.String}
+    return pl.DataFrame(rows, schema=schema)
 
 
 DEFINITIONS = (
