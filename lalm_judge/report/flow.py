@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lalm_judge.analysis.flow import QUESTIONS
+from lalm_judge.analysis.guide import NO_USABLE_CONFIGURATION
 from lalm_judge.core.vocabulary import cascade_source
 from lalm_judge.report.tables import cell_text
 
@@ -77,7 +78,10 @@ def leaf_lines(recommendation: Mapping[str, Any], weak_judges: Mapping[str, str]
     """The text of a recommendation box: the judge cell and prompt, then the value, interval and candidates (or,
     without a measured judge, that and why)."""
     if not recommendation["measured"]:
-        return ["no measured judge takes this input", recommendation.get("note") or ""]
+        # The guide's standard reason repeats the first line; what else its note says (judges left out) stays.
+        note = recommendation.get("note") or ""
+        rest = [part for part in note.split("; ") if part and not part.startswith(NO_USABLE_CONFIGURATION)]
+        return ["no measured judge takes this input", *rest]
     source, audio_input = recommendation["transcript_source"], recommendation["audio_input"]
     cell = recommendation["modality"] if source in (None, "none") else f"{recommendation['modality']}/{source}"
     if cascade_source(audio_input) is not None:

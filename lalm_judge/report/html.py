@@ -31,9 +31,15 @@ from lalm_judge.report.tables import (
 WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
 
 
+def header_html(name: str) -> str:
+    """A column name as a table header: escaped, with a line-break opportunity after each underscore, so that a
+    narrow column wraps `parse_failure_rate` between its words instead of widening the table or breaking a word."""
+    return "_<wbr>".join(html.escape(part) for part in name.split("_"))
+
+
 def html_table(frame: pl.DataFrame, css_class: str = "data", row_classes: Sequence[str | None] | None = None) -> str:
     """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped)."""
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in frame.columns)
+    head = "".join(f"<th>{header_html(name)}</th>" for name in frame.columns)
     body = []
     for i, row in enumerate(frame.iter_rows()):
         row_class = row_classes[i] if row_classes else None
@@ -223,9 +229,8 @@ STYLE = (
 body { font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
 div.table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1.5em; }
 table.data { border-collapse: collapse; font-size: 0.85em; }
-table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; vertical-align: top; }
-table.data td { max-width: 32em; overflow-wrap: anywhere; }
-table.data th { overflow-wrap: anywhere; }
+table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.35em; text-align: left; vertical-align: top; }
+table.data td { max-width: 32em; min-width: 5em; overflow-wrap: anywhere; }
 table.data th { background: #f2f2f2; }
 tr.replaced td { background: #fff3b0; font-weight: bold; }
 .warning { border: 2px solid #c0392b; background: #fdecea; padding: 0.6em 1em; margin: 0.6em 0; }

@@ -152,7 +152,10 @@ def effects_display(effects: pl.DataFrame) -> pl.DataFrame:
     for keys, part in effects.group_by(["judge", "prompt", "condition", "name"], maintain_order=True):
         by_metric = {r["metric"]: r for r in part.iter_rows(named=True)}
         first = next(iter(by_metric.values()))
-        reasons = sorted({f"{m}: {r['reason']}" for m, r in by_metric.items() if r["reason"]})
+        given = {m: r["reason"] for m, r in by_metric.items() if r["reason"]}
+        # A reason both metrics share (a missing cell) is said once.
+        shared = len(given) == len(by_metric) and len(set(given.values())) == 1
+        reasons = sorted(set(given.values())) if shared else sorted(f"{m}: {reason}" for m, reason in given.items())
         rows.append(
             dict(zip(("judge", "prompt", "condition", "quantity"), keys))
             | {"formula": first["formula"]}

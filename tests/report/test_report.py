@@ -310,10 +310,12 @@ def test_metric_tables_show_intervals_noise_reference_and_audio_input(built, wor
     deltas = section(page, "deltas")
     assert f"<td>{tables.interval_text(row['delta_5'], row['delta_5_lo'], row['delta_5_hi'])}</td>" in deltas
     bias = section(page, "position-bias")
-    assert "<th>noise_null</th>" in bias and "<th>p_value</th>" in bias and "<th>beyond_noise</th>" in bias
+    assert (
+        "<th>noise_<wbr>null</th>" in bias and "<th>p_<wbr>value</th>" in bias and "<th>beyond_<wbr>noise</th>" in bias
+    )
     assert f"<td>{tables.cell_text(row['avg_abs_pb_sensitivity_null'])}</td>" in bias
     pareto = section(page, "pareto")
-    assert "<th>cv_sensitivity</th>" in pareto and "<th>front_objectives</th>" in pareto
+    assert "<th>cv_<wbr>sensitivity</th>" in pareto and "<th>front_<wbr>objectives</th>" in pareto
 
 
 def test_warning_banners_for_noise_incomplete_cells_and_cascades(built):

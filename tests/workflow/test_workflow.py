@@ -221,6 +221,7 @@ def test_the_run_writes_the_modality_analysis_and_the_decision_flow_the_report_d
     modality = re.search(r'<section id="modality">(.*?)</section>', page, flags=re.S).group(1)
     assert "<td>asr_loss_asr:whisper_tiny_en</td>" in modality and 'src="figures/modality_effects.png"' in modality
 
+
 def test_wer_is_stored_per_turn(finished_run):
     workdir, _ = finished_run
     asr = pl.read_parquet(workdir / "results/asr/whisper_tiny_en/demo_travel.parquet")
