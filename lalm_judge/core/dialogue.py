@@ -76,5 +76,5 @@ class SourceDialogue:
     source_path: str
     # Speaker and emotion label of each turn, where the corpus index gives them (checks at parse time: the
     # genders and labels of the emotion references); empty for a corpus whose listing does not.
-    turn_speakers: tuple[str, ...] = ()
-    turn_emotions: tuple[str | None, ...] = ()
+    speakers: tuple[str, ...] = ()
+    emotions: tuple[str | None, ...] = ()

@@ -206,12 +206,12 @@ class Plan:
         controlled = set(self._control_dialogues) if TTS_CONTROL in self.synthesized_controls() else set()
         spoken = []
         for dialogue in self.dialogues:
-            for turn in self._turns[dialogue.dialogue_id] if dialogue.turn_speakers else []:
-                speaker = dialogue.turn_speakers[turn]
+            for turn in self._turns[dialogue.dialogue_id] if dialogue.speakers else []:
+                speaker = dialogue.speakers[turn]
                 if not imported:
                     spoken.append((dialogue.dialogue_id, speaker, None))
                 if dialogue.dialogue_id in controlled:
-                    spoken.append((dialogue.dialogue_id, speaker, dialogue.turn_emotions[turn]))
+                    spoken.append((dialogue.dialogue_id, speaker, dialogue.emotions[turn]))
         return spoken
 
     def _check_emotion_references(self) -> None:
