@@ -323,6 +323,11 @@ def get_tts_mem_mb():
     return 8000 if "xtts" in engines else 2000
 
 
+def get_emotion_reference():
+    """tts.emotion_reference (the RAVDESS references of the TTS jobs), or None when the config sets none."""
+    return canonical(config["tts"].get("emotion_reference"))
+
+
 def get_tts_conda_env(wildcards):
     engines = {v["engine"] for v in config["tts"]["voices"].values()}
     return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"

@@ -39,3 +39,50 @@ rule compute_metrics:
         "../envs/analysis.yaml"
     script:
         "../workflow_scripts/compute_metrics.py"
+
+
+# The modality analysis: what the audio adds per transcript source, the ASR loss it rescues, the judges' behaviour
+# patterns (docs/metrics.md, "Modality"), on the clean cells.
+rule modality_analysis:
+    input:
+        scores=get_score_shards(),
+    output:
+        effects=report(
+            "results/metrics/modality/effects.parquet", caption="../report/table_modality_effects.rst", category="Tables"
+        ),
+        patterns=report(
+            "results/metrics/modality/patterns.parquet", caption="../report/table_modality_patterns.rst", category="Tables"
+        ),
+    log:
+        "logs/metrics/modality.log",
+    params:
+        bootstrap=config["metrics"]["bootstrap"],
+        min_dialogues=config["metrics"].get("min_dialogues", 10),
+        seed=SEED,
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/modality_analysis.py"
+
+
+# The practitioner guide as a decision flow (input -> transcript -> priority -> judge cell), from the metric tables
+# and the control flags; the report draws it.
+rule decision_flow:
+    input:
+        cells="results/metrics/cells.parquet",
+        pareto="results/metrics/pareto.parquet",
+        flags="results/metrics/controls/flags.parquet",
+    output:
+        flow="results/metrics/decision_flow.json",
+    log:
+        "logs/metrics/decision_flow.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/decision_flow.py"

@@ -35,6 +35,24 @@ rule figures:
         "../workflow_scripts/figures.py"
 
 
+rule modality_figures:
+    input:
+        effects="results/metrics/modality/effects.parquet",
+        patterns="results/metrics/modality/patterns.parquet",
+    output:
+        modality_effects_png=report("results/figures/modality/modality_effects.png", caption="../report/modality_effects.rst", category="Figures", subcategory="PNG"),
+        modality_effects_svg=report("results/figures/modality/modality_effects.svg", caption="../report/modality_effects.rst", category="Figures", subcategory="SVG"),
+    log:
+        "logs/report/modality_figures.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/modality_figures.py"
+
+
 # The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/.
 rule report:
     input:
@@ -42,6 +60,9 @@ rule report:
         figures=rules.figures.output,
         controls=rules.control_metrics.output,
         control_figures=rules.control_figures.output,
+        modality=rules.modality_analysis.output,
+        modality_figures=rules.modality_figures.output,
+        flow=rules.decision_flow.output.flow,
         manifests=get_manifests(),
         asr=get_asr_tables(),
         accounting="results/summary/audio_accounting.json",

@@ -14,4 +14,7 @@ with log_to(snakemake.log[0]):
         out_dir=snakemake.output.site,
         controls_dir=Path(snakemake.input.controls[0]).parent,
         control_figure_dir=Path(snakemake.input.control_figures[0]).parent,
+        modality_dir=Path(snakemake.input.modality[0]).parent,
+        modality_figure_dir=Path(snakemake.input.modality_figures[0]).parent,
+        flow_path=snakemake.input.flow,
     )

@@ -23,7 +23,7 @@ from lalm_judge.analysis.controls import (
 )
 from lalm_judge.core.vocabulary import MASKED, NOISE_KINDS, Condition
 from lalm_judge.report.figures import _placeholder_figure, _source_label, plt, save_figure
-from lalm_judge.report.html import html_table, paragraph
+from lalm_judge.report.html import figure_html, html_table, paragraph
 from lalm_judge.report.tables import with_interval
 
 # The WER of the masked turn the study reports (Whisper on 160 ms time-reversed speech).
@@ -60,8 +60,9 @@ def plot_control_effects(effects: pl.DataFrame, stem: str | os.PathLike) -> list
             axis = axes[row][column]
             value = _column(part, f"{metric}_diff")
             error = _error_bars(value, _column(part, f"{metric}_diff_lo"), _column(part, f"{metric}_diff_hi"))
-            axis.errorbar(value, y, xerr=error, fmt="o", capsize=2)
+            axis.errorbar(value, y, xerr=error, fmt="o", capsize=2, label="control - clean, 95 % CI")
             axis.axvline(0.0, color="black", linewidth=0.8)
+            axis.legend(fontsize="xx-small", frameon=False)
             axis.set_yticks(range(len(labels)), labels if column == 0 else [""] * len(labels), fontsize="x-small")
             axis.set_title(f"{condition}: {metric}", fontsize="small")
             axis.set_xlabel("control - clean", fontsize="small")
@@ -95,8 +96,8 @@ def plot_noise_curve(noise: pl.DataFrame, stem: str | os.PathLike) -> list[Path]
             axis.set_xticks(range(len(snrs) + 1), [f"{s} dB" for s in snrs] + ["clean"])
             axis.set_ylabel(ylabel)
             axis.set_title(modality, fontsize="small")
+            axis.legend(fontsize="x-small", frameon=False)
         axes[0][column].axhline(0.0, color="black", linewidth=0.8)
-    axes[0][-1].legend(fontsize="x-small", frameon=False)
     return save_figure(figure, stem)
 
 
@@ -113,8 +114,14 @@ def plot_prosody_correlation(correlation: pl.DataFrame, stem: str | os.PathLike)
         y = np.array([labels.index(_cell_label(r)) for r in part.iter_rows(named=True)])
         value = _column(part, "r")
         axis.errorbar(
-            value, y, xerr=_error_bars(value, _column(part, "r_lo"), _column(part, "r_hi")), fmt="o", capsize=2
+            value,
+            y,
+            xerr=_error_bars(value, _column(part, "r_lo"), _column(part, "r_hi")),
+            fmt="o",
+            capsize=2,
+            label="Pearson r, 95 % CI",
         )
+        axis.legend(fontsize="xx-small", frameon=False)
         axis.axvline(0.0, color="black", linewidth=0.8)
         axis.set_xlim(-1.05, 1.05)
         axis.set_yticks(range(len(labels)), labels if axis is axes[0][0] else [""] * len(labels), fontsize="x-small")
@@ -236,13 +243,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
 
     def figure(name: str) -> str:
         spec = next(s for s in CONTROL_FIGURES if s.name == name)
-        if name not in figure_names:
-            return ""
-        return (
-            f'<figure id="figure-{name}"><img src="figures/{name}.png" alt="{html.escape(spec.title)}">'
-            f"<figcaption><strong>{html.escape(spec.title)}.</strong> {html.escape(spec.caption)} "
-            f'<a href="figures/{name}.svg">SVG</a></figcaption></figure>'
-        )
+        return figure_html(name, spec.title, spec.caption) if name in figure_names else ""
 
     masked_wer = tables.condition_wer.filter(pl.col("condition") == MASKED)
     noisy = sorted(c for c in conditions if Condition(c).kind in NOISE_KINDS)

@@ -1,7 +1,8 @@
 """The standalone report folder: `index.html` (the findings of `lalm_judge.analysis.findings`; judges, with a
 visible warning for weak demo models; the practitioner guide of `lalm_judge.analysis.guide`; figures; metric,
 Pareto and prompt-selection tables; parse failures and refusals per cell; the controls
-(`lalm_judge.report.controls`); WER per transcript source; the audio accounting; audio examples),
+(`lalm_judge.report.controls`); the modality analysis (`lalm_judge.report.modality`) and the guide's decision flow
+(`lalm_judge.report.flow`); WER per transcript source; the audio accounting; audio examples),
 `guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
 sorted ids, numbers rounded for display only."""
 
@@ -16,6 +17,7 @@ from typing import Any
 from lalm_judge.analysis.controls import read_control_tables
 from lalm_judge.analysis.findings import delta_findings
 from lalm_judge.analysis.guide import practitioner_guide
+from lalm_judge.analysis.modality import read_modality_tables
 from lalm_judge.analysis.stage import read_metric_tables
 from lalm_judge.core.files import atomic_path, read_json, stable_hash, with_provenance, write_parquet
 from lalm_judge.manifest.samples import Manifest
@@ -23,6 +25,7 @@ from lalm_judge.report import figures
 from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
 from lalm_judge.report.html import ReportContent, render_html
+from lalm_judge.report.modality import MODALITY_FIGURES, modality_section
 from lalm_judge.report.tables import (
     accounting_table,
     judge_table,
@@ -58,6 +61,9 @@ def build_report(
     out_dir: str | os.PathLike,
     controls_dir: str | os.PathLike,
     control_figure_dir: str | os.PathLike,
+    modality_dir: str | os.PathLike,
+    modality_figure_dir: str | os.PathLike,
+    flow_path: str | os.PathLike,
     n_examples: int = N_AUDIO_EXAMPLES,
     title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
 ) -> Path:
@@ -90,6 +96,12 @@ def build_report(
         controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
         control_flags=controls.flags,
         unpinned=tuple(config.get("unpinned", ())),
+        flow=read_json(flow_path),
+        modality=modality_section(
+            read_modality_tables(modality_dir),
+            copy_figures(modality_figure_dir, out_dir / "figures", MODALITY_FIGURES),
+            {r["judge"]: r["weak_reason"] for r in judges.iter_rows(named=True) if r["weak_reason"]},
+        ),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
