@@ -289,6 +289,11 @@ def get_pairwise_transcripts(wildcards):
     return [f"results/pairwise/asr/{model}.parquet"] if model else []
 
 
+def get_pairwise_transcript_tables():
+    """The cascade's transcript table of every ASR model a pairwise cell reads."""
+    return [f"results/pairwise/asr/{model}.parquet" for model in PAIRWISE_PLAN.asr_models()]
+
+
 def get_pairwise_report_config():
     """The config the pairwise report shows (job schedules left out, so tuning them reruns nothing)."""
     judges = {n: {k: v for k, v in config["judges"][n].items() if k != "schedule"} for n in config["pairwise"]["judges"]}

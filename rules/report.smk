@@ -35,7 +35,8 @@ rule figures:
         "../workflow_scripts/figures.py"
 
 
-# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/.
+# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/, and the
+# sample viewer samples/ (every score row, read from the score tables and the ASR of the changed turns).
 rule report:
     input:
         metrics=rules.compute_metrics.output,
@@ -45,12 +46,17 @@ rule report:
         manifests=get_manifests(),
         asr=get_asr_tables(),
         accounting="results/summary/audio_accounting.json",
+        viewer_scores=get_score_shards(),
+        viewer_condition_asr=get_condition_asr_tables(),
     output:
         site=report(directory("results/report"), htmlindex="index.html", caption="../report/standalone.rst", category="Report"),
     log:
         "logs/report/report.log",
     params:
         config=get_report_config(),
+        viewer_controls=get_control_settings(),
+    # The viewer's audio encoding and data compression run in threads (fewer when the run has fewer cores).
+    threads: 4
     resources:
         mem_mb=4000,
         runtime=30,

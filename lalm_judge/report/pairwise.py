@@ -29,7 +29,9 @@ from lalm_judge.core.files import atomic_path, read_json  # noqa: E402
 from lalm_judge.pairwise.metrics import CELL_KEYS, PairwiseStageTables, read_pairwise_stage  # noqa: E402
 from lalm_judge.report.figures import save_figure  # noqa: E402
 from lalm_judge.report.html import html_table, judges_section, page, paragraph, section  # noqa: E402
+from lalm_judge.report.pairwise_samples import PairwiseViewerInputs, write_pairwise_viewer  # noqa: E402
 from lalm_judge.report.tables import MISSING, PROVENANCE_COLUMNS, interval_text, judge_table  # noqa: E402
+from lalm_judge.report.viewer import VIEWER_DIR, viewer_link  # noqa: E402
 
 TITLE = "lalm-judge: pairwise judging of spoken responses"
 DURATION_FIGURE = "agreement_by_duration"
@@ -89,6 +91,16 @@ def _wide(metrics: pl.DataFrame, scopes: Sequence[str], names: Sequence[tuple[st
     columns = ["cell", "mode", "group", "n", "n_items", *[name for name, _ in names]]
     frame = pl.DataFrame([{c: row.get(c) for c in columns} for row in rows.values()], schema_overrides={"n": pl.Int64})
     return frame.rename({name: label for name, label in names}, strict=False)
+
+
+def _wide_links(metrics: pl.DataFrame, scopes: Sequence[str]) -> list[str]:
+    """Per row of `_wide` (same order), the item viewer's list of that cell's rows (of the aspect, for an aspect)."""
+    links: dict[tuple[str, str], str] = {}
+    for record in metrics.filter(pl.col("scope").is_in(list(scopes))).iter_rows(named=True):
+        aspect = record["group"] if record["scope"] == "aspect" else None
+        link = viewer_link("list", {**{key: record[key] for key in CELL_KEYS}, "aspect": aspect})
+        links.setdefault((_cell_label(record), record["group"]), link)
+    return list(links.values())
 
 
 def items_table(summary: Mapping[str, Any], config: Mapping[str, Any]) -> pl.DataFrame:
@@ -209,7 +221,7 @@ def render_pairwise_html(
                 "Single order (responses as the item has them, as SageLM evaluates) and both orders combined; "
                 "95 % bootstrap intervals over items. 'all' pools every row, 'aspect_mean' averages the aspects."
             ),
-            html_table(aspects),
+            html_table(aspects, links=_wide_links(metrics, ["aspect", "overall"])),
         ),
         section(
             "swap",
@@ -252,8 +264,10 @@ def build_pairwise_report(
     items_summary_path: str | os.PathLike,
     config: Mapping[str, Any],
     out_dir: str | os.PathLike,
+    viewer: PairwiseViewerInputs | None = None,
 ) -> Path:
-    """Write the pairwise report folder (index.html, figures/); return index.html."""
+    """Write the pairwise report folder (index.html, figures/, and with `viewer` the item viewer, samples/);
+    return index.html."""
     out_dir = Path(out_dir)
     tables = read_pairwise_stage(metrics_dir)
     summary = read_json(items_summary_path)
@@ -261,4 +275,6 @@ def build_pairwise_report(
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
         tmp.write_text(render_pairwise_html(tables, summary, config, DURATION_FIGURE), encoding="utf-8")
+    if viewer is not None:
+        write_pairwise_viewer(viewer, out_dir / VIEWER_DIR)
     return index
