@@ -26,7 +26,7 @@ from lalm_judge.report.tables import (
     pareto_display,
     position_bias_display,
 )
-from lalm_judge.report.viewer import sample_link, sample_links
+from lalm_judge.report.viewer import sample_link, sample_links, viewer_intro
 
 WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
 
@@ -299,6 +299,10 @@ def render_html(content: ReportContent) -> str:
     banner += "".join(f'<div class="warning">{html.escape(text)}</div>' for text in metric_warnings(content.cells))
     body = [
         banner,
+        viewer_intro(
+            "every sample with its audio from the changed turn, its transcripts, every judge cell's raw answer, "
+            "score and status, and its control versions"
+        ),
         html_table(content.overview, css_class="data overview"),
         findings_section(content.findings, weak, content.cells),
         judges_section(content.judges),

@@ -31,7 +31,7 @@ from lalm_judge.report.figures import save_figure  # noqa: E402
 from lalm_judge.report.html import html_table, judges_section, page, paragraph, section  # noqa: E402
 from lalm_judge.report.pairwise_samples import PairwiseViewerInputs, write_pairwise_viewer  # noqa: E402
 from lalm_judge.report.tables import MISSING, PROVENANCE_COLUMNS, interval_text, judge_table  # noqa: E402
-from lalm_judge.report.viewer import VIEWER_DIR, viewer_link  # noqa: E402
+from lalm_judge.report.viewer import VIEWER_DIR, viewer_intro, viewer_link  # noqa: E402
 
 TITLE = "lalm-judge: pairwise judging of spoken responses"
 DURATION_FIGURE = "agreement_by_duration"
@@ -212,6 +212,7 @@ def render_pairwise_html(
     )
     parts = [
         banner,
+        viewer_intro("every item with both responses, its label and rationale, every judge's answers in both orders"),
         section("items", "Items", html_table(items_table(summary, config), css_class="data overview")),
         judges_section(judges),
         section(

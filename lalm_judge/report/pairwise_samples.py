@@ -24,6 +24,7 @@ from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.pairwise.items import response_paths
 from lalm_judge.pairwise.metrics import CELL_KEYS
 from lalm_judge.report.viewer import (
+    PER_ROW,
     CellFile,
     cell_constants,
     columnar,
@@ -62,7 +63,7 @@ def read_predictions(paths: Sequence[str | os.PathLike]) -> tuple[pl.DataFrame, 
         cell = pairwise_cell_id(frame.row(0, named=True))
         extra = [c for c in frame.columns if c not in (*CELL_KEYS, *ROW_KEYS, *ROW_COLUMNS, *ITEM_COLUMNS)]
         constant, changing = split_columns(frame, extra)
-        varying |= changing
+        varying |= changing | {c for c in PER_ROW if c in frame.columns}
         files.append(CellFile(path, cell, None, constant))
         frames.append(frame.with_columns(cell=pl.lit(cell)))
     if not frames:

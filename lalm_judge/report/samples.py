@@ -52,6 +52,7 @@ from lalm_judge.manifest.conditions import (
 from lalm_judge.manifest.samples import Manifest
 from lalm_judge.report.viewer import (
     DECIMALS,
+    PER_ROW,
     CellFile,
     cell_constants,
     cell_id,
@@ -128,7 +129,7 @@ def summarize_scores(paths: Sequence[str | os.PathLike], progress: bool = True) 
         cell, shard = cell_id(keys), _file_shard(path)
         extra = [n for n in frame.columns if n not in (*CELL_KEYS, *SAMPLE_KEYS, *ROW_COLUMNS)]
         constant, varying = split_columns(frame, extra)
-        summary.varying |= varying
+        summary.varying |= varying | {c for c in PER_ROW if c in frame.columns}
         summary.files.append(CellFile(path, cell, shard, constant))
         summary.cells.setdefault(cell, {key: keys[key] for key in CELL_KEYS})
         score = frame["score"].cast(pl.Float64).fill_null(np.nan).to_numpy()

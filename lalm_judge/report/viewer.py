@@ -42,6 +42,9 @@ PACK_ABOVE = 16_384
 # zlib's fastest level: a tenth of the time of level 6, for files about 15 % larger.
 PACK_LEVEL = 1
 _PUT, _UNPACK = "LALM_VIEWER.put", "LALM_VIEWER.unpack"
+# Shown in every row where a table has them, even when one value fills a table (other such columns are settings
+# of the cell): how a verdict was read, why a generation stopped.
+PER_ROW = ("verdict_rule", "finish_reason", "finish_reason_swapped")
 
 
 def rounded(value: Any) -> Any:
@@ -118,6 +121,14 @@ def file_url(path: str | os.PathLike, viewer_dir: str | os.PathLike) -> str:
 def cell_id(keys: Mapping[str, Any]) -> str:
     """A judge cell's name in the viewer, as its score tables' folder: '<judge>/<modality>-<source>/<prompt>/<cond>'."""
     return f"{keys['judge']}/{keys['modality']}-{keys['transcript_source']}/{keys['prompt']}/{keys['condition']}"
+
+
+def viewer_intro(what: str) -> str:
+    """The report's paragraph that opens its viewer (HTML)."""
+    return (
+        f'<p class="viewer"><a href="{VIEWER_PAGE}"><strong>Open the sample viewer</strong></a>: {what} '
+        "(offline; the tables' 'samples' links open the rows behind them).</p>"
+    )
 
 
 def viewer_link(view: str, filters: Mapping[str, Any], prefix: str = "") -> str:

@@ -359,7 +359,7 @@ def pairwise_viewer(tmp_path_factory) -> Path:
             "verdict_combined_status": "ambiguous" if aspect == "honesty" else "ok",
         }
         for aspect in ("helpfulness", "honesty")
-    ).with_columns(verdict_rule=pl.Series(["first_character", "lenient"]))
+    ).with_columns(verdict_rule=pl.lit("first_character"), finish_reason=pl.Series(["stop", "length"]))
     predictions.write_parquet(root / "predictions.parquet")
     transcripts = PAIRWISE_TRANSCRIPTS.frame(
         {"audio": path, "asr_model": "tiny", "text": "the danube", "reference": None, "wer": 0.25, "audio_s": 0.5}
@@ -392,8 +392,7 @@ def test_pairwise_item_file_has_the_responses_transcripts_and_every_answer(pairw
     assert (pairwise_viewer / first["audio"]).resolve().exists() and second["duration"] == 0.7
     assert first["transcripts"] == {f"asr:{ASR_MODEL}": {"text": "the danube", "wer": 0.25}}
     rows = item["rows"]
-    assert rows["prediction_swapped"] == ["2", "Both are fine"] and rows["verdict_rule"] == [
-        "first_character",
-        "lenient",
-    ]
-    assert "verdict_rule" in rows["columns"]
+    assert rows["prediction_swapped"] == ["2", "Both are fine"] and rows["finish_reason"] == ["stop", "length"]
+    # The rule a verdict was read by is shown with every answer, even where one rule read the whole table.
+    assert rows["verdict_rule"] == ["first_character"] * 2
+    assert "verdict_rule" not in data(pairwise_viewer, "catalog")["cells"][0]["fixed"]

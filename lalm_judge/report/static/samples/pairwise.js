@@ -127,7 +127,8 @@
 
   function answersTable(item, focusAspect) {
     const rows = item.rows;
-    const extra = rows.columns.filter((c) => !c.startsWith("prediction") && !c.startsWith("verdict"));
+    const shown = ["prediction", "prediction_swapped", ...ORDERS.flatMap(([o]) => [o, o + "_status"])];
+    const extra = rows.columns.filter((c) => !shown.includes(c));
     const headers = ["Judge cell", "Aspect", "Label", "Answer (1, 2)", "Verdict (1, 2)", "Status (1, 2)", "Answer (2, 1)", "Verdict (2, 1)", "Status (2, 1)", "Combined", "Status (combined)", ...extra, "Cell settings"];
     const labels = Object.fromEntries(item.aspects.map((a) => [a.aspect, a.label]));
     const body = [];
