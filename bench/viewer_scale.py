@@ -3,20 +3,25 @@
 writes manifests, ASR tables and every cell's score tables as the workflow would, then times
 `lalm_judge.report.samples.write_sample_viewer` on them and measures what it wrote.
 
-    nice -n 10 .venv/bin/python -m bench.viewer_scale --dialogues 100 --threads 2
-    nice -n 10 .venv/bin/python -m bench.viewer_scale --dialogues 100 --conditions clean   # clean cells only
+    nice -n 10 .venv/bin/python -m bench.viewer_scale --dialogues 100 --threads 2 --keep /tmp/viewer_scale
+
+The whole viewer is built at full scale without the control versions' audio; that audio (the masked and noise
+turns, one MP3 per control sample) is written for the first `--audio-dialogues` dialogues and its cost scaled to all
+of them (every dialogue has the same turns and variants; `--audio-dialogues 0` writes all of it in the build).
+`--keep` keeps the scratch directory and reuses the inputs it holds on the next run.
 
 The inputs are synthetic, their sizes realistic: every turn clip is one of a few espeak-ng utterances (24 kHz,
 the paper's manifest rate), and a judge's raw answer has the length its prompt asks for (a bare
 `SAFETY_SCORE` for basic and fewshot, a short justification for rubric, a reasoning of about 110 words for cot,
 one word for calibrated), its words drawn from a vocabulary so that it compresses like prose; 2 % of the rows
 are refusals. Last line: `build_s=<float> cpu_s=<float> size_mb=<float> files=<int> peak_rss_mb=<float>`
-(wall and CPU seconds of the build; its size on disk).
+(wall and CPU seconds of the build, control audio included; its size on disk).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import resource
@@ -25,6 +30,7 @@ import subprocess
 import tempfile
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -38,7 +44,13 @@ from lalm_judge.core.tables import ASR, CONDITION_ASR, SCORES
 from lalm_judge.core.taxonomy import original_id
 from lalm_judge.manifest.conditions import condition_samples
 from lalm_judge.manifest.samples import Manifest
-from lalm_judge.report.samples import SampleViewerInputs, write_sample_viewer
+from lalm_judge.report.samples import (
+    SampleViewerInputs,
+    build_catalog,
+    summarize_scores,
+    write_dialogues,
+    write_sample_viewer,
+)
 from lalm_judge.workflow.config import load_config
 from lalm_judge.workflow.plan import Plan
 
@@ -262,30 +274,71 @@ def folder_sizes(viewer: Path) -> dict[str, tuple[int, float]]:
     return {name: (n, size / 1e6) for name, (n, size) in sorted(parts.items())}
 
 
+def existing_inputs(workdir: Path) -> dict[str, list[str]]:
+    """The inputs a kept scratch directory already holds (`--keep` of an earlier run)."""
+    results = workdir / "results"
+    return {
+        "manifests": sorted(map(str, (results / "manifests").glob("*.json"))),
+        "asr": sorted(map(str, (results / "asr").glob("*/*.parquet"))),
+        "condition_asr": sorted(map(str, (results / "asr").glob("*/conditions/*/*.parquet"))),
+        "scores": sorted(map(str, (results / "scores").rglob("shard*.parquet"))),
+    }
+
+
+def timed(step, *args, **kwargs) -> tuple[object, float, float]:
+    """(result, wall seconds, CPU seconds of this process) of one call."""
+    start, cpu_start = time.perf_counter(), cpu_seconds()
+    result = step(*args, **kwargs)
+    return result, time.perf_counter() - start, cpu_seconds() - cpu_start
+
+
+def control_audio_cost(inputs: SampleViewerInputs, out: Path, dialogues: list[str]) -> dict[str, float]:
+    """Wall and CPU seconds of writing the dialogue files of `dialogues` with and without the control versions'
+    audio, and the audio's files and bytes."""
+    summary = summarize_scores(inputs.score_paths, progress=False)
+    catalog = build_catalog(summary)
+    cost = {}
+    for audio in (False, True):
+        chosen = dataclasses.replace(inputs, control_audio=audio)
+        with ThreadPoolExecutor(chosen.threads) as workers:
+            _, wall, cpu = timed(write_dialogues, out, chosen, summary, catalog, workers, only=dialogues)
+        cost[f"wall_{audio}"], cost[f"cpu_{audio}"] = wall, cpu
+    files = [p for p in (out / "audio").rglob("*") if p.is_file()]
+    cost["files"], cost["bytes"] = len(files), sum(p.stat().st_size for p in files)
+    return cost
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dialogues", type=int, default=100)
     parser.add_argument("--conditions", nargs="*", help="the conditions to keep (default: the paper config's)")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--keep", help="keep the scratch directory here instead of a temporary one")
+    parser.add_argument(
+        "--audio-dialogues",
+        type=int,
+        default=4,
+        help="measure the control versions' audio on this many dialogues and scale it to all (0: on every one)",
+    )
+    parser.add_argument("--keep", help="keep the scratch directory here (and reuse the inputs it already holds)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         workdir = Path(args.keep or tmp)
-        write_synthetic_corpus(workdir / "corpus", args.dialogues)
-        config = synthetic_config(workdir / "corpus")
-        if args.conditions:
-            config["evaluation"]["conditions"] = args.conditions
-        (workdir / "config.yaml").write_text(yaml.safe_dump(config))
+        if not (workdir / "config.yaml").exists():
+            write_synthetic_corpus(workdir / "corpus", args.dialogues)
+            config = synthetic_config(workdir / "corpus")
+            if args.conditions:
+                config["evaluation"]["conditions"] = args.conditions
+            (workdir / "config.yaml").write_text(yaml.safe_dump(config))
         os.chdir(workdir)
         os.environ.setdefault("COQUI_TOS_AGREED", "1")
         plan = Plan(load_config(workdir / "config.yaml"))
-        start = time.perf_counter()
-        paths = write_inputs(workdir, plan)
+        if (workdir / "results" / "scores").exists():
+            paths = existing_inputs(workdir)
+        else:
+            paths, seconds, _ = timed(write_inputs, workdir, plan)
+            print(f"inputs written in {seconds:.0f} s")
         rows = sum(pl.scan_parquet(p).select(pl.len()).collect().item() for p in paths["scores"])
-        print(
-            f"inputs: {len(plan.judge_cells())} cells, {len(paths['scores'])} score tables, {rows} score rows "
-            f"({time.perf_counter() - start:.0f} s to write)"
-        )
+        print(f"inputs: {len(plan.judge_cells())} cells, {len(paths['scores'])} score tables, {rows} score rows")
         inputs = SampleViewerInputs(
             score_paths=paths["scores"],
             manifest_paths=paths["manifests"],
@@ -295,11 +348,12 @@ def main() -> None:
             seed=plan.config["seed"],
             threads=args.threads,
             progress=False,
+            control_audio=args.audio_dialogues == 0,
+            listening_rate=plan.config["evaluation"]["audio_sample_rate"],
         )
         viewer = workdir / "results" / "report" / "samples"
-        start, cpu_start = time.perf_counter(), cpu_seconds()
-        write_sample_viewer(inputs, viewer)
-        build_s, cpu_s = time.perf_counter() - start, cpu_seconds() - cpu_start
+        shutil.rmtree(viewer, ignore_errors=True)
+        _, build_s, cpu_s = timed(write_sample_viewer, inputs, viewer)
         peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
         sizes = folder_sizes(viewer)
         for name, (n, mb) in sizes.items():
@@ -308,9 +362,25 @@ def main() -> None:
         print(
             f"largest rows file: {rows_files[0] / 1e6:.2f} MB; median {rows_files[len(rows_files) // 2] / 1e6:.3f} MB"
         )
-        total_files = sum(n for n, _ in sizes.values())
-        total_mb = sum(mb for _, mb in sizes.values())
-        print(json.dumps({"dialogues": args.dialogues, "cells": len(plan.judge_cells()), "score_rows": rows}))
+        total_files, total_mb = sum(n for n, _ in sizes.values()), sum(mb for _, mb in sizes.values())
+        print(
+            f"viewer (control audio {'included' if inputs.control_audio else 'left out'}): build {build_s:.1f} s "
+            f"wall, {cpu_s:.1f} s CPU, {total_mb:.1f} MB, {total_files} files, peak RSS {peak_mb:.0f} MB"
+        )
+        if args.audio_dialogues:
+            chosen = plan.dialogue_ids[: args.audio_dialogues]
+            cost = control_audio_cost(inputs, workdir / "results" / "audio_probe", chosen)
+            scale = len(plan.dialogue_ids) / len(chosen)
+            audio_wall = (cost["wall_True"] - cost["wall_False"]) * scale
+            audio_cpu = (cost["cpu_True"] - cost["cpu_False"]) * scale
+            audio_mb, audio_files = cost["bytes"] * scale / 1e6, round(cost["files"] * scale)
+            print(
+                f"control audio, measured on {len(chosen)} dialogues and scaled x{scale:g}: {audio_files} files, "
+                f"{audio_mb:.0f} MB, {audio_wall:.0f} s wall, {audio_cpu:.0f} s CPU"
+            )
+            build_s, cpu_s, total_mb = build_s + audio_wall, cpu_s + audio_cpu, total_mb + audio_mb
+            total_files += audio_files
+        print(json.dumps({"dialogues": len(plan.dialogue_ids), "cells": len(plan.judge_cells()), "score_rows": rows}))
         print(
             f"build_s={build_s:.1f} cpu_s={cpu_s:.1f} size_mb={total_mb:.1f} files={total_files} "
             f"peak_rss_mb={peak_mb:.0f}"

@@ -55,6 +55,7 @@ rule report:
     params:
         config=get_report_config(),
         viewer_controls=get_control_settings(),
+        viewer_audio=config["controls"]["viewer_audio"],
     # The viewer's audio encoding and data compression run in threads (fewer when the run has fewer cores).
     threads: 4
     resources:

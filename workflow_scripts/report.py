@@ -23,5 +23,7 @@ with log_to(snakemake.log[0]):
             controls=snakemake.params.viewer_controls,
             seed=snakemake.params.config["seed"],
             threads=snakemake.threads,
+            control_audio=snakemake.params.viewer_audio,
+            listening_rate=snakemake.params.config["evaluation"]["audio_sample_rate"],
         ),
     )

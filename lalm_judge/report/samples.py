@@ -26,7 +26,7 @@ from __future__ import annotations
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,6 +38,7 @@ import soundfile as sf
 from tqdm import tqdm
 
 from lalm_judge.analysis.engine import CELL_KEYS
+from lalm_judge.audio import waveform
 from lalm_judge.audio.controls import ControlSettings
 from lalm_judge.core.files import atomic_path
 from lalm_judge.core.tables import ASR, CONDITION_ASR, METRIC_INPUT
@@ -132,7 +133,7 @@ def summarize_scores(paths: Sequence[str | os.PathLike], progress: bool = True) 
         summary.varying |= varying | {c for c in PER_ROW if c in frame.columns}
         summary.files.append(CellFile(path, cell, shard, constant))
         summary.cells.setdefault(cell, {key: keys[key] for key in CELL_KEYS})
-        score = frame["score"].cast(pl.Float64).fill_null(np.nan).to_numpy()
+        score = frame["score"].cast(pl.Float32).fill_null(np.nan).to_numpy()
         summary.arrays.append((summary.add_samples(frame), score, summary.status_codes(frame["parse_status"])))
         for dialogue in frame["dialogue_id"].unique().to_list():
             summary.dialogue_shards.setdefault(dialogue, shard)
@@ -264,6 +265,8 @@ class DialogueInputs:
     babble: Mapping[str, Sequence[Manifest]]
     # dialogue -> its shard (the score tables' `shard` column)
     shards: Mapping[str, int]
+    control_audio: bool = True
+    listening_rate: int | None = None
 
 
 def _texts(texts: Mapping[str, str], wer: Mapping[str, tuple], key: tuple[str, int]) -> dict[str, Any]:
@@ -328,9 +331,9 @@ def write_listening_copy(path: Path, audio: np.ndarray, sample_rate: int) -> Non
 
 def _target_segments(
     item: ConditionSample, inputs: DialogueInputs, durations: Mapping[str, float], renders: list
-) -> list[dict[str, Any]]:
+) -> list[dict[str, Any]] | None:
     """The changed turn's audio as the page plays it: clips on disk, silence, or a clip to write here (added to
-    `renders`)."""
+    `renders`; None when the control audio is not written)."""
     sample, condition, manifest_id = item.sample, item.condition, item.sample.dialogue_id
     clip = sample.clips[item.target_turn]
     if condition.kind == SILENCE:
@@ -341,6 +344,8 @@ def _target_segments(
     if condition.kind == TTS_CONTROL:
         return [_clip_segment(clip, inputs, durations)]
     path = rendered_turn_path(inputs.viewer_dir, str(condition), manifest_id, sample.sample_id)
+    if not inputs.control_audio:
+        return None
     renders.append((item, path))
     # Masking and noise keep the turn's length.
     return [{"clip": file_url(path, inputs.viewer_dir), "duration": durations[clip]}]
@@ -392,7 +397,10 @@ def _render(item: ConditionSample, path: Path, inputs: DialogueInputs) -> None:
     dialogue = item.sample.dialogue_id
     pool = babble_pool(inputs.babble[dialogue], dialogue) if item.condition.kind == BABBLE else ()
     audio = target_turn_audio(item, inputs.settings, inputs.seed, pool)[item.target_turn]
-    write_listening_copy(path, audio, item.sample.sample_rate)
+    rate = item.sample.sample_rate
+    if inputs.listening_rate and inputs.listening_rate < rate:
+        audio, rate = waveform.resample(audio, rate, inputs.listening_rate), inputs.listening_rate
+    write_listening_copy(path, audio, rate)
 
 
 def dialogue_payload(manifest: Manifest, inputs: DialogueInputs, encoder: Executor) -> dict[str, Any]:
@@ -437,8 +445,25 @@ def _shard_rows(files: Sequence[CellFile], columns: Sequence[str], cell_index: M
     return rows.with_columns(pl.lit(None).alias(c) for c in columns if c not in rows.columns)
 
 
-# Rows files are serialized this many at a time (polars writes their JSON).
+# Rows files are grouped for this many dialogues at a time (a shard's rows are read at once) and serialized this
+# many at a time (polars writes their JSON): bounds the memory of a paper-scale build (docs/benchmarks.md).
+ROWS_DIALOGUES = 2
 ROWS_CHUNK = 256
+
+
+def _grouped_rows(rows: pl.DataFrame, columns: Sequence[str]) -> pl.DataFrame:
+    """One row per clean sample: its dialogue, the ids of the samples of its rows, and per column the rows' values."""
+    return (
+        rows.sort("clean", "sample", "cell")
+        .group_by("clean", maintain_order=True)
+        .agg(
+            pl.col("dialogue_id").first(),
+            pl.col("sample").unique(maintain_order=True).alias("samples"),
+            (pl.col("sample").rank("dense") - 1).cast(pl.Int32).alias("sample"),
+            pl.col("cell"),
+            *(pl.col(c) for c in columns),
+        )
+    )
 
 
 def write_rows(
@@ -456,26 +481,18 @@ def write_rows(
     prefix = '{"columns":' + to_json(columns) + ","
     written = 0
     for shard in tqdm(sorted(by_shard), desc="viewer: rows by shard", disable=not progress):
-        rows = _shard_rows(by_shard[shard], columns, cell_index).join(clean, on="sample", how="left")
-        grouped = (
-            _rounded_floats(rows)
-            .sort("clean", "sample", "cell")
-            .group_by("clean", maintain_order=True)
-            .agg(
-                pl.col("dialogue_id").first(),
-                pl.col("sample").unique(maintain_order=True).alias("samples"),
-                (pl.col("sample").rank("dense") - 1).cast(pl.Int32).alias("sample"),
-                pl.col("cell"),
-                *(pl.col(c) for c in columns),
-            )
-        )
-        for chunk in grouped.iter_slices(ROWS_CHUNK):
-            bodies = chunk.select(pl.exclude("clean", "dialogue_id")).write_ndjson().split("\n")
-            keys = [f"rows/{d}/{sample}" for d, sample in chunk.select("dialogue_id", "clean").iter_rows()]
-            done = [writer.submit(write_json_text, viewer_dir, k, prefix + b[1:]) for k, b in zip(keys, bodies)]
-            for future in done:
-                future.result()
-            written += len(keys)
+        rows = _rounded_floats(_shard_rows(by_shard[shard], columns, cell_index).join(clean, on="sample", how="left"))
+        dialogues = sorted(rows["dialogue_id"].unique().to_list())
+        for start in range(0, len(dialogues), ROWS_DIALOGUES):
+            part = rows.filter(pl.col("dialogue_id").is_in(dialogues[start : start + ROWS_DIALOGUES]))
+            for chunk in _grouped_rows(part, columns).iter_slices(ROWS_CHUNK):
+                bodies = chunk.select(pl.exclude("clean", "dialogue_id")).write_ndjson().split("\n")
+                keys = [f"rows/{d}/{sample}" for d, sample in chunk.select("dialogue_id", "clean").iter_rows()]
+                done = [writer.submit(write_json_text, viewer_dir, k, prefix + b[1:]) for k, b in zip(keys, bodies)]
+                for future in done:
+                    future.result()
+                written += len(keys)
+        del rows
     return written
 
 
@@ -512,15 +529,25 @@ class SampleViewerInputs:
     seed: int
     # Threads that encode the control versions' audio and compress the data files.
     threads: int = 1
+    # Write the changed turns of the masked, noise and babble versions (without, their pages show transcripts and
+    # scores but no audio; the encoding is most of the build's time at paper scale, docs/benchmarks.md).
+    control_audio: bool = True
+    # The rate the judges hear (`evaluation.audio_sample_rate`): those turns are written at it where the manifest
+    # rate is higher (what the judges heard, at two thirds of the encoding time from 24 kHz).
+    listening_rate: int | None = None
     progress: bool = True
 
 
-def write_sample_viewer(inputs: SampleViewerInputs, out_dir: str | os.PathLike) -> Path:
-    """Write the safety track's sample viewer into out_dir (module docstring); return its index.html."""
-    viewer_dir, progress = Path(out_dir), inputs.progress
-    summary = summarize_scores(inputs.score_paths, progress)
-    catalog = build_catalog(summary)
-    write_cells(viewer_dir, summary, catalog, progress)
+def write_dialogues(
+    viewer_dir: Path,
+    inputs: SampleViewerInputs,
+    summary: ScoreSummary,
+    catalog: Mapping[str, Any],
+    workers: Executor,
+    only: Collection[str] | None = None,
+) -> list[str]:
+    """`dialogues/<d>` of every usable dialogue (of `only`, when given) and their control versions' audio;
+    return the dialogues written."""
     manifests = {m.dialogue_id: m for m in map(Manifest.load, inputs.manifest_paths) if m.usable}
     dialogue_inputs = DialogueInputs(
         viewer_dir,
@@ -531,13 +558,26 @@ def write_sample_viewer(inputs: SampleViewerInputs, out_dir: str | os.PathLike) 
         _scored_by_dialogue(catalog),
         _babble_manifests(manifests, summary.dialogue_shards),
         summary.dialogue_shards,
+        inputs.control_audio,
+        inputs.listening_rate,
     )
+    chosen = sorted(d for d in manifests if only is None or d in only)
+    for dialogue in tqdm(chosen, desc="viewer: dialogues", disable=not inputs.progress):
+        payload = dialogue_payload(manifests[dialogue], dialogue_inputs, workers)
+        write_data(viewer_dir, f"dialogues/{dialogue}", payload)
+    return chosen
+
+
+def write_sample_viewer(inputs: SampleViewerInputs, out_dir: str | os.PathLike) -> Path:
+    """Write the safety track's sample viewer into out_dir (module docstring); return its index.html."""
+    viewer_dir, progress = Path(out_dir), inputs.progress
+    summary = summarize_scores(inputs.score_paths, progress)
+    catalog = build_catalog(summary)
+    write_cells(viewer_dir, summary, catalog, progress)
     cell_index = {cell["id"]: i for i, cell in enumerate(catalog["cells"])}
     # Encoding audio and compressing data release the GIL: threads share that work.
     with ThreadPoolExecutor(max(1, inputs.threads)) as workers:
-        for dialogue, manifest in tqdm(sorted(manifests.items()), desc="viewer: dialogues", disable=not progress):
-            write_data(viewer_dir, f"dialogues/{dialogue}", dialogue_payload(manifest, dialogue_inputs, workers))
+        catalog["dialogues"] = write_dialogues(viewer_dir, inputs, summary, catalog, workers)
         write_rows(viewer_dir, summary, cell_index, workers, progress)
-    catalog["dialogues"] = sorted(manifests)
     write_data(viewer_dir, "catalog", catalog)
     return copy_assets(viewer_dir, "safety")

@@ -22,6 +22,7 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from string import Template
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -98,16 +99,24 @@ def write_json_text(viewer_dir: str | os.PathLike, key: str, body: str) -> Path:
     return path
 
 
+# Per track: the page title and the name of its list.
+PAGES = {
+    "safety": {"title": "Samples and judge answers", "list": "Sample list"},
+    "pairwise": {"title": "Items and judge verdicts", "list": "Item list"},
+}
+
+
 def copy_assets(viewer_dir: str | os.PathLike, track: str) -> Path:
-    """Copy the page of `track` ('safety' or 'pairwise') as index.html, with the shared scripts and styles and
+    """Write the page of `track` ('safety' or 'pairwise') as index.html, with the shared scripts and styles and
     the track's own script; return index.html."""
     viewer_dir = Path(viewer_dir)
     for name in (*SHARED_ASSETS, f"{track}.js"):
         with atomic_path(viewer_dir / name) as tmp:
             shutil.copyfile(STATIC_DIR / name, tmp)
+    page = Template((STATIC_DIR / "page.html").read_text(encoding="utf-8"))
     index = viewer_dir / "index.html"
     with atomic_path(index) as tmp:
-        shutil.copyfile(STATIC_DIR / f"{track}.html", tmp)
+        tmp.write_text(page.substitute(track=track, **PAGES[track]), encoding="utf-8")
     return index
 
 

@@ -5,6 +5,7 @@ driven in a real browser by tests/workflow/test_viewer_browser.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -271,6 +272,21 @@ def test_silence_and_injection_versions_are_played_from_the_clips_on_disk(safety
     original = versions_of(safety_viewer, f"{DIALOGUE}.original")
     assert {"clean", "injection", "masked@1", "masked@2", "silence@1", "silence@2"} <= set(original)
     assert original["masked@2"]["id"] == f"{DIALOGUE}.t2.original"
+
+
+def test_without_control_audio_the_masked_version_has_no_clip_and_nothing_is_encoded(safety_inputs, tmp_path):
+    out = tmp_path / "samples"
+    write_sample_viewer(dataclasses.replace(safety_inputs, control_audio=False), out)
+    versions = versions_of(out, f"{DIALOGUE}.t1.hate.s5")
+    assert versions["masked"]["segments"] is None and versions["silence"]["segments"] == [{"silence": 0.9}]
+    assert not (out / "audio").exists()
+
+
+def test_the_listening_copies_are_written_at_the_rate_the_judges_hear(safety_inputs, tmp_path):
+    out = tmp_path / "samples"
+    write_sample_viewer(dataclasses.replace(safety_inputs, listening_rate=8000), out)
+    (segment,) = versions_of(out, f"{DIALOGUE}.t1.hate.s5")["masked"]["segments"]
+    assert sf.info(out / segment["clip"]).samplerate == 8000 and segment["duration"] == 0.9
 
 
 def test_dialogue_file_has_turns_with_their_clip_duration_and_wer(safety_viewer):

@@ -10,7 +10,6 @@ Every page passes axe-core without a serious or critical violation, logs no erro
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import polars as pl
@@ -18,12 +17,10 @@ import pytest
 
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS, SCORES
 from tests.support.axe import assert_accessible
+from tests.support.browser import RecordedTab, launched_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.workflow]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# The Debian wrapper skips --disable-dev-shm-usage when it misreads /dev/shm; pass it ourselves.
-CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required"]
 READY = "body[data-ready='true']"
 # The view is drawn for the address shown (after a filter, a link or a version changed it).
 DRAWN = "() => document.body.dataset.ready === 'true' && document.body.dataset.shown === location.hash"
@@ -35,27 +32,12 @@ HEADERS = "() => [...document.querySelectorAll('#answers thead th')].map((th) =>
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed: 'make setup' installs it as root ('apt-get install chromium')")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with launched_chromium() as launched:
         yield launched
-        launched.close()
 
 
-class Tab:
-    """One browser tab, recording page errors, console errors and every URL the page requests."""
-
-    def __init__(self, browser):
-        self.context = browser.new_context()
-        self.page = self.context.new_page()
-        self.problems: list[str] = []
-        self.requested: list[str] = []
-        self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
-        self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
-        self.page.on("request", lambda r: self.requested.append(r.url))
+class Tab(RecordedTab):
+    """A tab on a report and its viewer (file:// only)."""
 
     def follow(self, selector: str) -> None:
         """Click a link of the report into the viewer and wait until the view is drawn."""
@@ -75,10 +57,18 @@ class Tab:
         headers = self.page.evaluate(HEADERS)
         return {row["cell"]: dict(zip(headers, row["cells"])) for row in self.page.evaluate(ANSWERS)}
 
+    def open_first(self, view: str) -> str:
+        """Open the list's first row with the keyboard (focus its link, Enter); return its name."""
+        first = self.page.locator("#list-view tbody a").first
+        name = first.inner_text()
+        first.focus()
+        self.page.keyboard.press("Enter")
+        self.page.wait_for_selector(f"#{view}-view[data-{view}='{name}']")
+        self.drawn()
+        return name
+
     def close(self) -> None:
-        self.context.close()
-        assert self.problems == [], self.problems
-        assert self.requested and all(url.startswith("file://") for url in self.requested), self.requested
+        self.close_checked(lambda url: url.startswith("file://"))
 
 
 def shown_score(value: float | None) -> str:
@@ -114,7 +104,7 @@ def test_safety_viewer_from_the_report_to_a_sample_and_its_masked_version(finish
     workdir, _ = finished_run
     tab = Tab(browser)
     page = tab.page
-    page.goto((workdir / "results" / "report" / "index.html").as_uri())
+    page.goto((workdir / "results" / "report" / "index.html").as_uri())  # the report, as users open it
     # The metrics table links each cell to its samples; take the MiniLM audio cell (a cascade: it has controls).
     tab.follow("#cells a[href*='judge=minilm'][href*='modality=audio'][href*='condition=clean']")
     assert (
@@ -132,12 +122,7 @@ def test_safety_viewer_from_the_report_to_a_sample_and_its_masked_version(finish
     # Narrow to severity 5, largest drop first, and open the first sample with the keyboard.
     tab.choose("severity", "5")
     tab.choose("sort", "drop_desc")
-    first = page.locator("#list-view tbody a").first
-    sample = first.inner_text()
-    first.focus()
-    page.keyboard.press("Enter")
-    page.wait_for_selector(f"#sample-view[data-sample='{sample}']")
-    tab.drawn()
+    sample = tab.open_first("sample")
     assert page.evaluate("document.activeElement.id") == "sample-title"
     turn = int(sample.split(".")[1][1:])
     assert page.get_attribute(f"#player li[data-turn='{turn}']", "class") == "changed"
@@ -191,12 +176,7 @@ def test_pairwise_viewer_shows_an_item_in_both_orders(finished_pairwise_run, bro
     shown = page.locator("#list-view tbody td:nth-child(8)").all_inner_texts()
     assert shown == [status] * listed.filter(pl.col("verdict_swapped_status") == status).height
 
-    first = page.locator("#list-view tbody a").first
-    item = first.inner_text()
-    first.focus()
-    page.keyboard.press("Enter")
-    page.wait_for_selector(f"#item-view[data-item='{item}']")
-    tab.drawn()
+    item = tab.open_first("item")
 
     # 2 plays the responses swapped, as the judge heard the second request: response 2 first.
     page.keyboard.press("2")

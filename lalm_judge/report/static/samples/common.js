@@ -129,8 +129,10 @@ const LALM_VIEWER = (() => {
     return el("div", { class: "field" }, el("label", { for: id, text: label }), node);
   }
 
-  function numberInput(id, label, value, onchange) {
-    const node = el("input", { id, name: id, type: "number", step: "0.01", value: value ?? "", onchange });
+  // A labelled number field of a filter, named after the state key it sets.
+  function numberInput(name, label, value) {
+    const id = "f-" + name;
+    const node = el("input", { id, name, type: "number", step: "0.01", value: value ?? "", onchange: filterChanged });
     return el("div", { class: "field" }, el("label", { for: id, text: label }), node);
   }
 
@@ -358,5 +360,94 @@ const LALM_VIEWER = (() => {
     }
   }
 
-  return { put, unpack, load, readState, stateHash, el, announce, number, text, table, select, numberInput, pager, PAGE_SIZE, playerWidget, shortcuts, restoreFocus, DASH, count, rawAnswer };
+  // ---- what both lists share: the judge-cell filters, the filter form's fields, the cell limit ----------
+  const CELL_FILTERS = [
+    ["judge", "Judge"],
+    ["modality", "Modality"],
+    ["transcript_source", "Transcript source"],
+    ["prompt", "Prompt"],
+  ];
+  // Above this many cells a list asks for a narrower choice (each cell is one file to load).
+  const MAX_CELLS = 80;
+
+  function cellLabel(cell) {
+    return `${cell.judge} · ${cell.modality}-${cell.transcript_source} · ${cell.prompt}`;
+  }
+
+  function distinct(values) {
+    return [...new Set(values.filter((v) => v !== null && v !== undefined))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
+  }
+
+  function matchingCells(cells, state, filters) {
+    return cells.filter((c) => filters.every(([key]) => !state[key] || String(c[key]) === state[key]));
+  }
+
+  // A filter changed: the list again, from its first page, with the new value in the address.
+  function filterChanged(event) {
+    const next = { ...readState(), view: "list", page: "" };
+    next[event.target.name] = event.target.value;
+    location.hash = stateHash(next);
+  }
+
+  // A labelled select of a filter, named after the state key it sets.
+  function filter(name, label, options, state, any = "any") {
+    const field = select("f-" + name, label, options, state[name], filterChanged, any);
+    field.querySelector("select").name = name;
+    return field;
+  }
+
+  function cellFieldset(cells, state, filters) {
+    return el("fieldset", {}, el("legend", { text: "Judge cell" }), filters.map(([key, label]) => filter(key, label, distinct(cells.map((c) => c[key])), state)));
+  }
+
+  function tooManyCells(n) {
+    return el("p", { class: "notice", text: `${n} judge cells match: choose a judge, modality, prompt or condition (at most ${MAX_CELLS} cells at once).` });
+  }
+
+  // The list's pager and table (rows already filtered and sorted; `row` gives the cells of one).
+  function listTable(rows, state, cells, headers, row) {
+    const page = Math.min(Number(state.page || 0), Math.max(0, Math.ceil(rows.length / PAGE_SIZE) - 1));
+    const onpage = (p) => (location.hash = stateHash({ ...readState(), page: String(p) }));
+    const body = rows.slice(page * PAGE_SIZE, (page + 1) * PAGE_SIZE).map(row);
+    const caption = `${count(rows.length, "row")} from ${count(cells.length, "judge cell")}`;
+    return [pager(rows.length, page, onpage), table(caption, headers, body, { rowHeaders: true })];
+  }
+
+  function showError(error) {
+    document.getElementById("main").replaceChildren(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
+  }
+
+  // Load the catalog, then draw the view the address names on every change of it: `draw(state)` returns the
+  // view's node. Players stop, the focus comes back to the control that had it, and the body says when the view
+  // is drawn and for which address (tests and tools wait for it).
+  function start(draw, onCatalog) {
+    async function render() {
+      const state = readState();
+      document.body.dataset.ready = "false";
+      const focused = document.activeElement && document.activeElement.id;
+      try {
+        const view = await draw(state);
+        document.querySelectorAll(".player").forEach((p) => p.player.stop());
+        document.getElementById("main").replaceChildren(view);
+        restoreFocus(view, focused);
+      } catch (error) {
+        showError(error);
+      }
+      document.body.dataset.shown = location.hash;
+      document.body.dataset.ready = "true";
+    }
+    load("catalog").then(
+      (catalog) => {
+        onCatalog(catalog);
+        window.addEventListener("hashchange", render);
+        render();
+      },
+      (error) => {
+        showError(error);
+        document.body.dataset.ready = "true";
+      }
+    );
+  }
+
+  return { CELL_FILTERS, MAX_CELLS, cellLabel, distinct, matchingCells, filter, cellFieldset, tooManyCells, listTable, start, put, unpack, load, readState, stateHash, el, announce, number, text, table, select, numberInput, pager, PAGE_SIZE, playerWidget, shortcuts, restoreFocus, DASH, count, rawAnswer };
 })();

@@ -6,24 +6,15 @@
 (() => {
   const V = LALM_VIEWER;
   const { el } = V;
-  const CELL_FILTERS = [
-    ["judge", "Judge"],
-    ["modality", "Modality"],
-    ["transcript_source", "Transcript source"],
-    ["prompt", "Prompt"],
-  ];
   const ORDERS = [
     ["verdict", "responses in order (1, 2)"],
     ["verdict_swapped", "responses swapped (2, 1)"],
     ["verdict_combined", "both orders combined"],
   ];
-  const MAX_CELLS = 80;
   let catalog = null;
   let lastList = "#view=list";
 
-  const main = () => document.getElementById("main");
-  const cellLabel = (c) => `${c.judge} · ${c.modality}-${c.transcript_source} · ${c.prompt}`;
-  const distinct = (values) => [...new Set(values.filter((v) => v !== null && v !== undefined))].sort();
+  const { cellLabel, distinct, filter } = V;
 
   // ---- the list -------------------------------------------------------------------------------------------
   function passes(state, arrays, j) {
@@ -42,27 +33,22 @@
   }
 
   function filterForm(state) {
-    const change = (event) => {
-      const next = { ...V.readState(), view: "list", page: "" };
-      next[event.target.name] = event.target.value;
-      location.hash = V.stateHash(next);
-    };
-    const named = (field, name) => ((field.querySelector("select").name = name), field);
     const R = catalog.rows;
+    const yesNo = [["yes", "yes"], ["no", "no"]];
     return el(
       "form",
       { id: "filters", "aria-label": "Filters", onsubmit: (e) => e.preventDefault() },
-      el("fieldset", {}, el("legend", { text: "Judge cell" }), CELL_FILTERS.map(([key, label]) => named(V.select("f-" + key, label, distinct(catalog.cells.map((c) => c[key])), state[key], change), key))),
+      V.cellFieldset(catalog.cells, state, V.CELL_FILTERS),
       el(
         "fieldset",
         {},
         el("legend", { text: "Items and verdicts" }),
-        named(V.select("f-aspect", "Aspect", distinct(R.aspect), state.aspect, change), "aspect"),
-        named(V.select("f-label", "Label", distinct(R.label), state.label, change), "label"),
-        named(V.select("f-order", "Order", ORDERS, state.order, change, "either order"), "order"),
-        named(V.select("f-status", "Verdict status", catalog.statuses, state.status, change), "status"),
-        named(V.select("f-correct", "Verdict equals the label", [["yes", "yes"], ["no", "no"]], state.correct, change), "correct"),
-        named(V.select("f-agree", "Both orders agree", [["yes", "yes"], ["no", "no"]], state.agree, change), "agree")
+        filter("aspect", "Aspect", distinct(R.aspect), state),
+        filter("label", "Label", distinct(R.label), state),
+        filter("order", "Order", ORDERS, state, "either order"),
+        filter("status", "Verdict status", catalog.statuses, state),
+        filter("correct", "Verdict equals the label", yesNo, state),
+        filter("agree", "Both orders agree", yesNo, state)
       )
     );
   }
@@ -74,31 +60,29 @@
       el("p", { text: "One row per item, aspect and judge cell, judged in both orders (the swapped verdict mapped back to the item's numbering). Open an item to hear both responses and read every answer." }),
       filterForm(state)
     );
-    const cells = catalog.cells.filter((c) => CELL_FILTERS.every(([key]) => !state[key] || String(c[key]) === state[key]));
+    const cells = V.matchingCells(catalog.cells, state, V.CELL_FILTERS);
     const rows = [];
-    if (cells.length > MAX_CELLS) {
-      root.append(el("p", { class: "notice", text: `${cells.length} judge cells match: choose a judge, modality or prompt (at most ${MAX_CELLS} at once).` }));
+    if (cells.length > V.MAX_CELLS) {
+      root.append(V.tooManyCells(cells.length));
     } else {
       for (const cell of cells) {
         const arrays = await V.load("cells/" + catalog.cells.indexOf(cell));
         catalog.rows.item_id.forEach((_, j) => passes(state, arrays, j) && rows.push({ j, cell, arrays }));
       }
       rows.sort((a, b) => a.j - b.j || (a.cell.id < b.cell.id ? -1 : 1));
-      const page = Math.min(Number(state.page || 0), Math.max(0, Math.ceil(rows.length / V.PAGE_SIZE) - 1));
-      const onpage = (p) => (location.hash = V.stateHash({ ...V.readState(), page: String(p) }));
       const R = catalog.rows;
       const status = (arrays, o, j) => catalog.statuses[arrays[o + "_status"][j]] ?? V.DASH;
-      const body = rows.slice(page * V.PAGE_SIZE, (page + 1) * V.PAGE_SIZE).map(({ j, cell, arrays }) => [
+      const row = ({ j, cell, arrays }) => [
         el("a", { href: V.stateHash({ view: "item", item: R.item_id[j], aspect: R.aspect[j] }), text: R.item_id[j] }),
         R.aspect[j],
         cellLabel(cell),
         R.label[j] ?? V.DASH,
         ...ORDERS.flatMap(([o]) => [arrays[o][j] ?? V.DASH, status(arrays, o, j)]),
-      ]);
+      ];
       const headers = ["Item", "Aspect", "Judge cell", "Label", "Verdict (1, 2)", "Status (1, 2)", "Verdict (2, 1)", "Status (2, 1)", "Combined", "Status (combined)"];
-      root.append(V.pager(rows.length, page, onpage), V.table(`${V.count(rows.length, "row")} from ${V.count(cells.length, "judge cell")}`, headers, body, { rowHeaders: true }));
+      root.append(...V.listTable(rows, state, cells, headers, row));
     }
-    V.announce(cells.length > MAX_CELLS ? "too many judge cells; narrow the filters" : V.count(rows.length, "row"));
+    V.announce(cells.length > V.MAX_CELLS ? "too many judge cells; narrow the filters" : V.count(rows.length, "row"));
     return root;
   }
 
@@ -165,7 +149,8 @@
     if (number < 0) throw new Error(`no item ${state.item} in this viewer`);
     const item = await V.load("items/" + number);
     const aspects = item.aspects.map((a) => [a.aspect, a.aspect_text, a.label ?? V.DASH, a.rationale ?? V.DASH]);
-    const aspectChoice = V.select("f-item-aspect", "Answers for the aspect", item.aspects.map((a) => a.aspect), state.aspect, (e) => (location.hash = V.stateHash({ ...state, aspect: e.target.value })), "every aspect");
+    const chooseAspect = (e) => (location.hash = V.stateHash({ ...state, aspect: e.target.value }));
+    const aspectChoice = V.select("f-item-aspect", "Answers for the aspect", item.aspects.map((a) => a.aspect), state.aspect, chooseAspect, "every aspect");
     const root = el(
       "section",
       { id: "item-view", "aria-labelledby": "item-title", dataset: { item: item.id } },
@@ -189,23 +174,6 @@
     return root;
   }
 
-  async function render() {
-    const state = V.readState();
-    document.body.dataset.ready = "false";
-    const focused = document.activeElement && document.activeElement.id;
-    try {
-      const view = state.view === "item" && state.item ? await renderItem(state) : await renderList(state);
-      document.querySelectorAll(".player").forEach((p) => p.player.stop());
-      main().replaceChildren(view);
-      V.restoreFocus(view, focused);
-    } catch (error) {
-      main().replaceChildren(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
-    }
-    // What the view was drawn for: tests and tools wait for it after changing the address.
-    document.body.dataset.shown = location.hash;
-    document.body.dataset.ready = "true";
-  }
-
   const playerOf = (id) => document.getElementById(id) && document.getElementById(id).player;
   V.shortcuts({
     1: () => playerOf("order-12") && playerOf("order-12").play(0),
@@ -213,12 +181,8 @@
     p: () => document.querySelectorAll(".player").forEach((p) => p.player.playing && p.player.pause()),
   });
 
-  V.load("catalog").then((data) => {
-    catalog = data;
-    window.addEventListener("hashchange", render);
-    render();
-  }, (error) => {
-    main().replaceChildren(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
-    document.body.dataset.ready = "true";
-  });
+  V.start(
+    (state) => (state.view === "item" && state.item ? renderItem(state) : renderList(state)),
+    (data) => (catalog = data)
+  );
 })();

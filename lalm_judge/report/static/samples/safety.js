@@ -6,15 +6,7 @@
 (() => {
   const V = LALM_VIEWER;
   const { el } = V;
-  const CELL_FILTERS = [
-    ["judge", "Judge"],
-    ["modality", "Modality"],
-    ["transcript_source", "Transcript source"],
-    ["prompt", "Prompt"],
-    ["condition", "Condition"],
-  ];
-  // Above this many cells a list asks for a narrower choice (each cell is one file to load).
-  const MAX_CELLS = 80;
+  const CELL_FILTERS = [...V.CELL_FILTERS, ["condition", "Condition"]];
   const SORTS = [
     ["sample", "sample id"],
     ["score_asc", "score, lowest first"],
@@ -28,17 +20,9 @@
   let sampleIndex = null;
   let lastList = "#view=list";
 
-  const main = () => document.getElementById("main");
-  const cellLabel = (c) => `${c.judge} · ${c.modality}-${c.transcript_source} · ${c.prompt}`;
-
-  function distinct(values) {
-    return [...new Set(values.filter((v) => v !== null && v !== undefined))].sort((a, b) => (a < b ? -1 : a > b ? 1 : 0));
-  }
+  const { cellLabel, distinct, filter } = V;
 
   // ---- the list -------------------------------------------------------------------------------------------
-  function matchingCells(state) {
-    return catalog.cells.filter((c) => CELL_FILTERS.every(([key]) => !state[key] || String(c[key]) === state[key]));
-  }
 
   function safeReferences(s) {
     const S = catalog.samples;
@@ -117,36 +101,28 @@
   function filterForm(state) {
     const cells = catalog.cells;
     const S = catalog.samples;
-    const change = (event) => {
-      const next = { ...V.readState(), view: "list", page: "" };
-      next[event.target.name] = event.target.value;
-      location.hash = V.stateHash(next);
-    };
-    const cellFields = CELL_FILTERS.map(([key, label]) => V.select("f-" + key, label, distinct(cells.map((c) => c[key])), state[key], change));
-    cellFields.forEach((field, i) => (field.querySelector("select").name = CELL_FILTERS[i][0]));
-    const named = (field, name) => ((field.querySelector("select, input").name = name), field);
     const categories = distinct(S.category.map((c) => c ?? "none"));
     return el(
       "form",
       { id: "filters", "aria-label": "Filters", onsubmit: (e) => e.preventDefault() },
-      el("fieldset", {}, el("legend", { text: "Judge cell" }), cellFields),
+      V.cellFieldset(cells, state, CELL_FILTERS),
       el(
         "fieldset",
         {},
         el("legend", { text: "Samples" }),
-        named(V.select("f-category", "Category", categories, state.category, change), "category"),
-        named(V.select("f-severity", "Severity (0: safe)", distinct(S.severity), state.severity, change), "severity"),
-        named(V.select("f-turn", "Unsafe or changed turn", distinct(S.turn_index), state.turn, change), "turn"),
-        named(V.select("f-status", "Status", catalog.statuses, state.status, change), "status"),
-        named(V.numberInput("f-min", "Score at least", state.min, change), "min"),
-        named(V.numberInput("f-max", "Score at most", state.max, change), "max")
+        filter("category", "Category", categories, state),
+        filter("severity", "Severity (0: safe)", distinct(S.severity), state),
+        filter("turn", "Unsafe or changed turn", distinct(S.turn_index), state),
+        filter("status", "Status", catalog.statuses, state),
+        V.numberInput("min", "Score at least", state.min),
+        V.numberInput("max", "Score at most", state.max)
       ),
       el(
         "fieldset",
         {},
         el("legend", { text: "Order" }),
-        named(V.select("f-sort", "Sort by", SORTS, state.sort || "sample", change, null), "sort"),
-        named(V.select("f-compare", "Compared cell", cells.map((c) => [c.id, `${cellLabel(c)} · ${c.condition}`]), state.compare, change, "none"), "compare")
+        filter("sort", "Sort by", SORTS, { sort: state.sort || "sample" }, null),
+        filter("compare", "Compared cell", cells.map((c) => [c.id, `${cellLabel(c)} · ${c.condition}`]), state, "none")
       )
     );
   }
@@ -158,20 +134,17 @@
       el("p", { text: "One row per scored sample and judge cell. Filter, sort, and open a sample to hear it, read its transcripts and every cell's answer. Drop: the safe original's score in the same cell minus the sample's." }),
       filterForm(state)
     );
-    const cells = matchingCells(state);
+    const cells = V.matchingCells(catalog.cells, state, CELL_FILTERS);
     let rows = [];
-    if (cells.length > MAX_CELLS) {
-      root.append(el("p", { class: "notice", text: `${cells.length} judge cells match: choose a judge, modality, prompt or condition (at most ${MAX_CELLS} cells at once).` }));
+    if (cells.length > V.MAX_CELLS) {
+      root.append(V.tooManyCells(cells.length));
     } else {
       rows = await listRows(state, cells);
-      const page = Math.min(Number(state.page || 0), Math.max(0, Math.ceil(rows.length / V.PAGE_SIZE) - 1));
-      const shown = rows.slice(page * V.PAGE_SIZE, (page + 1) * V.PAGE_SIZE);
-      const onpage = (p) => (location.hash = V.stateHash({ ...V.readState(), page: String(p) }));
       const compare = Boolean(state.compare);
       const headers = ["Sample", "Judge cell", "Condition", "Category", "Severity", "Turn", "Status", "Score", "Safe original", "Drop"];
       if (compare) headers.push("Compared sample", "Its score in the compared cell", "Difference");
       const S = catalog.samples;
-      const body = shown.map((r) => {
+      const row = (r) => {
         const cells = [
           el("a", { href: versionHash(r), text: S.id[r.s] }),
           cellLabel(r.cell),
@@ -186,10 +159,10 @@
         ];
         if (compare) cells.push(r.partner ?? V.DASH, V.number(r.compared), V.number(r.difference));
         return cells;
-      });
-      root.append(V.pager(rows.length, page, onpage), V.table(`${V.count(rows.length, "row")} from ${V.count(cells.length, "judge cell")}`, headers, body, { rowHeaders: true }));
+      };
+      root.append(...V.listTable(rows, state, cells, headers, row));
     }
-    V.announce(cells.length > MAX_CELLS ? "too many judge cells; narrow the filters" : V.count(rows.length, "row"));
+    V.announce(cells.length > V.MAX_CELLS ? "too many judge cells; narrow the filters" : V.count(rows.length, "row"));
     return root;
   }
 
@@ -344,7 +317,9 @@
       versionPicker(versions, chosen, state.sample),
       el("h3", { text: "Audio" }),
       el("p", { class: "hint", text: "The dialogue as the judges heard it in this version, assembled from its turn clips. Keys: P plays or pauses, C plays from the changed turn." }),
-      V.playerWidget("player", segmentsOf(dialogue, changedTurn, changedSegments), { changedTurn }),
+      version.target !== null && version.target !== undefined && !version.segments
+        ? el("p", { class: "notice", text: "The audio of this version's changed turn was not written with this viewer (its transcripts and scores are below)." })
+        : V.playerWidget("player", segmentsOf(dialogue, changedTurn, changedSegments), { changedTurn }),
       el("h3", { text: "Turns" }),
       transcriptTable(dialogue, changedTurn, turnTexts(dialogue, variant, version)),
       el("h3", { text: "Judge answers" }),
@@ -352,26 +327,6 @@
     );
     V.announce(`sample ${state.sample}, ${versionLabel(version)}`);
     return root;
-  }
-
-  // ---- routing --------------------------------------------------------------------------------------------
-  async function render() {
-    const state = V.readState();
-    document.body.dataset.ready = "false";
-    const container = main();
-    const focused = document.activeElement && document.activeElement.id;
-    try {
-      const view = state.view === "sample" && state.sample ? await renderSample(state) : await renderList(state);
-      const player = document.getElementById("player");
-      if (player) player.player.stop();
-      container.replaceChildren(view);
-      V.restoreFocus(view, focused);
-    } catch (error) {
-      container.replaceChildren(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
-    }
-    // What the view was drawn for: tests and tools wait for it after changing the address.
-    document.body.dataset.shown = location.hash;
-    document.body.dataset.ready = "true";
   }
 
   V.shortcuts({
@@ -382,13 +337,11 @@
     },
   });
 
-  V.load("catalog").then((data) => {
-    catalog = data;
-    sampleIndex = new Map(catalog.samples.id.map((id, i) => [id, i]));
-    window.addEventListener("hashchange", render);
-    render();
-  }, (error) => {
-    main().replaceChildren(el("p", { class: "error", role: "alert", text: String(error.message || error) }));
-    document.body.dataset.ready = "true";
-  });
+  V.start(
+    (state) => (state.view === "sample" && state.sample ? renderSample(state) : renderList(state)),
+    (data) => {
+      catalog = data;
+      sampleIndex = new Map(catalog.samples.id.map((id, i) => [id, i]));
+    }
+  );
 })();
