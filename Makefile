@@ -11,11 +11,9 @@ STAMP := $(VENV)/.installed-stamp
 setup: $(STAMP)
 
 # Debian packages are installed when running as root. Without root, a missing espeak-ng (a demo voice) is an
-# error with the command to run; a missing chromium (the browser tests of the annotation app and the sample
-# viewers) only a warning, since those tests then skip and say why. torch is held to the CPU wheel by
-# constraints.txt. The browser tests' accessibility checks inject axe-core, pinned in tests/support/package-lock.json
-# and installed with npm where npm exists (tests/support/axe.py; without npm those checks skip and say why).
-$(STAMP): requirements.lock constraints.txt pyproject.toml tests/support/package-lock.json
+# error with the command to run; a missing chromium (the browser tests of the annotation app) only a warning,
+# since those tests then skip and say why. torch is held to the CPU wheel by constraints.txt.
+$(STAMP): requirements.lock constraints.txt pyproject.toml
 	@if ! command -v espeak-ng >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng; \
 	  else echo "espeak-ng is missing: run 'sudo apt-get install espeak-ng'" >&2; exit 1; fi; fi
@@ -26,8 +24,6 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml tests/support/package
 	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r requirements.lock
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
-	@if command -v npm >/dev/null 2>&1; then npm ci --prefix tests/support --no-audit --no-fund --loglevel=error; \
-	else echo "warning: npm is missing, the accessibility checks will skip: run 'sudo apt-get install npm'" >&2; fi
 	touch $(STAMP)
 
 demo: setup

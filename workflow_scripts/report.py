@@ -16,10 +16,10 @@ with log_to(snakemake.log[0]):
         controls_dir=Path(snakemake.input.controls[0]).parent,
         control_figure_dir=Path(snakemake.input.control_figures[0]).parent,
         viewer=SampleViewerInputs(
-            score_paths=list(snakemake.input.viewer_scores),
+            score_paths=list(snakemake.params.viewer_scores),
             manifest_paths=list(snakemake.input.manifests),
             asr_paths=list(snakemake.input.asr),
-            condition_asr_paths=list(snakemake.input.viewer_condition_asr),
+            condition_asr_paths=list(snakemake.params.viewer_condition_asr),
             controls=snakemake.params.viewer_controls,
             seed=snakemake.params.config["seed"],
             threads=snakemake.threads,

@@ -5,6 +5,8 @@ ratings are then exported and their statistics computed."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import polars as pl
 import pytest
@@ -15,25 +17,39 @@ from lalm_judge.annotation.store import RatingStore
 from lalm_judge.cli import anchors as anchors_cli
 from lalm_judge.core.taxonomy import CATEGORIES
 from tests.annotation.conftest import running_server
-from tests.support.browser import RecordedTab, launched_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+# The Debian wrapper skips --disable-dev-shm-usage when it misreads /dev/shm; pass it ourselves.
+CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required"]
 AUDIO_PLAYING = "() => { const a = document.getElementById('audio'); return !a.paused && a.currentTime > 0.3; }"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    with launched_chromium() as launched:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed: 'make setup' installs it as root ('apt-get install chromium')")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         yield launched
+        launched.close()
 
 
-class Session(RecordedTab):
+class Session:
     """One rater's browser tab, recording page errors, console errors and every URL the page requests."""
 
     def __init__(self, browser, base: str):
-        super().__init__(browser)
+        self.context = browser.new_context()
+        self.page = self.context.new_page()
         self.base = base
+        self.problems: list[str] = []
+        self.requested: list[str] = []
+        self.page.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+        self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
+        self.page.on("request", lambda r: self.requested.append(r.url))
 
     def open(self, url: str) -> None:
         self.page.goto(url)
@@ -61,7 +77,9 @@ class Session(RecordedTab):
         self.page.wait_for_function("(shown) => document.body.dataset.item !== shown", arg=shown)
 
     def close(self) -> None:
-        self.close_checked(lambda url: url.startswith(self.base + "/"))
+        self.context.close()
+        assert self.problems == []
+        assert self.requested and all(url.startswith(self.base + "/") for url in self.requested), self.requested
 
 
 def answer(label, flip: bool = False) -> dict:

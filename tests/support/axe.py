@@ -1,6 +1,6 @@
-"""Accessibility checks for the browser tests: axe-core (pinned in tests/support/package-lock.json, installed by
-`make setup` with `npm ci --prefix tests/support`) injected into a playwright page, and the violations of the
-impacts that make a page unusable with a keyboard or a screen reader.
+"""Accessibility checks for the browser tests: axe-core (from the npm registry: `make setup` installs the version
+the Makefile pins, with npm, into the environment, `<venv>/node/node_modules/axe-core`) injected into a playwright
+page, and the violations of the impacts that make a page unusable with a keyboard or a screen reader.
 
     from tests.support.axe import assert_accessible
     assert_accessible(page, "the sample list")   # fails naming each serious or critical violation
@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
 
-AXE_SCRIPT = Path(__file__).parent / "node_modules" / "axe-core" / "axe.min.js"
+AXE_SCRIPT = Path(sys.prefix) / "node" / "node_modules" / "axe-core" / "axe.min.js"
 BLOCKING_IMPACTS = ("serious", "critical")
 
 
@@ -25,8 +26,8 @@ def axe_source() -> str:
     """The text of axe.min.js; skip without npm, fail if npm is there but the package was not installed."""
     if not AXE_SCRIPT.exists():
         if shutil.which("npm") is None:
-            pytest.skip("npm is not installed, so axe-core is not: 'sudo apt-get install npm', then 'make setup'")
-        raise AssertionError(f"{AXE_SCRIPT} is missing: run 'make setup' (or 'npm ci --prefix tests/support')")
+            pytest.skip("npm is not installed, so axe-core is not either: install npm, then run 'make setup'")
+        pytest.fail(f"{AXE_SCRIPT} is missing: run 'make setup' (it installs axe-core with npm)")
     return AXE_SCRIPT.read_text(encoding="utf-8")
 
 

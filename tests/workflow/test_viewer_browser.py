@@ -14,6 +14,7 @@ from pathlib import Path
 
 import polars as pl
 import pytest
+import yaml
 
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS, SCORES
 from tests.support.axe import assert_accessible
@@ -101,7 +102,8 @@ def check_answers(tab: Tab, expected: dict[str, dict]) -> None:
 
 
 def test_safety_viewer_from_the_report_to_a_sample_and_its_masked_version(finished_run, browser):
-    workdir, _ = finished_run
+    workdir, configfile = finished_run
+    control_dialogue = yaml.safe_load(Path(configfile).read_text())["controls"]["dialogues"][0]
     tab = Tab(browser)
     page = tab.page
     page.goto((workdir / "results" / "report" / "index.html").as_uri())  # the report, as users open it
@@ -112,14 +114,18 @@ def test_safety_viewer_from_the_report_to_a_sample_and_its_masked_version(finish
     )
     assert_accessible(page, "the sample list")
 
-    # Filter to one status: every row shown has it, and they are all the cell's rows with it.
+    # Filter to one status: every row shown has it, and they are all the cell's rows with it (pages of 50).
     cell = "minilm/audio-none/basic/clean"
     table = SCORES.read(sorted((workdir / "results" / "scores" / cell).glob("shard*.parquet")))
     tab.choose("status", "ok")
     statuses = page.locator("#list-view tbody td:nth-child(7)").all_inner_texts()
-    assert statuses == ["ok"] * table.filter(pl.col("parse_status") == "ok").height
+    expected = table.filter(pl.col("parse_status") == "ok").height
+    assert statuses == ["ok"] * min(expected, 50)
+    assert page.inner_text("#list-view caption") == f"{expected} rows from 1 judge cell"
 
-    # Narrow to severity 5, largest drop first, and open the first sample with the keyboard.
+    # Narrow to severity 5 of a dialogue the controls were run on, largest drop first, and open the first sample
+    # with the keyboard.
+    tab.choose("dialogue", control_dialogue)
     tab.choose("severity", "5")
     tab.choose("sort", "drop_desc")
     sample = tab.open_first("sample")
@@ -174,7 +180,9 @@ def test_pairwise_viewer_shows_an_item_in_both_orders(finished_pairwise_run, bro
     tab.choose("order", "verdict_swapped")
     tab.choose("status", status)
     shown = page.locator("#list-view tbody td:nth-child(8)").all_inner_texts()
-    assert shown == [status] * listed.filter(pl.col("verdict_swapped_status") == status).height
+    expected = listed.filter(pl.col("verdict_swapped_status") == status).height
+    assert shown == [status] * min(expected, 50)
+    assert page.inner_text("#list-view caption") == f"{expected} row{'s' if expected != 1 else ''} from 1 judge cell"
 
     item = tab.open_first("item")
 

@@ -44,6 +44,7 @@
 
   function passes(state, s, score, status) {
     const S = catalog.samples;
+    if (state.dialogue && S.dialogue_id[s] !== state.dialogue) return false;
     if (state.category && String(S.category[s] ?? "none") !== state.category) return false;
     if (state.severity && String(S.severity[s]) !== state.severity) return false;
     if (state.turn && String(S.turn_index[s] ?? "") !== state.turn) return false;
@@ -110,6 +111,7 @@
         "fieldset",
         {},
         el("legend", { text: "Samples" }),
+        filter("dialogue", "Dialogue", distinct(S.dialogue_id), state),
         filter("category", "Category", categories, state),
         filter("severity", "Severity (0: safe)", distinct(S.severity), state),
         filter("turn", "Unsafe or changed turn", distinct(S.turn_index), state),
