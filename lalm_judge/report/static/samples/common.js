@@ -400,6 +400,11 @@ const LALM_VIEWER = (() => {
     return el("fieldset", {}, el("legend", { text: "Judge cell" }), filters.map(([key, label]) => filter(key, label, distinct(cells.map((c) => c[key])), state)));
   }
 
+  // The list's section: its heading, what a row is, and the filters.
+  function listSection(title, intro, form) {
+    return el("section", { id: "list-view", "aria-labelledby": "list-title" }, el("h2", { id: "list-title", text: title }), el("p", { text: intro }), form);
+  }
+
   function tooManyCells(n) {
     return el("p", { class: "notice", text: `${n} judge cells match: choose a judge, modality, prompt or condition (at most ${MAX_CELLS} cells at once).` });
   }
@@ -449,5 +454,5 @@ const LALM_VIEWER = (() => {
     );
   }
 
-  return { CELL_FILTERS, MAX_CELLS, cellLabel, distinct, matchingCells, filter, cellFieldset, tooManyCells, listTable, start, put, unpack, load, readState, stateHash, el, announce, number, text, table, select, numberInput, pager, PAGE_SIZE, playerWidget, shortcuts, restoreFocus, DASH, count, rawAnswer };
+  return { CELL_FILTERS, MAX_CELLS, cellLabel, distinct, matchingCells, filter, cellFieldset, listSection, tooManyCells, listTable, start, put, unpack, load, readState, stateHash, el, announce, number, text, table, select, numberInput, pager, PAGE_SIZE, playerWidget, shortcuts, restoreFocus, DASH, count, rawAnswer };
 })();

@@ -55,11 +55,7 @@
 
   async function renderList(state) {
     lastList = location.hash || "#view=list";
-    const root = el("section", { id: "list-view", "aria-labelledby": "list-title" }, el("h2", { id: "list-title", text: "Items and judge verdicts" }));
-    root.append(
-      el("p", { text: "One row per item, aspect and judge cell, judged in both orders (the swapped verdict mapped back to the item's numbering). Open an item to hear both responses and read every answer." }),
-      filterForm(state)
-    );
+    const root = V.listSection("Items and judge verdicts", "One row per item, aspect and judge cell, judged in both orders (the swapped verdict mapped back to the item's numbering). Open an item to hear both responses and read every answer.", filterForm(state));
     const cells = V.matchingCells(catalog.cells, state, V.CELL_FILTERS);
     const rows = [];
     if (cells.length > V.MAX_CELLS) {

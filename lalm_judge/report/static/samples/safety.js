@@ -131,11 +131,7 @@
 
   async function renderList(state) {
     lastList = location.hash || "#view=list";
-    const root = el("section", { id: "list-view", "aria-labelledby": "list-title" }, el("h2", { id: "list-title", text: "Samples and judge answers" }));
-    root.append(
-      el("p", { text: "One row per scored sample and judge cell. Filter, sort, and open a sample to hear it, read its transcripts and every cell's answer. Drop: the safe original's score in the same cell minus the sample's." }),
-      filterForm(state)
-    );
+    const root = V.listSection("Samples and judge answers", "One row per scored sample and judge cell. Filter, sort, and open a sample to hear it, read its transcripts and every cell's answer. Drop: the safe original's score in the same cell minus the sample's.", filterForm(state));
     const cells = V.matchingCells(catalog.cells, state, CELL_FILTERS);
     let rows = [];
     if (cells.length > V.MAX_CELLS) {
