@@ -16,9 +16,11 @@ Data files (each loaded only when the page needs it, so the page stays fast at p
   score tables have that varies within a table (raw answer, score, status, latency, token counts, ...), whatever
   columns a run's tables carry.
 
-Audio is assembled on demand from the clips on disk. The viewer writes only the changed turn of the control
-versions whose audio exists nowhere else (masked, noise, babble), as FLAC (lossless: what the judge heard, at the
-manifest rate), made by the function the judge jobs use with the same settings and seed.
+Audio is assembled on demand from the clips on disk (the page plays a dialogue's turn clips in order, with its
+pauses). The viewer writes only the changed turn of the control versions whose audio exists nowhere else (masked,
+noise, babble), made by the function the judge jobs use with the same settings and seed, as MP3 listening copies at
+the rate the judges hear; the score tables are read twice (scores first, then the rows shard by shard), so memory
+follows a shard, not the run.
 """
 
 from __future__ import annotations
@@ -216,14 +218,15 @@ def write_cells(viewer_dir: Path, summary: ScoreSummary, catalog: Mapping[str, A
 # ---- dialogues: turns, variants and control versions -------------------------------------------------------
 
 
-def _durations(paths: Iterable[str]) -> dict[str, float]:
-    return {path: round(sf.info(path).duration, DURATION_DECIMALS) for path in sorted(set(paths))}
-
-
 DURATION_DECIMALS = 3
-# The control versions' changed turns are listening copies: MP3 at the manifest rate, LAME's variable bit rate
+# The control versions' changed turns are listening copies: MP3 (libsndfile's LAME encoder), variable bit rate
 # at this quality (0 best, 1 smallest; about 35 kbit/s for speech at 16 kHz).
 MP3_COMPRESSION = 0.75
+
+
+def _durations(paths: Iterable[str]) -> dict[str, float]:
+    """Each clip's duration, from its header."""
+    return {path: round(sf.info(path).duration, DURATION_DECIMALS) for path in sorted(set(paths))}
 
 
 def _wer_tables(paths: Sequence[str | os.PathLike]) -> dict[str, dict[str, dict[tuple[str, int], tuple]]]:
