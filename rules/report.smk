@@ -53,7 +53,11 @@ rule modality_figures:
         "../workflow_scripts/modality_figures.py"
 
 
-# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/.
+# The standalone report folder: index.html, guide.parquet (the practitioner guide), figures/, audio/, and the
+# sample viewer samples/ (every score row, read from the score tables and the ASR of the changed turns). Those
+# tables are inputs of control_metrics, on whose outputs the report depends (so it runs after them and again when
+# they change); declared again here they would double the paper-scale dry run (docs/benchmarks.md), so the viewer
+# gets their paths as params.
 rule report:
     input:
         metrics=rules.compute_metrics.output,
@@ -72,9 +76,16 @@ rule report:
         "logs/report/report.log",
     params:
         config=get_report_config(),
+        viewer_scores=get_score_shards(),
+        viewer_condition_asr=get_condition_asr_tables(),
+        viewer_controls=get_control_settings(),
+        viewer_audio=config["controls"]["viewer_audio"],
+    # The viewer's audio encoding and data compression run in threads (fewer when the run has fewer cores); at
+    # paper scale the viewer takes about 56 CPU-minutes and 5.5 GB of memory (docs/benchmarks.md).
+    threads: 4
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=8000,
+        runtime=120,
     conda:
         "../envs/analysis.yaml"
     script:

@@ -21,10 +21,11 @@ from lalm_judge.analysis.controls import (
     ControlTables,
     read_control_tables,
 )
-from lalm_judge.core.vocabulary import MASKED, NOISE_KINDS, Condition
+from lalm_judge.core.vocabulary import CLEAN, MASKED, NOISE_KINDS, Condition
 from lalm_judge.report.figures import _placeholder_figure, _source_label, plt, save_figure
 from lalm_judge.report.html import figure_html, html_table, paragraph
 from lalm_judge.report.tables import with_interval
+from lalm_judge.report.viewer import cell_id, viewer_link
 
 # The WER of the masked turn the study reports (Whisper on 160 ms time-reversed speech).
 STUDY_MASKED_WER = 1.64
@@ -183,6 +184,19 @@ def write_control_figures(controls_dir: str | os.PathLike, figure_dir: str | os.
     return paths
 
 
+def control_links(rows: pl.DataFrame) -> list[str]:
+    """Per row of a control table, the viewer's list of the control cell's samples beside their clean samples
+    (the clean cell of the same judge, modality, source and prompt), largest difference first."""
+    return [
+        viewer_link(
+            "list",
+            {**{key: row[key] for key in CONTROL_KEYS}, "condition": row["condition"], "sort": "compare_desc"}
+            | {"compare": cell_id({**row, "condition": CLEAN})},
+        )
+        for row in rows.iter_rows(named=True)
+    ]
+
+
 def _flag_display(flags: pl.DataFrame, check: str, statistic_name: str) -> pl.DataFrame:
     table = flags.filter(pl.col("check") == check).select(*CONTROL_KEYS, "condition", "value", "value_lo", "value_hi")
     table = with_interval(table, "value").rename({"value": statistic_name})
@@ -219,6 +233,11 @@ def _effects_display(effects: pl.DataFrame, conditions: Sequence[str]) -> pl.Dat
     return table
 
 
+def _effects_table(effects: pl.DataFrame, conditions: Sequence[str]) -> str:
+    links = control_links(effects.filter(pl.col("condition").is_in(conditions)))
+    return html_table(_effects_display(effects, conditions), links=links)
+
+
 def _not_run(condition: str) -> str:
     return paragraph(
         f"Not run: add the condition {condition} to evaluation.conditions (or to the schedule of a judge)."
@@ -233,7 +252,8 @@ def _flag_subsection(flags: pl.DataFrame, title: str, explanation: str, check: s
     """A control whose result is a flag per judge cell: what it checks, then the flag table (or how to run it)."""
     if check not in flags["check"].to_list():
         return subsection(title, paragraph(explanation), _not_run(condition))
-    return subsection(title, paragraph(explanation), html_table(_flag_display(flags, check, column)))
+    links = control_links(flags.filter(pl.col("check") == check))
+    return subsection(title, paragraph(explanation), html_table(_flag_display(flags, check, column), links=links))
 
 
 def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
@@ -257,7 +277,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
         figure("control_effects"),
         subsection(
             "Prosody masking (every 160 ms window of the turn time-reversed: no words, same prosody)",
-            html_table(_effects_display(effects, [MASKED])) if MASKED in conditions else _not_run(MASKED),
+            _effects_table(effects, [MASKED]) if MASKED in conditions else _not_run(MASKED),
             paragraph(
                 f"WER of the masked turn (ASR of the masked audio; the study measured {STUDY_MASKED_WER}) next to "
                 "its clean WER:"
@@ -268,7 +288,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
         ),
         subsection(
             "Noise (white noise and babble at a target SNR on the turn)",
-            html_table(_effects_display(effects, noisy)) if noisy else _not_run("noise_10"),
+            _effects_table(effects, noisy) if noisy else _not_run("noise_10"),
             html_table(with_interval(tables.noise_curve, "sensitivity")) if tables.noise_curve.height else "",
             figure("noise_snr") if noisy else "",
         ),

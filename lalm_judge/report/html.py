@@ -10,6 +10,7 @@ from typing import Any
 
 import polars as pl
 
+from lalm_judge.analysis.engine import CELL_KEYS
 from lalm_judge.analysis.findings import DROP, severities_with_intervals
 from lalm_judge.analysis.guide import PRIORITIES
 from lalm_judge.core.vocabulary import TranscriptSource
@@ -27,6 +28,7 @@ from lalm_judge.report.tables import (
     pareto_display,
     position_bias_display,
 )
+from lalm_judge.report.viewer import sample_link, sample_links, viewer_intro
 
 WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
 
@@ -37,20 +39,38 @@ def header_html(name: str) -> str:
     return "_<wbr>".join(html.escape(part) for part in name.split("_"))
 
 
-def html_table(frame: pl.DataFrame, css_class: str = "data", row_classes: Sequence[str | None] | None = None) -> str:
-    """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped)."""
+def html_table(
+    frame: pl.DataFrame,
+    css_class: str = "data",
+    row_classes: Sequence[str | None] | None = None,
+    links: Sequence[str | None] | None = None,
+) -> str:
+    """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped); with
+    `links`, a last column links each row to its samples in the sample viewer."""
     head = "".join(f"<th>{header_html(name)}</th>" for name in frame.columns)
+    if links is not None:
+        head += f"<th>{VIEWER_COLUMN}</th>"
     body = []
     for i, row in enumerate(frame.iter_rows()):
         row_class = row_classes[i] if row_classes else None
         attribute = f' class="{row_class}"' if row_class else ""
         cells = "".join(f"<td>{html.escape(cell_text(value))}</td>" for value in row)
+        if links is not None:
+            cells += f"<td>{viewer_anchor(links[i])}</td>"
         body.append(f"<tr{attribute}>{cells}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{max(1, frame.width)}">no rows</td></tr>')
     table = f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
     # A table wider than the page scrolls inside its own box, never the page.
     return f'<div class="table-wrap">{table}</div>'
+
+
+VIEWER_COLUMN = "samples"
+
+
+def viewer_anchor(link: str | None, text: str = "open") -> str:
+    """A link into the sample viewer (a dash for none)."""
+    return html.escape(cell_text(None)) if link is None else f'<a href="{html.escape(link)}">{html.escape(text)}</a>'
 
 
 def section(anchor: str, title: str, *parts: str) -> str:
@@ -149,7 +169,9 @@ def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cel
             "An interval that excludes 0 is an effect larger than resampling the dialogues explains; it says "
             "nothing about effects too small for this many dialogues."
         )
-    items = [finding_sentence(row) for row in findings.iter_rows(named=True)]
+    rows = list(findings.iter_rows(named=True))
+    items = [finding_sentence(row) for row in rows]
+    links = sample_links(rows, CELL_KEYS, sort="drop_desc", severity_key="severity")
     if not items:
         return section(
             "findings",
@@ -159,7 +181,13 @@ def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cel
         )
     judges = dict.fromkeys(findings["judge"].to_list())
     caveats = [weak_finding_caveat(j, weak_judges[j]) for j in judges if j in weak_judges]
-    listing = "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in items) + "</ul>"
+    listing = (
+        "<ul>"
+        + "".join(
+            f"<li>{html.escape(item)} ({viewer_anchor(link, 'samples')})</li>" for item, link in zip(items, links)
+        )
+        + "</ul>"
+    )
     return section("findings", "Findings", paragraph(summary), listing, *map(paragraph, caveats))
 
 
@@ -214,6 +242,8 @@ def examples_section(examples: Sequence[AudioExample]) -> str:
             f'src="{html.escape(example.original_wav)}"></audio></p>'
             f"<p>variant ({html.escape(variant.sample_id)}; {html.escape(label)}): "
             f'<audio controls preload="none" src="{html.escape(example.variant_wav)}"></audio></p>'
+            f"<p>{viewer_anchor(sample_link(variant.sample_id), 'Open the variant in the sample viewer')} "
+            f"(every judge's answer, its transcripts and control versions).</p>"
             f"{transcript_table(example)}</div>"
         )
     if not examples:
@@ -323,6 +353,10 @@ def render_html(content: ReportContent) -> str:
     )
     body = [
         banner,
+        viewer_intro(
+            "every sample with its audio from the changed turn, its transcripts, every judge cell's raw answer, "
+            "score and status, and its control versions"
+        ),
         html_table(content.overview, css_class="data overview"),
         findings_section(content.findings, weak, content.cells),
         judges_section(content.judges, content.unpinned),
@@ -337,13 +371,15 @@ def render_html(content: ReportContent) -> str:
                 "severity, says why. audio_input: what the judge takes for the audio ('cascade via <asr model>': "
                 "an ASR transcript, not the audio)."
             ),
-            html_table(cells_display(content.cells)),
+            html_table(cells_display(content.cells), links=sample_links(content.cells.to_dicts(), CELL_KEYS)),
         ),
         section(
             "deltas",
             "Score drop per severity",
             paragraph("Delta_i (safe original minus variant, paired on dialogues) with 95 % intervals."),
-            html_table(deltas_display(content.cells)),
+            html_table(
+                deltas_display(content.cells), links=sample_links(content.cells.to_dicts(), CELL_KEYS, sort="drop_desc")
+            ),
         ),
         section(
             "position-bias",
@@ -376,7 +412,7 @@ def render_html(content: ReportContent) -> str:
                 "cut at the token limit before the score line ended, filtered = withheld or cut by a content filter "
                 "(docs/metrics.md, 'Reading a judge's answer')."
             ),
-            html_table(content.parse_status),
+            html_table(content.parse_status, links=sample_links(content.parse_status.to_dicts(), CELL_KEYS)),
         ),
         content.controls,
         section("wer", "WER per transcript source", html_table(content.wer)),

@@ -3,7 +3,8 @@ visible warning for weak demo models; the practitioner guide of `lalm_judge.anal
 Pareto and prompt-selection tables; parse failures and refusals per cell; the controls
 (`lalm_judge.report.controls`); the modality analysis (`lalm_judge.report.modality`) and the guide's decision flow
 (`lalm_judge.report.flow`); WER per transcript source; the audio accounting; audio examples),
-`guide.parquet`, `figures/` and `audio/`. Everything depends only on its inputs: no dates, examples chosen by
+`guide.parquet`, `figures/`, `audio/` and the sample viewer `samples/` (`lalm_judge.report.samples`), which the
+tables link to. Everything depends only on its inputs: no dates, examples chosen by
 sorted ids, numbers rounded for display only."""
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
 from lalm_judge.report.html import ReportContent, render_html
 from lalm_judge.report.modality import MODALITY_FIGURES, modality_section
+from lalm_judge.report.samples import SampleViewerInputs, write_sample_viewer
 from lalm_judge.report.tables import (
     accounting_table,
     judge_table,
@@ -34,6 +36,7 @@ from lalm_judge.report.tables import (
     provenance_table,
     wer_table,
 )
+from lalm_judge.report.viewer import VIEWER_DIR
 
 
 def copy_figures(
@@ -66,8 +69,10 @@ def build_report(
     flow_path: str | os.PathLike,
     n_examples: int = N_AUDIO_EXAMPLES,
     title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
+    viewer: SampleViewerInputs | None = None,
 ) -> Path:
-    """Write the standalone report folder (index.html, guide.parquet, figures/, audio/); return index.html."""
+    """Write the standalone report folder (index.html, guide.parquet, figures/, audio/, and with `viewer` the
+    sample viewer, samples/); return index.html."""
     out_dir = Path(out_dir)
     tables = read_metric_tables(metrics_dir)
     controls = read_control_tables(controls_dir)
@@ -106,4 +111,6 @@ def build_report(
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
         tmp.write_text(render_html(content), encoding="utf-8")
+    if viewer is not None:
+        write_sample_viewer(viewer, out_dir / VIEWER_DIR)
     return index
