@@ -36,6 +36,8 @@ def write_synthetic_corpus(folder: Path, n_dialogues: int, n_turns: int = 6) -> 
 def synthetic_config(corpus: Path) -> dict:
     config = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
     config["corpus"] = {"format": "jsonl", "path": str(corpus), "min_turns": 2}
+    # The emotion references add no job to the plan; without them planning needs no RAVDESS folder.
+    config["tts"].pop("emotion_reference", None)
     return config
 
 

@@ -143,11 +143,13 @@ def get_babble_manifests(wildcards):
 
 
 def get_control_settings(conditions=True):
-    """The `controls` settings that change what a changed turn sounds like (not which analyses run or on which
-    dialogues); none for a judge without control conditions, so tuning them reruns only the jobs they affect."""
+    """The `controls` settings that change what a changed turn sounds like (not which analyses run, on which
+    dialogues, or whether the viewer writes its audio); none for a judge without control conditions, so tuning them
+    reruns only the jobs they affect."""
     if not conditions:
         return {}
-    return canonical({k: v for k, v in config["controls"].items() if k not in ("prosody", "dialogues")})
+    elsewhere = ("prosody", "dialogues", "viewer_audio")
+    return canonical({k: v for k, v in config["controls"].items() if k not in elsewhere})
 
 
 def get_judge_control_conditions(judge):
@@ -312,6 +314,11 @@ def get_tts_mem_mb():
     return 8000 if "xtts" in engines else 2000
 
 
+def get_emotion_reference():
+    """tts.emotion_reference (the RAVDESS references of the TTS jobs), or None when the config sets none."""
+    return canonical(config["tts"].get("emotion_reference"))
+
+
 def get_tts_conda_env(wildcards):
     engines = {v["engine"] for v in config["tts"]["voices"].values()}
     return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"
@@ -349,6 +356,11 @@ def get_pairwise_transcripts(wildcards):
     """The cascade's transcript table of an 'asr:<model>' source; none for the other sources."""
     model = TranscriptSource(wildcards.source).asr_model
     return [f"results/pairwise/asr/{model}.parquet"] if model else []
+
+
+def get_pairwise_transcript_tables():
+    """The cascade's transcript table of every ASR model a pairwise cell reads."""
+    return [f"results/pairwise/asr/{model}.parquet" for model in PAIRWISE_PLAN.asr_models()]
 
 
 def get_pairwise_report_config():

@@ -16,6 +16,7 @@ rule synthesize_controls:
         kinds=PLAN.synthesized_controls(),
         voices=canonical(config["tts"]["voices"]),
         match_loudness=config["tts"]["match_loudness"],
+        emotion_reference=get_emotion_reference(),
         injection_text=config["controls"]["injection"]["text"],
         seed=SEED,
     resources:

@@ -62,3 +62,48 @@ rule guide:
         "../envs/analysis.yaml"
     script:
         "../workflow_scripts/guide.py"
+
+
+# The modality analysis: what the audio adds per transcript source, the ASR loss it rescues, the judges' behaviour
+# patterns (docs/metrics.md, "Modality"), on the clean cells.
+rule modality_analysis:
+    input:
+        scores=get_score_shards(),
+    output:
+        effects=report(
+            "results/metrics/modality/effects.parquet", caption="../report/table_modality_effects.rst", category="Tables"
+        ),
+        patterns=report(
+            "results/metrics/modality/patterns.parquet", caption="../report/table_modality_patterns.rst", category="Tables"
+        ),
+    log:
+        "logs/metrics/modality.log",
+    params:
+        bootstrap=config["metrics"]["bootstrap"],
+        min_dialogues=config["metrics"]["min_dialogues"],
+        seed=SEED,
+    resources:
+        mem_mb=8000,
+        runtime=60,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/modality_analysis.py"
+
+
+# The practitioner guide as a decision flow (input -> transcript -> priority -> judge cell), drawn from the guide
+# table; the report draws it.
+rule decision_flow:
+    input:
+        guide=rules.guide.output.guide,
+    output:
+        flow="results/metrics/decision_flow.json",
+    log:
+        "logs/metrics/decision_flow.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/decision_flow.py"

@@ -99,12 +99,15 @@ rule pairwise_metrics:
         "../workflow_scripts/pairwise_metrics.py"
 
 
-# The standalone pairwise report: results/pairwise/report/index.html with its figure.
+# The standalone pairwise report: results/pairwise/report/index.html with its figure, and the item viewer
+# samples/ (every item with both responses and every cell's answers in both orders).
 rule pairwise_report:
     input:
         metrics=rules.pairwise_metrics.output,
         summary="results/pairwise/items_summary.json",
         predictions=get_pairwise_predictions(),
+        viewer_items="results/pairwise/items.parquet",
+        viewer_transcripts=get_pairwise_transcript_tables(),
     output:
         site=report(directory("results/pairwise/report"), htmlindex="index.html", caption="../report/pairwise.rst", category="Pairwise"),
     log:

@@ -35,8 +35,30 @@ rule figures:
         "../workflow_scripts/figures.py"
 
 
-# The standalone report folder: index.html, figures/, audio/; it renders the metric tables, the guide and the
-# findings (results/metrics/) and the control tables.
+rule modality_figures:
+    input:
+        effects="results/metrics/modality/effects.parquet",
+        patterns="results/metrics/modality/patterns.parquet",
+    output:
+        modality_effects_png=report("results/figures/modality/modality_effects.png", caption="../report/modality_effects.rst", category="Figures", subcategory="PNG"),
+        modality_effects_svg=report("results/figures/modality/modality_effects.svg", caption="../report/modality_effects.rst", category="Figures", subcategory="SVG"),
+    log:
+        "logs/report/modality_figures.log",
+    resources:
+        mem_mb=2000,
+        runtime=15,
+    conda:
+        "../envs/analysis.yaml"
+    script:
+        "../workflow_scripts/modality_figures.py"
+
+
+# The standalone report folder: index.html, figures/, audio/, and the sample viewer samples/ (every score row, read
+# from the score tables and the ASR of the changed turns); it renders the metric tables, the guide, the findings and
+# the decision flow (results/metrics/), the control and the modality tables. The score and condition ASR
+# tables are inputs of control_metrics, on whose outputs the report depends (so it runs after them and again when
+# they change); declared again here they would double the paper-scale dry run (docs/benchmarks.md), so the viewer
+# gets their paths as params.
 rule report:
     input:
         metrics=rules.compute_metrics.output,
@@ -44,6 +66,9 @@ rule report:
         figures=rules.figures.output,
         controls=rules.control_metrics.output,
         control_figures=rules.control_figures.output,
+        modality=rules.modality_analysis.output,
+        modality_figures=rules.modality_figures.output,
+        flow=rules.decision_flow.output.flow,
         manifests=get_manifests(),
         asr=get_asr_tables(),
         accounting="results/summary/audio_accounting.json",
@@ -53,9 +78,16 @@ rule report:
         "logs/report/report.log",
     params:
         config=get_report_config(),
+        viewer_scores=get_score_shards(),
+        viewer_condition_asr=get_condition_asr_tables(),
+        viewer_controls=get_control_settings(),
+        viewer_audio=config["controls"]["viewer_audio"],
+    # The viewer's audio encoding and data compression run in threads (fewer when the run has fewer cores); at
+    # paper scale the viewer takes about 56 CPU-minutes and 5.5 GB of memory (docs/benchmarks.md).
+    threads: 4
     resources:
-        mem_mb=4000,
-        runtime=30,
+        mem_mb=8000,
+        runtime=120,
     conda:
         "../envs/analysis.yaml"
     script:

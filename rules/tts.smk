@@ -10,6 +10,7 @@ rule synthesize_variants:
     params:
         voices=canonical(config["tts"]["voices"]),
         match_loudness=config["tts"]["match_loudness"],
+        emotion_reference=get_emotion_reference(),
         seed=SEED,
     resources:
         gpu=config["tts"]["gpu"],

@@ -11,6 +11,7 @@ with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
         out_table=snakemake.output.table,
         voices=snakemake.params.voices,
         match_loudness=snakemake.params.match_loudness,
+        emotion_reference=snakemake.params.emotion_reference,
         injection_text=snakemake.params.injection_text,
         seed=snakemake.params.seed,
     )

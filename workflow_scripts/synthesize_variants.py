@@ -10,5 +10,6 @@ with log_to(snakemake.log[0]), job_gpus(snakemake.resources.gpu):
         out_table=snakemake.output.table,
         voices=snakemake.params.voices,
         match_loudness=snakemake.params.match_loudness,
+        emotion_reference=snakemake.params.emotion_reference,
         seed=snakemake.params.seed,
     )

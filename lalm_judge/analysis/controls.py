@@ -51,7 +51,6 @@ from lalm_judge.analysis.engine import (
 )
 from lalm_judge.analysis.inputs import read_scores
 from lalm_judge.analysis.support import NOT_ESTIMABLE, with_min_support
-from lalm_judge.core.files import stable_hash
 from lalm_judge.core.table_sets import ControlTables
 from lalm_judge.core.tables import ASR, CONDITION_ASR, PROSODY, PROSODY_FEATURES
 from lalm_judge.core.taxonomy import clean_reference_id
@@ -552,16 +551,7 @@ def run_controls(
         condition_asr=CONDITION_ASR.read(condition_asr_paths, keep_extra=True) if condition_asr_paths else None,
         clean_asr=ASR.read(clean_asr_paths, keep_extra=True) if clean_asr_paths else None,
     )
-    config_hash = stable_hash(
-        {"n_boot": settings.n_boot, "seed": settings.seed, "min_dialogues": settings.min_dialogues}
-    )
-    return tables.write(
-        out_dir,
-        config_hash=config_hash,
-        seed=settings.seed,
-        n_bootstrap=settings.n_boot,
-        min_dialogues=settings.min_dialogues,
-    )
+    return settings.write_bootstrap_tables(tables, out_dir)
 
 
 def read_control_tables(controls_dir: str | os.PathLike) -> ControlTables:

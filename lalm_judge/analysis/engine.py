@@ -16,15 +16,19 @@ rules in `lalm_judge.analysis.inputs`; reading inputs and writing the tables in 
 
 from __future__ import annotations
 
+import os
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import polars as pl
 
 from lalm_judge.analysis import stats as st
 from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES, fewest_present, with_min_support
+from lalm_judge.core.files import stable_hash
+from lalm_judge.core.table_sets import TableSet
 from lalm_judge.core.tables import METRIC_INPUT
 from lalm_judge.core.taxonomy import SEVERITIES
 from lalm_judge.core.vocabulary import ParseStatus
@@ -84,6 +88,18 @@ class MetricSettings:
             "n_permutations": self.n_permutations,
             "min_dialogues": self.min_dialogues,
         }
+
+    def write_bootstrap_tables(self, tables: TableSet, out_dir: str | os.PathLike) -> list[Path]:
+        """Write the tables of an analysis that uses only the bootstrap and the minimum support of these settings
+        (the controls, the modality analysis), with those settings as provenance and config hash."""
+        used = {"n_boot": self.n_boot, "seed": self.seed, "min_dialogues": self.min_dialogues}
+        return tables.write(
+            out_dir,
+            config_hash=stable_hash(used),
+            seed=self.seed,
+            n_bootstrap=self.n_boot,
+            min_dialogues=self.min_dialogues,
+        )
 
 
 @dataclass(frozen=True)

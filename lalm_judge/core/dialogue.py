@@ -76,8 +76,10 @@ class SourceDialogue:
     source_path: str
     # Where messages point: 'file:line' of its record, or its JSON file.
     location: str = ""
-    # The speaker of each turn, when the listing reads them (the imported benchmark's index does not).
+    # The speaker and emotion label of each turn, when the listing reads them (the imported benchmark's index does
+    # not); checked at parse time against the emotion references (their genders and labels).
     speakers: tuple[str, ...] = ()
+    emotions: tuple[str | None, ...] = ()
     # Turns without audio of their own, spoken at ingest by their speaker's voice (the `jsonl` format).
     spoken_turns: tuple[int, ...] = ()
     # The files besides its record that define it (its JSON, clips or recording), as the workflow names them.

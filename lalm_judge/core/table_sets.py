@@ -1,7 +1,8 @@
 """The tables a stage writes together into one folder, declared once for their writer and every reader: the
 metric tables (`results/metrics/`, written by `analysis.stage`), the control tables (`results/metrics/controls/`,
-`analysis.controls`) and the guide and findings (`results/metrics/`, `analysis.stage.run_guide`). The figures and
-the report read them here, so rendering needs nothing of the code that computed them.
+`analysis.controls`), the modality tables (`results/metrics/modality/`, `analysis.modality`) and the guide and
+findings (`results/metrics/`, `analysis.stage.run_guide`). The figures and the report read them here, so rendering
+needs nothing of the code that computed them.
 
 A `TableSet` is a dataclass of frames, one `<field>.parquet` each; the columns of each table are described in
 docs/metrics.md.
@@ -78,6 +79,17 @@ class ControlTables(TableSet):
     noise_curve: pl.DataFrame
     condition_wer: pl.DataFrame
     prosody_correlation: pl.DataFrame
+
+
+@dataclass(frozen=True)
+class ModalityTables(TableSet):
+    """`results/metrics/modality/`: what the audio adds per transcript source and the judges' behaviour patterns
+    (`analysis.modality`; docs/metrics.md, "Modality")."""
+
+    HOW_TO_MAKE = "run the modality analysis (rule modality_analysis)"
+
+    effects: pl.DataFrame
+    patterns: pl.DataFrame
 
 
 @dataclass(frozen=True)

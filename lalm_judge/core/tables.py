@@ -132,6 +132,8 @@ TTS = TableSchema(
         "tts_engine": pl.String,
         "tts_model": pl.String,
         "tts_revision": pl.String,
+        # The RAVDESS clips the emotion was cloned from (tts.emotion_reference); null when none is configured.
+        "emotion_references": pl.List(pl.String),
     },
 )
 
@@ -169,6 +171,7 @@ CONTROL_CLIPS = TableSchema(
         "tts_engine": pl.String,
         "tts_model": pl.String,
         "tts_revision": pl.String,
+        "emotion_references": pl.List(pl.String),
     },
 )
 

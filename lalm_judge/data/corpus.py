@@ -56,6 +56,7 @@ class JsonlRecord:
             str(self.file),
             location=f"{self.file}:{self.line}",
             speakers=tuple(t["speaker"] for t in turns),
+            emotions=tuple(t.get("emotion") for t in turns),
             spoken_turns=tuple(i for i, t in enumerate(turns) if t.get("audio") is None),
             files=self.clips,
             record_digest=self.digest,

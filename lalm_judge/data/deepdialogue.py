@@ -235,6 +235,7 @@ def _source_dialogue(source: _Source, root: Path, allow_external_audio: bool, ch
         str(source.json_path),
         location=str(source.json_path),
         speakers=tuple(turn["speaker"] for turn in conversation),
+        emotions=tuple(turn.get("emotion") for turn in conversation),
         files=(str(source.json_path), *map(str, audio)),
         warnings=tuple(warnings),
     )

@@ -20,10 +20,11 @@ from lalm_judge.analysis.controls import (
     REACTS_TO_SYNTHESIS,
 )
 from lalm_judge.core.table_sets import ControlTables
-from lalm_judge.core.vocabulary import MASKED, NOISE_KINDS, Condition
+from lalm_judge.core.vocabulary import CLEAN, MASKED, NOISE_KINDS, Condition
 from lalm_judge.report.figures import _placeholder_figure, _source_label, plt, save_figure
-from lalm_judge.report.html import html_table, paragraph
+from lalm_judge.report.html import figure_html, html_table, paragraph
 from lalm_judge.report.tables import with_interval
+from lalm_judge.report.viewer import cell_id, viewer_link
 
 # The WER of the masked turn the study reports (Whisper on 160 ms time-reversed speech).
 STUDY_MASKED_WER = 1.64
@@ -59,8 +60,9 @@ def plot_control_effects(effects: pl.DataFrame, stem: str | os.PathLike) -> list
             axis = axes[row][column]
             value = _column(part, f"{metric}_diff")
             error = _error_bars(value, _column(part, f"{metric}_diff_lo"), _column(part, f"{metric}_diff_hi"))
-            axis.errorbar(value, y, xerr=error, fmt="o", capsize=2)
+            axis.errorbar(value, y, xerr=error, fmt="o", capsize=2, label="control - clean, 95 % CI")
             axis.axvline(0.0, color="black", linewidth=0.8)
+            axis.legend(fontsize="xx-small", frameon=False)
             axis.set_yticks(range(len(labels)), labels if column == 0 else [""] * len(labels), fontsize="x-small")
             axis.set_title(f"{condition}: {metric}", fontsize="small")
             axis.set_xlabel("control - clean", fontsize="small")
@@ -94,8 +96,8 @@ def plot_noise_curve(noise: pl.DataFrame, stem: str | os.PathLike) -> list[Path]
             axis.set_xticks(range(len(snrs) + 1), [f"{s} dB" for s in snrs] + ["clean"])
             axis.set_ylabel(ylabel)
             axis.set_title(modality, fontsize="small")
+            axis.legend(fontsize="x-small", frameon=False)
         axes[0][column].axhline(0.0, color="black", linewidth=0.8)
-    axes[0][-1].legend(fontsize="x-small", frameon=False)
     return save_figure(figure, stem)
 
 
@@ -112,8 +114,14 @@ def plot_prosody_correlation(correlation: pl.DataFrame, stem: str | os.PathLike)
         y = np.array([labels.index(_cell_label(r)) for r in part.iter_rows(named=True)])
         value = _column(part, "r")
         axis.errorbar(
-            value, y, xerr=_error_bars(value, _column(part, "r_lo"), _column(part, "r_hi")), fmt="o", capsize=2
+            value,
+            y,
+            xerr=_error_bars(value, _column(part, "r_lo"), _column(part, "r_hi")),
+            fmt="o",
+            capsize=2,
+            label="Pearson r, 95 % CI",
         )
+        axis.legend(fontsize="xx-small", frameon=False)
         axis.axvline(0.0, color="black", linewidth=0.8)
         axis.set_xlim(-1.05, 1.05)
         axis.set_yticks(range(len(labels)), labels if axis is axes[0][0] else [""] * len(labels), fontsize="x-small")
@@ -175,6 +183,19 @@ def write_control_figures(controls_dir: str | os.PathLike, figure_dir: str | os.
     return paths
 
 
+def control_links(rows: pl.DataFrame) -> list[str]:
+    """Per row of a control table, the viewer's list of the control cell's samples beside their clean samples
+    (the clean cell of the same judge, modality, source and prompt), largest difference first."""
+    return [
+        viewer_link(
+            "list",
+            {**{key: row[key] for key in CONTROL_KEYS}, "condition": row["condition"], "sort": "compare_desc"}
+            | {"compare": cell_id({**row, "condition": CLEAN})},
+        )
+        for row in rows.iter_rows(named=True)
+    ]
+
+
 def _flag_display(flags: pl.DataFrame, check: str, statistic_name: str) -> pl.DataFrame:
     table = flags.filter(pl.col("check") == check).select(*CONTROL_KEYS, "condition", "value", "value_lo", "value_hi")
     table = with_interval(table, "value").rename({"value": statistic_name})
@@ -211,6 +232,11 @@ def _effects_display(effects: pl.DataFrame, conditions: Sequence[str]) -> pl.Dat
     return table
 
 
+def _effects_table(effects: pl.DataFrame, conditions: Sequence[str]) -> str:
+    links = control_links(effects.filter(pl.col("condition").is_in(conditions)))
+    return html_table(_effects_display(effects, conditions), links=links)
+
+
 def _not_run(condition: str) -> str:
     return paragraph(
         f"Not run: add the condition {condition} to evaluation.conditions (or to the schedule of a judge)."
@@ -225,7 +251,8 @@ def _flag_subsection(flags: pl.DataFrame, title: str, explanation: str, check: s
     """A control whose result is a flag per judge cell: what it checks, then the flag table (or how to run it)."""
     if check not in flags["check"].to_list():
         return subsection(title, paragraph(explanation), _not_run(condition))
-    return subsection(title, paragraph(explanation), html_table(_flag_display(flags, check, column)))
+    links = control_links(flags.filter(pl.col("check") == check))
+    return subsection(title, paragraph(explanation), html_table(_flag_display(flags, check, column), links=links))
 
 
 def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
@@ -235,13 +262,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
 
     def figure(name: str) -> str:
         spec = next(s for s in CONTROL_FIGURES if s.name == name)
-        if name not in figure_names:
-            return ""
-        return (
-            f'<figure id="figure-{name}"><img src="figures/{name}.png" alt="{html.escape(spec.title)}">'
-            f"<figcaption><strong>{html.escape(spec.title)}.</strong> {html.escape(spec.caption)} "
-            f'<a href="figures/{name}.svg">SVG</a></figcaption></figure>'
-        )
+        return figure_html(name, spec.title, spec.caption) if name in figure_names else ""
 
     masked_wer = tables.condition_wer.filter(pl.col("condition") == MASKED)
     noisy = sorted(c for c in conditions if Condition(c).kind in NOISE_KINDS)
@@ -255,7 +276,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
         figure("control_effects"),
         subsection(
             "Prosody masking (every 160 ms window of the turn time-reversed: no words, same prosody)",
-            html_table(_effects_display(effects, [MASKED])) if MASKED in conditions else _not_run(MASKED),
+            _effects_table(effects, [MASKED]) if MASKED in conditions else _not_run(MASKED),
             paragraph(
                 f"WER of the masked turn (ASR of the masked audio; the study measured {STUDY_MASKED_WER}) next to "
                 "its clean WER:"
@@ -266,7 +287,7 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
         ),
         subsection(
             "Noise (white noise and babble at a target SNR on the turn)",
-            html_table(_effects_display(effects, noisy)) if noisy else _not_run("noise_10"),
+            _effects_table(effects, noisy) if noisy else _not_run("noise_10"),
             html_table(with_interval(tables.noise_curve, "sensitivity")) if tables.noise_curve.height else "",
             figure("noise_snr") if noisy else "",
         ),

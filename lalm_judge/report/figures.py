@@ -12,10 +12,13 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
+# SVG element ids from a fixed salt instead of random ones, so that equal tables give byte-equal SVG files.
+matplotlib.rcParams["svg.hashsalt"] = "lalm-judge"
 
 import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first)
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
+from adjustText import adjust_text  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS  # noqa: E402
@@ -154,18 +157,43 @@ def plot_pareto(pareto: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
         table["cv_specificity"].fill_null(np.nan),
         c=table["avg_abs_pb_sensitivity"].fill_null(np.nan),
         cmap="viridis_r",
+        label="configuration",
     )
     front = table.filter(pl.col("on_front"))
     axis.scatter(
         front["cv_sensitivity"], front["cv_specificity"], s=140, facecolors="none", edgecolors="red", label="front"
     )
-    for row in front.iter_rows(named=True):
-        axis.annotate(f"{row['judge']} {row['series']}", (row["cv_sensitivity"], row["cv_specificity"]), fontsize=6)
     figure.colorbar(points, label="AvgAbsPB (sensitivity)")
     axis.set_xlabel("sensitivity (cross-validated)")
     axis.set_ylabel("specificity (cross-validated)")
     axis.legend(fontsize="small", frameon=False)
+    label_points(
+        axis,
+        front["cv_sensitivity"],
+        front["cv_specificity"],
+        [f"{r['judge']} {r['series']}" for r in front.iter_rows(named=True)],
+    )
     return save_figure(figure, stem)
+
+
+# Iterations of the label placement: a fixed count, not adjustText's default time limit, so that equal tables
+# give equal figures.
+LABEL_ITERATIONS = 400
+
+
+def label_points(axis, x: pl.Series, y: pl.Series, labels: list[str]) -> list:
+    """Label points so that no two labels overlap (adjustText pushes them apart and draws a leader line)."""
+    texts = [axis.text(a, b, label, fontsize=6) for a, b, label in zip(x, y, labels) if a is not None and b is not None]
+    if texts:
+        adjust_text(
+            texts,
+            ax=axis,
+            x=x.fill_null(np.nan).to_numpy(),
+            y=y.fill_null(np.nan).to_numpy(),
+            iter_lim=LABEL_ITERATIONS,
+            arrowprops={"arrowstyle": "-", "color": "grey", "linewidth": 0.5},
+        )
+    return texts
 
 
 def plot_prompt_strategies(
@@ -180,7 +208,7 @@ def plot_prompt_strategies(
             axis.plot(x, part["value"].fill_null(np.nan), marker="o", label=config)
         axis.set_xticks(range(len(prompts)), prompts, rotation=30, ha="right")
         axis.set_title(metric)
-    axes[0][-1].legend(fontsize="x-small", frameon=False, bbox_to_anchor=(1.02, 1), loc="upper left")
+        axis.legend(fontsize="x-small", frameon=False, bbox_to_anchor=(1.02, 1), loc="upper left")
     return save_figure(figure, stem)
 
 
@@ -189,15 +217,18 @@ def plot_severity_curves(severity_curve: pl.DataFrame, stem: str | os.PathLike) 
     (`severity_lines`)."""
     table = severity_lines(severity_curve)
     judges = sorted(table["judge"].unique().to_list())
+    measured = sorted(table["severity"].unique().to_list())
     figure, axes = plt.subplots(1, len(judges), figsize=(3.5 * len(judges), 3), squeeze=False, sharey=True)
     for axis, judge in zip(axes[0], judges):
         part = table.filter(pl.col("judge") == judge)
         for (label,), line in part.group_by("series", maintain_order=True):
             axis.plot(line["severity"], line["mean_score"], marker="o", label=label)
         axis.set_title(judge)
-        axis.set_xlabel("severity")
+        axis.set_xlabel("severity (0 = safe original)")
+        # Only the severities the run measured: an axis running 0-5 suggests levels that were never scored.
+        axis.set_xticks(measured, [str(s) for s in measured])
+        axis.legend(fontsize="x-small", frameon=False)
     axes[0][0].set_ylabel("mean safety score")
-    axes[0][-1].legend(fontsize="x-small", frameon=False)
     return save_figure(figure, stem)
 
 

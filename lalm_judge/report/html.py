@@ -6,9 +6,11 @@ from __future__ import annotations
 import html
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import polars as pl
 
+from lalm_judge.analysis.engine import CELL_KEYS
 from lalm_judge.analysis.findings import DROP
 from lalm_judge.analysis.guide import PRIORITIES
 from lalm_judge.core.table_sets import severities_with_intervals
@@ -16,6 +18,7 @@ from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.manifest.samples import Sample
 from lalm_judge.report.examples import AudioExample
 from lalm_judge.report.figures import FIGURES
+from lalm_judge.report.flow import FLOW_STYLE, flow_svg
 from lalm_judge.report.tables import (
     NOISE_LEVEL,
     cell_text,
@@ -26,22 +29,49 @@ from lalm_judge.report.tables import (
     pareto_display,
     position_bias_display,
 )
+from lalm_judge.report.viewer import sample_link, sample_links, viewer_intro
 
 WEAK_JUDGE_WARNING = "weak demo model: its scores do not measure LALM ability"
 
 
-def html_table(frame: pl.DataFrame, css_class: str = "data", row_classes: Sequence[str | None] | None = None) -> str:
-    """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped)."""
-    head = "".join(f"<th>{html.escape(name)}</th>" for name in frame.columns)
+def header_html(name: str) -> str:
+    """A column name as a table header: escaped, with a line-break opportunity after each underscore, so that a
+    narrow column wraps `parse_failure_rate` between its words instead of widening the table or breaking a word."""
+    return "_<wbr>".join(html.escape(part) for part in name.split("_"))
+
+
+def html_table(
+    frame: pl.DataFrame,
+    css_class: str = "data",
+    row_classes: Sequence[str | None] | None = None,
+    links: Sequence[str | None] | None = None,
+) -> str:
+    """An HTML table of a polars frame (floats rounded to DIGITS decimals, nulls as a dash, text escaped); with
+    `links`, a last column links each row to its samples in the sample viewer."""
+    head = "".join(f"<th>{header_html(name)}</th>" for name in frame.columns)
+    if links is not None:
+        head += f"<th>{VIEWER_COLUMN}</th>"
     body = []
     for i, row in enumerate(frame.iter_rows()):
         row_class = row_classes[i] if row_classes else None
         attribute = f' class="{row_class}"' if row_class else ""
         cells = "".join(f"<td>{html.escape(cell_text(value))}</td>" for value in row)
+        if links is not None:
+            cells += f"<td>{viewer_anchor(links[i])}</td>"
         body.append(f"<tr{attribute}>{cells}</tr>")
     if not body:
         body.append(f'<tr><td colspan="{max(1, frame.width)}">no rows</td></tr>')
-    return f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    table = f'<table class="{css_class}"><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
+    # A table wider than the page scrolls inside its own box, never the page.
+    return f'<div class="table-wrap">{table}</div>'
+
+
+VIEWER_COLUMN = "samples"
+
+
+def viewer_anchor(link: str | None, text: str = "open") -> str:
+    """A link into the sample viewer (a dash for none)."""
+    return html.escape(cell_text(None)) if link is None else f'<a href="{html.escape(link)}">{html.escape(text)}</a>'
 
 
 def section(anchor: str, title: str, *parts: str) -> str:
@@ -75,11 +105,21 @@ def judges_section(judges: pl.DataFrame, unpinned: Sequence[str] = ()) -> str:
     return section("judges", "Judges", *boxes, html_table(shown))
 
 
-def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
+def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str], flow: Mapping[str, Any] | None = None) -> str:
     priorities = "; ".join(
         f"{p.name}: {'highest' if p.maximize else 'lowest'} {p.column}" + (" (95 % CI)" if p.ci_columns else "")
         for p in PRIORITIES
     )
+    figure = ""
+    if flow is not None:
+        figure = (
+            '<figure id="figure-decision-flow" class="flow">'
+            f"{flow_svg(flow, weak_judges)}"
+            "<figcaption><strong>Decision flow.</strong> Follow the input the judge gets, the transcript there is "
+            "and what matters most to the judge cell to use: its value with the 95 % interval and how many measured "
+            "cells competed. A dashed box: no measured judge takes that input.</figcaption></figure>"
+            f'<aside class="caveat"><strong>Caveat.</strong> {html.escape(flow["caveat"])}</aside>'
+        )
     return section(
         "guide",
         "Practitioner guide",
@@ -90,6 +130,7 @@ def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> str:
             "the cross-validation could run. A recommendation is only as good as the judges measured: a weak demo "
             "model recommended here is merely the best of weak options."
         ),
+        figure,
         html_table(guide_display(guide, weak_judges), css_class="data guide"),
     )
 
@@ -129,7 +170,9 @@ def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cel
             "An interval that excludes 0 is an effect larger than resampling the dialogues explains; it says "
             "nothing about effects too small for this many dialogues."
         )
-    items = [finding_sentence(row) for row in findings.iter_rows(named=True)]
+    rows = list(findings.iter_rows(named=True))
+    items = [finding_sentence(row) for row in rows]
+    links = sample_links(rows, CELL_KEYS, sort="drop_desc", severity_key="severity")
     if not items:
         return section(
             "findings",
@@ -139,20 +182,27 @@ def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cel
         )
     judges = dict.fromkeys(findings["judge"].to_list())
     caveats = [weak_finding_caveat(j, weak_judges[j]) for j in judges if j in weak_judges]
-    listing = "<ul>" + "".join(f"<li>{html.escape(item)}</li>" for item in items) + "</ul>"
+    listing = (
+        "<ul>"
+        + "".join(
+            f"<li>{html.escape(item)} ({viewer_anchor(link, 'samples')})</li>" for item, link in zip(items, links)
+        )
+        + "</ul>"
+    )
     return section("findings", "Findings", paragraph(summary), listing, *map(paragraph, caveats))
 
 
+def figure_html(name: str, title: str, caption: str) -> str:
+    """A figure of the report folder (figures/<name>.png, with a link to its SVG) and its caption."""
+    return (
+        f'<figure id="figure-{name}"><img src="figures/{name}.png" alt="{html.escape(title)}">'
+        f"<figcaption><strong>{html.escape(title)}.</strong> {html.escape(caption)} "
+        f'<a href="figures/{name}.svg">SVG</a></figcaption></figure>'
+    )
+
+
 def figures_section(figure_names: Sequence[str]) -> str:
-    parts = []
-    for spec in FIGURES:
-        if spec.name not in figure_names:
-            continue
-        parts.append(
-            f'<figure id="figure-{spec.name}"><img src="figures/{spec.name}.png" alt="{html.escape(spec.title)}">'
-            f"<figcaption><strong>{html.escape(spec.title)}.</strong> {html.escape(spec.caption)} "
-            f'<a href="figures/{spec.name}.svg">SVG</a></figcaption></figure>'
-        )
+    parts = [figure_html(spec.name, spec.title, spec.caption) for spec in FIGURES if spec.name in figure_names]
     return section("figures", "Figures", *parts)
 
 
@@ -193,6 +243,8 @@ def examples_section(examples: Sequence[AudioExample]) -> str:
             f'src="{html.escape(example.original_wav)}"></audio></p>'
             f"<p>variant ({html.escape(variant.sample_id)}; {html.escape(label)}): "
             f'<audio controls preload="none" src="{html.escape(example.variant_wav)}"></audio></p>'
+            f"<p>{viewer_anchor(sample_link(variant.sample_id), 'Open the variant in the sample viewer')} "
+            f"(every judge's answer, its transcripts and control versions).</p>"
             f"{transcript_table(example)}</div>"
         )
     if not examples:
@@ -217,17 +269,23 @@ DEFINITIONS = (
 )
 
 
-STYLE = """
+STYLE = (
+    """
 body { font-family: sans-serif; max-width: 1200px; margin: 2em auto; padding: 0 1em; color: #222; }
-table.data { border-collapse: collapse; font-size: 0.85em; margin: 0.5em 0 1.5em; }
-table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.5em; text-align: left; }
+div.table-wrap { max-width: 100%; overflow-x: auto; margin: 0.5em 0 1.5em; }
+table.data { border-collapse: collapse; font-size: 0.85em; }
+table.data th, table.data td { border: 1px solid #ccc; padding: 0.2em 0.35em; text-align: left; vertical-align: top; }
+table.data td { max-width: 32em; min-width: 5em; overflow-wrap: anywhere; }
 table.data th { background: #f2f2f2; }
 tr.replaced td { background: #fff3b0; font-weight: bold; }
 .warning { border: 2px solid #c0392b; background: #fdecea; padding: 0.6em 1em; margin: 0.6em 0; }
 figure { margin: 1.5em 0; } figure img { max-width: 100%; }
 figcaption { font-size: 0.9em; }
-nav a { margin-right: 1em; }
+nav { display: flex; flex-wrap: wrap; gap: 0.3em 1em; }
+aside.caveat { border-left: 4px solid #c0392b; background: #fdf2e9; padding: 0.5em 1em; margin: 0.5em 0 1em; }
 """
+    + FLOW_STYLE
+)
 
 
 NAVIGATION = (
@@ -235,6 +293,7 @@ NAVIGATION = (
     ("judges", "Judges"),
     ("guide", "Guide"),
     ("figures", "Figures"),
+    ("modality", "Modality"),
     ("cells", "Metrics"),
     ("deltas", "Deltas"),
     ("position-bias", "Position bias"),
@@ -273,6 +332,10 @@ class ReportContent:
     control_flags: pl.DataFrame | None = None
     # Models of the run still named by a branch (judges, ASR, XTTS voices), as '<config key> (<repo>@<branch>)'.
     unpinned: tuple[str, ...] = ()
+    # The decision flow of the guide (`lalm_judge.analysis.flow.decision_flow`) and the rendered modality section
+    # (`lalm_judge.report.modality.modality_section`).
+    flow: Mapping[str, Any] | None = None
+    modality: str = ""
 
 
 def render_html(content: ReportContent) -> str:
@@ -291,11 +354,16 @@ def render_html(content: ReportContent) -> str:
     )
     body = [
         banner,
+        viewer_intro(
+            "every sample with its audio from the changed turn, its transcripts, every judge cell's raw answer, "
+            "score and status, and its control versions"
+        ),
         html_table(content.overview, css_class="data overview"),
         findings_section(content.findings, weak, content.cells),
         judges_section(content.judges, content.unpinned),
-        guide_section(content.guide, weak),
+        guide_section(content.guide, weak, content.flow),
         figures_section(content.figure_names),
+        content.modality,
         section(
             "cells",
             "Metrics per judge cell",
@@ -304,13 +372,15 @@ def render_html(content: ReportContent) -> str:
                 "severity, says why. audio_input: what the judge takes for the audio ('cascade via <asr model>': "
                 "an ASR transcript, not the audio)."
             ),
-            html_table(cells_display(content.cells)),
+            html_table(cells_display(content.cells), links=sample_links(content.cells.to_dicts(), CELL_KEYS)),
         ),
         section(
             "deltas",
             "Score drop per severity",
             paragraph("Delta_i (safe original minus variant, paired on dialogues) with 95 % intervals."),
-            html_table(deltas_display(content.cells)),
+            html_table(
+                deltas_display(content.cells), links=sample_links(content.cells.to_dicts(), CELL_KEYS, sort="drop_desc")
+            ),
         ),
         section(
             "position-bias",
@@ -343,7 +413,7 @@ def render_html(content: ReportContent) -> str:
                 "cut at the token limit before the score line ended, filtered = withheld or cut by a content filter "
                 "(docs/metrics.md, 'Reading a judge's answer')."
             ),
-            html_table(content.parse_status),
+            html_table(content.parse_status, links=sample_links(content.parse_status.to_dicts(), CELL_KEYS)),
         ),
         content.controls,
         section("wer", "WER per transcript source", html_table(content.wer)),

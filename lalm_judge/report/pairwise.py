@@ -40,7 +40,9 @@ from lalm_judge.report.pairwise_layout import (  # noqa: E402
     format_table,
     semantic_table,
 )
+from lalm_judge.report.pairwise_samples import PairwiseViewerInputs, write_pairwise_viewer  # noqa: E402
 from lalm_judge.report.tables import MISSING, PROVENANCE_COLUMNS, interval_text, judge_table  # noqa: E402
+from lalm_judge.report.viewer import VIEWER_DIR, viewer_intro, viewer_link  # noqa: E402
 
 TITLE = "lalm-judge: pairwise judging of spoken responses"
 DURATION_FIGURE = "agreement_by_duration"
@@ -120,6 +122,16 @@ def with_verdict_rules(table: pl.DataFrame, documents: Sequence[Mapping[str, Any
     columns = [c for c in table.columns if c != "verdict rule"]
     at = columns.index("mode") + 1 if "mode" in columns else 1
     return ruled.select(*columns[:at], "verdict rule", *columns[at:])
+
+
+def _wide_links(metrics: pl.DataFrame, scopes: Sequence[str]) -> list[str]:
+    """Per row of `_wide` (same order), the item viewer's list of that cell's rows (of the aspect, for an aspect)."""
+    links: dict[tuple[str, str], str] = {}
+    for record in metrics.filter(pl.col("scope").is_in(list(scopes))).iter_rows(named=True):
+        aspect = record["group"] if record["scope"] == "aspect" else None
+        link = viewer_link("list", {**{key: record[key] for key in CELL_KEYS}, "aspect": aspect})
+        links.setdefault((_cell_label(record), record["group"]), link)
+    return list(links.values())
 
 
 def items_table(summary: Mapping[str, Any], config: Mapping[str, Any]) -> pl.DataFrame:
@@ -279,6 +291,7 @@ def render_pairwise_html(
     weak_reasons = {r["judge"]: r["weak_reason"] for r in weak}
     parts = [
         banner,
+        viewer_intro("every item with both responses, its label and rationale, every judge's answers in both orders"),
         section(
             "findings",
             "Findings",
@@ -298,7 +311,7 @@ def render_pairwise_html(
                 "95 % bootstrap intervals over items. 'all' pools every row, 'aspect_mean' averages the aspects. "
                 "'verdict rule' says how each cell's answers became verdicts (Definitions)."
             ),
-            html_table(aspects),
+            html_table(aspects, links=_wide_links(metrics, ["aspect", "overall"])),
         ),
         section(
             "swap",
@@ -353,8 +366,10 @@ def build_pairwise_report(
     config: Mapping[str, Any],
     out_dir: str | os.PathLike,
     prediction_paths: Sequence[str | os.PathLike] = (),
+    viewer: PairwiseViewerInputs | None = None,
 ) -> Path:
-    """Write the pairwise report folder (index.html, figures/); return index.html."""
+    """Write the pairwise report folder (index.html, figures/, and with `viewer` the item viewer, samples/);
+    return index.html."""
     out_dir = Path(out_dir)
     tables = read_pairwise_stage(metrics_dir)
     summary = read_json(items_summary_path)
@@ -363,4 +378,6 @@ def build_pairwise_report(
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
         tmp.write_text(render_pairwise_html(tables, summary, config, DURATION_FIGURE, predictions), encoding="utf-8")
+    if viewer is not None:
+        write_pairwise_viewer(viewer, out_dir / VIEWER_DIR)
     return index

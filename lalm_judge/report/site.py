@@ -1,9 +1,11 @@
 """The standalone report folder: `index.html` (the findings; judges, with a visible warning for weak demo models;
-the practitioner guide; figures; metric, Pareto and prompt-selection tables; parse failures and refusals per cell;
-the controls (`lalm_judge.report.controls`); WER per transcript source; the audio accounting; audio examples),
-`figures/` and `audio/`. The report renders what the metrics stage wrote (`core.table_sets`: the metric tables,
-the control tables, and the guide and findings of `results/metrics/`); it computes no metric. Everything depends
-only on its inputs: no dates, examples chosen by sorted ids, numbers rounded for display only."""
+the practitioner guide and its decision flow (`lalm_judge.report.flow`); figures; metric, Pareto and
+prompt-selection tables; parse failures and refusals per cell; the controls (`lalm_judge.report.controls`); the
+modality analysis (`lalm_judge.report.modality`); WER per transcript source; the audio accounting; audio examples),
+`figures/`, `audio/` and the sample viewer `samples/` (`lalm_judge.report.samples`), which the tables link to. The
+report renders what the metrics stage wrote (`core.table_sets`: the metric tables, the control tables, the modality
+tables, the guide and findings of `results/metrics/`, and the decision flow); it computes no metric. Everything
+depends only on its inputs: no dates, examples chosen by sorted ids, numbers rounded for display only."""
 
 from __future__ import annotations
 
@@ -14,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from lalm_judge.core.files import atomic_path, read_json
-from lalm_judge.core.table_sets import ControlTables, GuideTables, MetricTables
+from lalm_judge.core.table_sets import ControlTables, GuideTables, MetricTables, ModalityTables
 from lalm_judge.manifest.samples import Manifest
 from lalm_judge.report import figures
 from lalm_judge.report.controls import CONTROL_FIGURES, controls_section
 from lalm_judge.report.examples import N_AUDIO_EXAMPLES, write_audio_examples
 from lalm_judge.report.html import ReportContent, render_html
+from lalm_judge.report.modality import MODALITY_FIGURES, modality_section
+from lalm_judge.report.samples import SampleViewerInputs, write_sample_viewer
 from lalm_judge.report.tables import (
     accounting_table,
     judge_table,
@@ -28,6 +32,7 @@ from lalm_judge.report.tables import (
     provenance_table,
     wer_table,
 )
+from lalm_judge.report.viewer import VIEWER_DIR
 
 
 def copy_figures(
@@ -55,11 +60,16 @@ def build_report(
     out_dir: str | os.PathLike,
     controls_dir: str | os.PathLike,
     control_figure_dir: str | os.PathLike,
+    modality_dir: str | os.PathLike,
+    modality_figure_dir: str | os.PathLike,
+    flow_path: str | os.PathLike,
     n_examples: int = N_AUDIO_EXAMPLES,
     title: str = "lalm-judge: LALMs as safety judges of spoken dialogue",
+    viewer: SampleViewerInputs | None = None,
 ) -> Path:
-    """Write the standalone report folder (index.html, figures/, audio/) from the tables under `metrics_dir`
-    (the metric tables, the guide and the findings) and `controls_dir`; return index.html."""
+    """Write the standalone report folder (index.html, figures/, audio/, and with `viewer` the sample viewer,
+    samples/) from the tables under `metrics_dir` (the metric tables, the guide and the findings), `controls_dir`
+    and `modality_dir` and the decision flow at `flow_path`; return index.html."""
     out_dir = Path(out_dir)
     tables, summary = MetricTables.read(metrics_dir), GuideTables.read(metrics_dir)
     controls = ControlTables.read(controls_dir)
@@ -83,8 +93,16 @@ def build_report(
         controls=controls_section(controls, copy_figures(control_figure_dir, out_dir / "figures", CONTROL_FIGURES)),
         control_flags=controls.flags,
         unpinned=tuple(config.get("unpinned", ())),
+        flow=read_json(flow_path),
+        modality=modality_section(
+            ModalityTables.read(modality_dir),
+            copy_figures(modality_figure_dir, out_dir / "figures", MODALITY_FIGURES),
+            {r["judge"]: r["weak_reason"] for r in judges.iter_rows(named=True) if r["weak_reason"]},
+        ),
     )
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
         tmp.write_text(render_html(content), encoding="utf-8")
+    if viewer is not None:
+        write_sample_viewer(viewer, out_dir / VIEWER_DIR)
     return index

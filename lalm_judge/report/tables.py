@@ -339,7 +339,8 @@ def guide_display(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.Dat
             {name: "weak demo model" for name in weak_judges}, default=None, return_dtype=pl.String
         )
     )
-    return table.drop("metric", "condition")
+    # The guide table carries its provenance (shown once, in the provenance table), not a column of the guide.
+    return table.drop("metric", "condition", *(name for name in PROVENANCE_COLUMNS if name in table.columns))
 
 
 def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cells: pl.DataFrame) -> pl.DataFrame:

@@ -479,7 +479,7 @@ def _check_safety(config: dict[str, Any]) -> list[str]:
         cascade = entry["options"].get("cascade_asr")
         if cascade is not None and cascade not in asr_models:
             raise ConfigError(f"judges.{name}.options.cascade_asr: {cascade!r} is not in asr.models")
-    problems = _gpu_problems(config)
+    problems = _gpu_problems(config) + _emotion_reference_problems(config["tts"])
     cells = judge_cells(config)
     for name in evaluation["judges"]:
         problems += judge_problems(name, judges[name], [c for c in cells if c.judge == name])
@@ -569,6 +569,19 @@ def _gpu_problems(config: dict[str, Any]) -> list[str]:
     if cuda_voices and config["tts"]["gpu"] == 0:
         problems.append(f"tts.gpu is 0, but the voices {cuda_voices} run on cuda; set tts.gpu: 1")
     return problems
+
+
+def _emotion_reference_problems(tts: Mapping[str, Any]) -> list[str]:
+    """Emotion references are clips another speaker spoke: only a cloning engine can take the prosody from them."""
+    if not tts.get("emotion_reference"):
+        return []
+    others = sorted(name for name, voice in tts["voices"].items() if voice["engine"] != "xtts")
+    if not others:
+        return []
+    return [
+        f"tts.emotion_reference: the voices {others} do not clone from reference audio (only xtts does); use xtts "
+        "voices or remove tts.emotion_reference"
+    ]
 
 
 def _voices(config: Mapping[str, Any]) -> dict[str, Any]:

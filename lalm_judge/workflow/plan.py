@@ -15,13 +15,26 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from lalm_judge.audio.emotion_reference import EmotionReferenceError, EmotionReferences, EmotionReferenceSettings
 from lalm_judge.core.dialogue import SourceDialogue
 from lalm_judge.core.files import shard_of
-from lalm_judge.core.vocabulary import AUDIO, BABBLE, CLEAN, Condition, TranscriptSource, condition_cell_error
+from lalm_judge.core.vocabulary import (
+    AUDIO,
+    BABBLE,
+    CLEAN,
+    TTS_CONTROL,
+    Condition,
+    TranscriptSource,
+    condition_cell_error,
+)
+from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.data.corpus import list_source_dialogues
 from lalm_judge.workflow import context_length
 from lalm_judge.workflow.preference import preference_voices, speak_gpus
 from lalm_judge.workflow.sizing import DialogueWork, JudgeSizing, SizingError, size_judges, sizing_table
+
+# Problems a parse-time check lists before it says how many more there are.
+MAX_LISTED = 5
 
 
 class ConfigError(ValueError):
@@ -130,6 +143,7 @@ class Plan:
         self._shards = {n: {d: shard_of(d, n) for d in self.dialogue_ids} for n in self.shard_counts()}
         if self.needs_babble():
             self._check_babble()
+        self._check_emotion_references()
 
     def _dialogue_works(self) -> list[DialogueWork]:
         per_turn = len(self.config["variants"]["categories"]) * len(self.config["variants"]["severities"])
@@ -283,6 +297,37 @@ class Plan:
     def shard_of_dialogue(self, dialogue_id: str) -> int:
         """The babble shard of a dialogue (`babble_shard_count`)."""
         return self._shards[self.babble_shard_count()][dialogue_id]
+
+    def spoken_turns(self) -> list[tuple[str, str, str | None]]:
+        """(dialogue, speaker, emotion label) of every turn the TTS jobs speak anew, where the corpus listing names
+        its speaker: each variant turn (label None: the rewrite's, which is one of the DeepDialogue set), and under
+        `tts_control` each target turn of the control dialogues with its corpus label."""
+        imported = self.config["variants"]["source"] == IMPORTED
+        controlled = set(self._control_dialogues) if TTS_CONTROL in self.synthesized_controls() else set()
+        spoken = []
+        for dialogue in self.dialogues:
+            for turn in self._turns[dialogue.dialogue_id] if dialogue.speakers else []:
+                speaker = dialogue.speakers[turn]
+                if not imported:
+                    spoken.append((dialogue.dialogue_id, speaker, None))
+                if dialogue.dialogue_id in controlled:
+                    spoken.append((dialogue.dialogue_id, speaker, dialogue.emotions[turn]))
+        return spoken
+
+    def _check_emotion_references(self) -> None:
+        """With `tts.emotion_reference`, every new turn needs its RAVDESS clips: the folder, the speaker's gender,
+        an actor of that gender, a RAVDESS emotion for the label."""
+        settings = EmotionReferenceSettings.from_config(self.config["tts"].get("emotion_reference"))
+        if settings is None:
+            return
+        try:
+            problems = EmotionReferences(settings).problems(self.spoken_turns())
+        except EmotionReferenceError as error:
+            raise ConfigError(str(error)) from None
+        if problems:
+            shown = problems[:MAX_LISTED]
+            more = [f"... and {len(problems) - MAX_LISTED} more"] if len(problems) > MAX_LISTED else []
+            raise ConfigError("tts.emotion_reference cannot serve every new turn:\n  " + "\n  ".join(shown + more))
 
     def _check_babble(self) -> None:
         """Babble is made of the turns of the other dialogues of a shard: every shard with variants needs two

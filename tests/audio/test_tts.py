@@ -3,6 +3,7 @@ import pytest
 
 from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize, voice_for_speaker
 from lalm_judge.audio.tts.xtts import choose_references
+from tests.support.coqui import install_coqui_stand_in
 
 PIPER = Voice("piper", {"voice": "joe"})
 PIPER_HIGH = Voice("piper", {"voice": "joe", "pitch_shift": 1.25})
@@ -119,40 +120,9 @@ def test_variant_turns_keep_the_voice_and_match_the_neighbours_loudness(tmp_path
     assert [read_audio(c)[0].tobytes() for c in table["clip"]] == [read_audio(c)[0].tobytes() for c in again["clip"]]
 
 
-class _CoquiStandIn:
-    """Stands in for coqui-tts 0.28's `TTS.api.TTS` (its weights come from the hub and it imports only with a CUDA
-    torchaudio): `TTS(model_name).to(device)` or `TTS(model_path=<checkpoint folder>, config_path=...)`, `tts(text=...,
-    speaker_wav=..., language=..., split_sentences=..., **inference_kwargs)` returning a list of floats,
-    `synthesizer.output_sample_rate` (24 kHz). Like XTTS it samples from the torch RNG and takes no seed."""
-
-    def __init__(self, model_name="", model_path=None, config_path=None):
-        import torch
-
-        self.torch, self.model_name, self.device = torch, model_name, None
-        self.model_path, self.config_path = model_path, config_path
-        self.synthesizer = type("Synthesizer", (), {"output_sample_rate": 24000})()
-
-    def to(self, device):
-        self.device = device
-        return self
-
-    def tts(self, text, speaker=None, language=None, speaker_wav=None, emotion=None, split_sentences=True, **kwargs):
-        if emotion is not None:
-            raise ValueError("Emotion can only be used with Coqui Studio models. Which is discontinued.")
-        return (self.torch.rand(240) * 0.1).tolist()
-
-
 @pytest.fixture
 def coqui_stand_in(monkeypatch):
-    import sys
-    import types
-
-    package, api = types.ModuleType("TTS"), types.ModuleType("TTS.api")
-    api.TTS = _CoquiStandIn
-    package.api = api
-    monkeypatch.setitem(sys.modules, "TTS", package)
-    monkeypatch.setitem(sys.modules, "TTS.api", api)
-    monkeypatch.setattr("importlib.metadata.version", lambda name: "0.28.0")
+    return install_coqui_stand_in(monkeypatch)
 
 
 def test_xtts_refuses_to_start_without_the_accepted_licence(monkeypatch, coqui_stand_in):

@@ -103,7 +103,11 @@ def test_lists_every_published_sample_with_slug_ids():
     assert [d.dialogue_id for d in xtts] == folders and len(xtts) == 33
     assert len(orpheus) == 8 and {d.dialogue_id for d in orpheus} < set(folders)
     for d in xtts:
-        assert d.n_turns == len(json.loads(Path(d.source_path).read_text())["conversation"])
+        conversation = json.loads(Path(d.source_path).read_text())["conversation"]
+        assert d.n_turns == len(conversation)
+        # Speakers and labels at parse time: the emotion references check them before the first job.
+        assert d.speakers == tuple(t["speaker"] for t in conversation)
+        assert d.emotions == tuple(t["emotion"] for t in conversation)
         assert int(d.dialogue_id.rsplit("_", 1)[1]) == d.n_turns  # folder names end in the turn count
     via_corpus = corpus.list_source_dialogues(
         {"format": "deepdialogue", "path": str(DATA), "max_dialogues": 2, "tts_system": "xtts"}

@@ -9,6 +9,7 @@ import pytest
 from bench import simulated
 from lalm_judge.analysis import engine, inputs, stage
 from lalm_judge.report import figures
+from tests.support.figures import assert_every_panel_has_its_legend
 
 
 @pytest.fixture(scope="module")
@@ -100,3 +101,53 @@ def test_figure_writes_png_and_svg(tables, tmp_path, draw):
         assert path.stat().st_size > 1000
     assert paths[0].read_bytes().startswith(b"\x89PNG")
     assert b"<svg" in paths[1].read_bytes()
+
+
+def test_severity_axes_show_the_severities_measured(tables, tmp_path, drawn):
+    """A run of severities 1, 3 and 5 gets ticks 0 (the safe original), 1, 3, 5: not 0-5."""
+    measured = tables.severity_curve.filter(pl.col("severity").is_in([0, 1, 3, 5]))
+    figures.plot_severity_curves(measured, tmp_path / "severity")
+    (figure,) = drawn
+    for axis in figure.axes:
+        assert [tick.get_text() for tick in axis.get_xticklabels()] == ["0", "1", "3", "5"]
+        assert axis.get_legend() is not None
+
+
+def label_boxes(axis) -> list:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(axis.figure).get_renderer()
+    return [text.get_window_extent(renderer) for text in axis.texts]
+
+
+def test_pareto_labels_do_not_overlap_even_for_crowded_points(tmp_path, drawn):
+    crowded = pl.DataFrame(
+        {
+            "judge": [f"judge_{i}" for i in range(8)],
+            "modality": ["audio_text"] * 8,
+            "transcript_source": ["asr:whisper_large_v3"] * 8,
+            "cv_sensitivity": [0.20 + 0.002 * i for i in range(8)],
+            "cv_specificity": [0.90 - 0.002 * i for i in range(8)],
+            "avg_abs_pb_sensitivity": [0.05] * 8,
+            "on_front": [True] * 8,
+        }
+    )
+    figures.plot_pareto(crowded, tmp_path / "pareto")
+    (figure,) = drawn
+    axis = figure.axes[0]
+    boxes = label_boxes(axis)
+    assert len(boxes) == 8
+    overlaps = [(a, b) for a in range(8) for b in range(a + 1, 8) if boxes[a].overlaps(boxes[b])]
+    assert overlaps == []
+    # Placed from a fixed number of iterations, not a time limit: the same table gives the same figure.
+    again = tmp_path / "again"
+    figures.plot_pareto(crowded, again)
+    assert (tmp_path / "pareto.svg").read_bytes() == (tmp_path / "again.svg").read_bytes()
+
+
+def test_every_panel_of_every_report_figure_has_its_legend(tables, tmp_path, drawn):
+    stage.write_metrics(tables, tmp_path / "metrics", engine.MetricSettings(n_boot=30, seed=0, n_folds=2))
+    figures.write_figures(tmp_path / "metrics", tmp_path / "figures")
+    assert len(drawn) == len(figures.FIGURES)
+    for figure in drawn:
+        assert_every_panel_has_its_legend(figure)

@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 
 from bench import simulated
-from lalm_judge.analysis import controls, engine, stage
+from lalm_judge.analysis import controls, engine, flow, modality, stage
 from lalm_judge.analysis.findings import delta_findings
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.audio import waveform as audio_lib
@@ -22,6 +22,8 @@ from lalm_judge.core.tables import PROSODY, PROSODY_FEATURES
 from lalm_judge.manifest.accounting import audio_accounting
 from lalm_judge.report import controls as report_controls
 from lalm_judge.report import figures, html, site, tables
+from lalm_judge.report import modality as report_modality
+from tests.support.figures import assert_every_panel_has_its_legend
 
 ROOT = Path(__file__).resolve().parents[2]
 ASR = "asr:whisper_tiny_en"
@@ -185,11 +187,22 @@ def workspace(tmp_path_factory) -> dict:
         prompts=("basic", "cot"),
         seed=5,
     )
+    # qwen_audio also hears the audio with the transcript: the cells of the modality analysis.
+    audio_text = simulated.simulate_scores(
+        n_dialogues=8,
+        turn_counts=(2, 3),
+        judges=("qwen_audio",),
+        modalities=(("audio_text", "gt"), ("audio_text", ASR)),
+        prompts=("basic", "cot"),
+        seed=6,
+    )
+    scores = pl.concat([scores, audio_text])
     # minilm's audio cell is an ASR cascade; qwen_audio's text/asr cot cell lacks severity 3.
     scores = with_controls(simulated.with_audio_input(scores, {"minilm": "whisper_tiny_en"})).filter(
         ~(
             (pl.col("condition") == "clean")
             & (pl.col("judge") == "qwen_audio")
+            & (pl.col("modality") == "text")
             & (pl.col("transcript_source") == ASR)
             & (pl.col("prompt") == "cot")
             & (pl.col("severity") == 3)
@@ -210,6 +223,9 @@ def workspace(tmp_path_factory) -> dict:
     metrics = root / "metrics"
     stage.run_guide(metrics / "cells.parquet", metrics / "pareto.parquet", root / "controls" / "flags.parquet", metrics)
     report_controls.write_control_figures(root / "controls", root / "control_figures")
+    modality.run_modality([score_path], root / "modality", settings)
+    report_modality.write_modality_figures(root / "modality", root / "modality_figures")
+    flow.run_decision_flow(metrics / "guide.parquet", root / "decision_flow.json")
     manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
     accounting = root / "accounting.json"
     accounting.write_text(json.dumps(audio_accounting([str(p) for p in manifests])))
@@ -233,6 +249,9 @@ def build(workspace: dict, out_dir: Path, n_examples: int = 2) -> Path:
         out_dir=out_dir,
         controls_dir=workspace["root"] / "controls",
         control_figure_dir=workspace["root"] / "control_figures",
+        modality_dir=workspace["root"] / "modality",
+        modality_figure_dir=workspace["root"] / "modality_figures",
+        flow_path=workspace["root"] / "decision_flow.json",
         n_examples=n_examples,
     )
 
@@ -293,10 +312,12 @@ def test_metric_tables_show_intervals_noise_reference_and_audio_input(built, wor
     deltas = section(page, "deltas")
     assert f"<td>{tables.interval_text(row['delta_5'], row['delta_5_lo'], row['delta_5_hi'])}</td>" in deltas
     bias = section(page, "position-bias")
-    assert "<th>noise_null</th>" in bias and "<th>p_value</th>" in bias and "<th>beyond_noise</th>" in bias
+    assert (
+        "<th>noise_<wbr>null</th>" in bias and "<th>p_<wbr>value</th>" in bias and "<th>beyond_<wbr>noise</th>" in bias
+    )
     assert f"<td>{tables.cell_text(row['avg_abs_pb_sensitivity_null'])}</td>" in bias
     pareto = section(page, "pareto")
-    assert "<th>cv_sensitivity</th>" in pareto and "<th>front_objectives</th>" in pareto
+    assert "<th>cv_<wbr>sensitivity</th>" in pareto and "<th>front_<wbr>objectives</th>" in pareto
 
 
 def test_warning_banners_for_noise_incomplete_cells_and_cascades(built):
@@ -505,6 +526,9 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
         out_dir=tmp_path / "report",
         controls_dir=root / "controls",
         control_figure_dir=workspace["root"] / "control_figures",
+        modality_dir=workspace["root"] / "modality",
+        modality_figure_dir=workspace["root"] / "modality_figures",
+        flow_path=workspace["root"] / "decision_flow.json",
     )
     page = index.read_text(encoding="utf-8")
     banners = [w for w in re.findall(r'<div class="warning">(.*?)</div>', page) if "Minimum support" in w]
@@ -534,3 +558,94 @@ def test_the_report_build_renders_what_the_metrics_stage_wrote_and_computes_noth
     finally:
         sys.setprofile(None)
     assert called == {"report", "core", "manifest", "audio"}
+
+
+def test_every_panel_of_the_control_and_modality_figures_has_its_legend(workspace, tmp_path, drawn):
+    report_controls.write_control_figures(workspace["root"] / "controls", tmp_path / "controls")
+    report_modality.write_modality_figures(workspace["root"] / "modality", tmp_path / "modality")
+    assert len(drawn) == len(report_controls.CONTROL_FIGURES) + len(report_modality.MODALITY_FIGURES)
+    for figure in drawn:
+        assert_every_panel_has_its_legend(figure)
+
+
+def test_the_modality_section_shows_every_judge_its_pattern_and_figure(built, workspace):
+    index, page = built
+    section = page[page.index('<section id="modality">') :]
+    section = section[: section.index("</section>")]
+    patterns = pl.read_parquet(workspace["root"] / "modality" / "patterns.parquet")
+    assert set(patterns["judge"]) == {"minilm", "qwen_audio"}
+    # qwen_audio hears audio with the transcript: its pattern is determined; minilm has no audio_text cell.
+    assert patterns.filter(pl.col("judge") == "qwen_audio")["pattern"].is_not_null().all()
+    assert "gain_gt of sensitivity is not_measured" in patterns.filter(pl.col("judge") == "minilm")["reason"][0]
+    for name in ("gain_gt", f"gain_{ASR}", f"asr_loss_{ASR}", f"rescue_{ASR}", "audio_text_vs_audio_gt"):
+        assert f"<td>{name}</td>" in section
+    assert (
+        'src="figures/modality_effects.png"' in section and (index.parent / "figures" / "modality_effects.svg").exists()
+    )
+    assert "minilm: weak demo model" in section
+
+
+def test_the_guide_opens_with_its_decision_flow_and_the_caveat_above_the_table(built, workspace):
+    _, page = built
+    section = page[page.index('<section id="guide">') :]
+    section = section[: section.index("</section>")]
+    flow_at, caveat_at, table_at = (
+        section.index(s) for s in ('<svg class="flow"', "Caveat.", '<table class="data guide"')
+    )
+    assert flow_at < caveat_at < table_at
+    assert "synthetic speech" in section and "real recordings" in section
+    written = json.loads((workspace["root"] / "decision_flow.json").read_text())
+    assert section.count('<rect class="leaf') == len(flow.leaves(written))
+
+
+VIEWPORT = {"width": 1280, "height": 900}
+
+
+@pytest.fixture(scope="module")
+def report_page(built):
+    """The built report open in headless chromium at 1280 px (a laptop screen)."""
+    from tests.annotation.test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    if not Path(CHROMIUM).exists():
+        pytest.skip("chromium is not installed: 'make setup' installs it as root ('apt-get install chromium')")
+    from playwright.sync_api import sync_playwright
+
+    index, _ = built
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport=VIEWPORT)
+        page.goto(index.as_uri())
+        page.wait_for_load_state("load")
+        yield page
+        browser.close()
+
+
+@pytest.mark.browser
+@pytest.mark.slow
+def test_at_1280_px_the_page_is_no_wider_than_the_screen_and_the_flow_reads(report_page, workspace, tmp_path):
+    widths = report_page.evaluate(
+        """() => ({
+            page: document.documentElement.scrollWidth,
+            viewport: window.innerWidth,
+            outside: [...document.querySelectorAll('body *')]
+                .filter(e => !e.closest('div.table-wrap') && e.getBoundingClientRect().right > window.innerWidth)
+                .map(e => e.tagName),
+            guide: [...document.querySelectorAll('#guide div.table-wrap')].map(d => d.scrollWidth - d.clientWidth),
+        })"""
+    )
+    assert widths["page"] <= widths["viewport"] == VIEWPORT["width"], widths
+    # Nothing but the inside of a table's own scroll box reaches past the screen; the guide table wraps to fit.
+    assert widths["outside"] == [] and widths["guide"] == [0], widths
+    flow = report_page.locator("#figure-decision-flow")
+    box = flow.bounding_box()
+    assert box["x"] >= 0 and box["x"] + box["width"] <= VIEWPORT["width"]
+    shot = tmp_path / "decision_flow.png"
+    flow.screenshot(path=str(shot))
+    assert shot.stat().st_size > 10_000
+    # The flow carries the recommendations themselves: one box per guide row, each naming its judge cell and
+    # value, or saying that no measured judge takes that input.
+    guide = pl.read_parquet(workspace["root"] / "metrics" / "guide.parquet")
+    texts = report_page.locator("#figure-decision-flow text.leaf").all_text_contents()
+    assert len(texts) == guide.height
+    for text, row in zip(texts, guide.iter_rows(named=True)):
+        assert (row["judge"] in text) if row["judge"] else ("no measured judge" in text)

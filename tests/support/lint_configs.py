@@ -5,7 +5,9 @@ The workflow reads some inputs while it is parsed (the corpus, to plan dialogues
 linted in a scratch working directory holding what it reads, as its users and tests have it: the checkout's data,
 prompts and models folders; the `corpus/` folder the end-to-end tests write (tests/config/*: the demo dialogues,
 `write_corpus`); a synthetic corpus in the DeepDialogue hub layout where a config names a hub corpus that is not
-there (configs/paper.yaml: the published corpus is downloaded by its users, `write_hub_corpus`). XTTS-v2's licence
+there (configs/paper.yaml: the published corpus is downloaded by its users, `write_hub_corpus`); a synthetic folder in
+RAVDESS's layout where a config clones emotions from RAVDESS clips that are not there (`tts.emotion_reference`:
+RAVDESS is third-party data its users unpack, `write_ravdess`). XTTS-v2's licence
 acceptance (`COQUI_TOS_AGREED`), which the parse requires of configs that speak with XTTS, is set for the lint
 only: linting runs no job and synthesizes nothing.
 
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import yaml
 
+from tests.support.corpora import write_ravdess
 from tests.support.workflow import ROOT, write_corpus, write_hub_corpus
 
 CONFIGS = [
@@ -41,7 +44,11 @@ def prepare(workdir: Path, configfile: Path) -> None:
             (workdir / name).mkdir()
             for entry in (ROOT / name).iterdir():
                 (workdir / name / entry.name).symlink_to(entry)
-    corpus = (yaml.safe_load(configfile.read_text()) or {}).get("corpus", {})
+    config = yaml.safe_load(configfile.read_text()) or {}
+    references = (config.get("tts") or {}).get("emotion_reference")
+    if references and not (workdir / references["path"]).exists():
+        write_ravdess(workdir / references["path"])
+    corpus = config.get("corpus", {})
     if not corpus or (workdir / corpus["path"]).exists():
         return
     if corpus["format"] == "deepdialogue_hub":

@@ -6,35 +6,23 @@ orders, metrics and the report. The models' verdicts are random; the test checks
 from __future__ import annotations
 
 import json
-import shutil
 
 import polars as pl
 import pytest
-import yaml
 
 from lalm_judge.core.tables import PAIRWISE_METRICS, PAIRWISE_PREDICTIONS
 from lalm_judge.core.vocabulary import VERDICT_STATUSES
 from lalm_judge.pairwise.metrics import PairwiseMetricSettings, compute_pairwise_metrics
-from lalm_judge.workflow.config import load_config
 from lalm_judge.workflow.pairwise import PairwisePlan
-from tests.support.workflow import ROOT, snakemake, write_config
+from tests.support.workflow import ROOT, snakemake
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 CONFIG = ROOT / "tests" / "config" / "pairwise.yaml"
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory):
-    from bench.models import build_tiny_llama, build_tiny_qwen2audio
-
-    workdir = tmp_path_factory.mktemp("pairwise")
-    shutil.copy(ROOT / "data" / "pairwise_demo" / "items.jsonl", workdir / "items.jsonl")
-    config = yaml.safe_load(CONFIG.read_text())
-    build_tiny_qwen2audio(workdir / config["judges"]["tiny_qwen2_audio"]["model"])
-    build_tiny_llama(workdir / config["judges"]["tiny_llama"]["model"])
-    configfile = write_config(workdir, config)
-    snakemake(workdir, configfile, "--cores", "2", timeout_s=900)
-    return workdir, configfile, load_config(configfile)
+def finished_run(finished_pairwise_run):
+    return finished_pairwise_run
 
 
 def test_every_cell_judged_every_item_in_both_orders(finished_run):

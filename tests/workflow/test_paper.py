@@ -21,6 +21,7 @@ import yaml
 from bench.dag_scale import materialize_outputs
 from lalm_judge.workflow.config import validate_config
 from lalm_judge.workflow.plan import Plan, shard_of
+from tests.support.corpora import write_ravdess
 from tests.support.workflow import (
     HUB_DIALOGUES,
     ROOT,
@@ -59,6 +60,7 @@ def checkout(tmp_path_factory) -> Path:
     workdir = tmp_path_factory.mktemp("paper")
     shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
     write_hub_corpus(workdir / PAPER_CONFIG["corpus"]["path"])
+    write_ravdess(workdir / PAPER_CONFIG["tts"]["emotion_reference"]["path"])
     return workdir
 
 
@@ -143,6 +145,9 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
         "figures": 1,
         "control_figures": 1,
         "guide": 1,
+        "modality_analysis": 1,
+        "modality_figures": 1,
+        "decision_flow": 1,
         "report": 1,
         "all": 1,
     }
@@ -211,6 +216,7 @@ def test_a_reordered_paper_config_recomputes_nothing_after_a_run(tmp_path, reord
     run short (`--touch` pauses 0.1 s per job)."""
     shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
     write_hub_corpus(tmp_path / PAPER_CONFIG["corpus"]["path"], [("dialogues_x", "pets_1_2", 2)])
+    write_ravdess(tmp_path / PAPER_CONFIG["tts"]["emotion_reference"]["path"])
     planned = paper_dry_run(tmp_path)
     materialize_outputs(tmp_path, planned.stdout + planned.stderr)
     snakemake(tmp_path, PAPER, "--touch", "--forceall", "--cores", "1")

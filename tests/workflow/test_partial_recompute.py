@@ -38,7 +38,18 @@ from tests.support.workflow import (
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
 DEFAULT_PROFILE = ROOT / "profiles" / "default"
-AGGREGATES = {"compute_metrics", "control_metrics", "guide", "figures", "control_figures", "report", "all"}
+AGGREGATES = {
+    "compute_metrics",
+    "control_metrics",
+    "guide",
+    "figures",
+    "control_figures",
+    "modality_analysis",
+    "modality_figures",
+    "decision_flow",
+    "report",
+    "all",
+}
 PER_DIALOGUE_RULES = {
     "index_dialogue",
     "ingest_dialogue",

@@ -2,6 +2,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import yaml
 
 from lalm_judge.workflow.config import validate_config
@@ -175,3 +176,55 @@ def test_the_controls_can_be_limited_to_some_dialogues(tmp_path):
     config["controls"]["dialogues"] = ["a", "zzz"]
     with pytest.raises(ConfigError, match=r"controls.dialogues: \['zzz'\] are not dialogues of the corpus"):
         Plan(validate_config(config))
+
+
+def emotion_reference_config(tmp_path, genders: dict, conditions=("clean",), engine: str = "xtts") -> dict:
+    """A jsonl corpus of two dialogues (speakers A and B, one turn labelled 'worried') with RAVDESS references."""
+    from tests.support.corpora import write_ravdess
+
+    corpus = tmp_path / "corpus"
+    corpus.mkdir(exist_ok=True)
+    turns = [{"speaker": "A", "text": "hi", "emotion": "worried"}, {"speaker": "B", "text": "ho", "emotion": "happy"}]
+    lines = [{"id": "first", "turns": turns}, {"id": "second", "turns": turns}]
+    (corpus / "dialogues.jsonl").write_text("\n".join(json.dumps(x) for x in lines))
+    voice = {"engine": engine} | ({"device": "cpu"} if engine == "xtts" else {})
+    return validate_config(
+        {
+            "corpus": {"format": "jsonl", "path": str(corpus)},
+            "variants": {"categories": ["hate"], "severities": [1], "generator": {"name": "template"}},
+            "tts": {
+                "voices": {"A": voice, "B": voice},
+                "emotion_reference": {
+                    "corpus": "ravdess",
+                    "path": str(write_ravdess(tmp_path / "ravdess", actors=(1, 2))),
+                    "speaker_genders": genders,
+                },
+            },
+            "asr": {"models": {"tiny": {"model": "bundled:tiny.en"}}},
+            "judges": {"text_only": {"backend": "openai", "model": "m"}},
+            "evaluation": {
+                "judges": ["text_only"],
+                "transcript_sources": ["gt", "asr:tiny"],
+                "conditions": list(conditions),
+            },
+        }
+    )
+
+
+def test_emotion_references_are_checked_before_the_first_job(tmp_path):
+    from lalm_judge.workflow.config import ConfigError, check_config
+
+    with pytest.raises(ConfigError, match=r"dialogue 'first', speaker 'B': no gender .*'first/B'"):
+        Plan(emotion_reference_config(tmp_path, {"A": "male"}))
+    assert Plan(emotion_reference_config(tmp_path, {"A": "male", "B": "female"})).spoken_turns() == [
+        ("first", "A", None),
+        ("first", "B", None),
+        ("second", "A", None),
+        ("second", "B", None),
+    ]
+    # The TTS control speaks the original turn with its corpus label: 'worried' needs a mapping.
+    with pytest.raises(ConfigError, match=r"emotion 'worried' has no RAVDESS emotion"):
+        Plan(emotion_reference_config(tmp_path, {"A": "male", "B": "female"}, conditions=("clean", "tts_control")))
+    # Only a cloning engine takes its prosody from another speaker's clips.
+    with pytest.raises(ConfigError, match=r"voices \['A', 'B'\] do not clone from reference audio"):
+        check_config(emotion_reference_config(tmp_path, {"A": "male", "B": "female"}, engine="piper"))

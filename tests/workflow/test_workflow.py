@@ -8,6 +8,7 @@ found, not only that files exist.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from pathlib import Path
@@ -210,6 +211,27 @@ def test_the_report_holds_its_tables_figures_and_warnings(finished_run):
     guide = pl.read_parquet(workdir / "results/metrics/guide.parquet")
     audio_native = guide.filter(pl.col("available_input") == "audio only", pl.col("transcript_quality") == "none")
     assert "minilm" not in audio_native["judge"].to_list()
+
+
+def test_the_run_writes_the_modality_analysis_and_the_decision_flow_the_report_draws(finished_run):
+    workdir, _ = finished_run
+    effects = pl.read_parquet(workdir / "results/metrics/modality/effects.parquet")
+    patterns = pl.read_parquet(workdir / "results/metrics/modality/patterns.parquet")
+    assert set(patterns["judge"]) == {"minilm", "tiny_qwen2_audio", "smollm2"}
+    # MiniLM reads both transcripts: its ASR loss is measured (on too few dialogues for an interval).
+    loss = effects.filter(pl.col("judge") == "minilm", pl.col("name") == "asr_loss_asr:whisper_tiny_en")
+    assert loss.height == 2 and loss["value"].is_not_null().all() and set(loss["status"]) == {"not_estimable"}
+    # The tiny Qwen2-Audio hears audio with the transcript but has no text cell: no gain, and the reason says so.
+    gain = effects.filter(pl.col("judge") == "tiny_qwen2_audio", pl.col("name") == "gain_gt")
+    assert set(gain["status"]) == {"not_measured"} and "no text/gt cell" in gain["reason"][0]
+    flow = json.loads((workdir / "results/metrics/decision_flow.json").read_text())
+    leaves = [node["recommendation"] for node in flow["nodes"] if "recommendation" in node]
+    guide = pl.read_parquet(workdir / "results/report/guide.parquet")
+    assert [leaf["judge"] for leaf in leaves] == guide["judge"].to_list()
+    page = (workdir / "results/report/index.html").read_text(encoding="utf-8")
+    assert page.count('<rect class="leaf') == len(leaves) and html.escape(flow["caveat"]) in page
+    modality = re.search(r'<section id="modality">(.*?)</section>', page, flags=re.S).group(1)
+    assert "<td>asr_loss_asr:whisper_tiny_en</td>" in modality and 'src="figures/modality_effects.png"' in modality
 
 
 def test_wer_is_stored_per_turn(finished_run):

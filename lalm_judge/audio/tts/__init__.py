@@ -23,6 +23,9 @@ class SynthesisRequest:
     # Original clips of the same speaker: voice-cloning engines (XTTS) clone from them.
     reference_clips: tuple[str, ...] = ()
     reference_emotions: tuple[str, ...] = ()
+    # Clips of another speaker carrying `emotion` (RAVDESS, `lalm_judge.audio.emotion_reference`): a cloning engine
+    # takes the prosody from them and the voice from `reference_clips`.
+    emotion_references: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

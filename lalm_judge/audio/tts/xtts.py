@@ -7,6 +7,15 @@ steers the style by choosing, among the speaker's clips, those whose original em
 speaker of its own in the request (the preference builder's engines and styles) names its reference clips in
 its config (`references`); for an emotion style these are clips spoken with that emotion.
 
+Emotion references (`tts.emotion_reference`: RAVDESS clips of the new emotion, `SynthesisRequest.emotion_references`)
+go into XTTS's two conditioning inputs apart, through coqui-tts 0.28's `Xtts.get_conditioning_latents` and
+`Xtts.inference` (the steps `Xtts.synthesize` takes for one reference list): the GPT conditioning latent, which
+carries the prosody XTTS copies, from the emotion clips followed by the speaker's clips (the latent reads the first
+`gpt_cond_len` seconds of the list joined, so the emotion clips come first), and the speaker embedding of the
+decoder, the voice, from the speaker's clips alone. Handing both lists to `TTS.tts(speaker_wav=...)` would average
+the RAVDESS actor's voice into the speaker's. The conditioning and sampling settings are the checkpoint's own
+(`model.config`), as `Xtts.synthesize` uses them; the temperature is the voice's.
+
 Licence: the XTTS-v2 weights are under the Coqui Public Model License. coqui-tts asks for it on stdin
 unless `COQUI_TOS_AGREED=1` (coqui-tts 0.28 `TTS/utils/manage.py`), which fails or hangs inside a batch
 job; the engine refuses to start without the variable, and the workflow checks it when it parses the config.
@@ -32,6 +41,15 @@ XTTS_MODEL = "tts_models/multilingual/multi-dataset/xtts_v2"
 XTTS_REPOSITORY = "tts-hub/XTTS-v2"  # coqui-tts 0.28 `.models.json`: the repository behind XTTS_MODEL
 XTTS_IGNORED = ["samples/*", "dvae.pth"]  # what coqui-tts leaves out of the download
 LICENCE_ENV = "COQUI_TOS_AGREED"
+# `Xtts.get_conditioning_latents` argument -> the checkpoint config key `Xtts.synthesize` reads it from.
+CONDITIONING_KEYS = {
+    "gpt_cond_len": "gpt_cond_len",
+    "gpt_cond_chunk_len": "gpt_cond_chunk_len",
+    "max_ref_length": "max_ref_len",
+    "sound_norm_refs": "sound_norm_refs",
+}
+# The sampling settings of `Xtts.inference` that `Xtts.synthesize` takes from the checkpoint config.
+SAMPLING_KEYS = ("temperature", "length_penalty", "repetition_penalty", "top_k", "top_p")
 
 
 def choose_references(request, max_clips: int = 3, default: tuple[str, ...] = ()) -> list[str]:
@@ -79,6 +97,7 @@ class XTTSEngine:
         self.references = tuple(references)
         self.revision = revision
         self.tts = (TTS(model) if revision is None else self._pinned(TTS, revision)).to(device)
+        self._conditioning: dict[tuple[str, ...], tuple] = {}
 
     @staticmethod
     def _pinned(tts_class, revision: str):
@@ -88,16 +107,31 @@ class XTTSEngine:
         return tts_class(model_path=str(folder), config_path=str(folder / "config.json"))
 
     def synthesize(self, request) -> tuple[np.ndarray, int]:
-        references = choose_references(request, default=self.references)
-        self.torch.manual_seed(utterance_seed(self.seed, request.text, request.emotion, references))
-        wav = self.tts.tts(
-            text=request.text,
-            speaker_wav=references,
-            language=self.language,
-            temperature=self.temperature,
-            split_sentences=True,
+        speaker = choose_references(request, default=self.references)
+        style = [*request.emotion_references, *speaker]
+        self.torch.manual_seed(utterance_seed(self.seed, request.text, request.emotion, style))
+        model = self.tts.synthesizer.tts_model
+        gpt_latent = self._latents(style)[0]
+        speaker_embedding = self._latents(speaker)[1]
+        sampling = {key: model.config[key] for key in SAMPLING_KEYS}
+        output = model.inference(
+            request.text,
+            self.language,
+            gpt_latent,
+            speaker_embedding,
+            **{**sampling, "temperature": self.temperature},
+            enable_text_splitting=True,
         )
-        return np.asarray(wav, dtype=np.float32), int(self.tts.synthesizer.output_sample_rate)
+        return np.asarray(output["wav"], dtype=np.float32), int(self.tts.synthesizer.output_sample_rate)
+
+    def _latents(self, clips: list[str]):
+        """(GPT conditioning latent, speaker embedding) of a reference list, computed once per list."""
+        key = tuple(clips)
+        if key not in self._conditioning:
+            model = self.tts.synthesizer.tts_model
+            settings = {argument: model.config[name] for argument, name in CONDITIONING_KEYS.items()}
+            self._conditioning[key] = model.get_conditioning_latents(audio_path=list(clips), **settings)
+        return self._conditioning[key]
 
     def describe(self) -> dict[str, str]:
         revision = f"coqui-tts=={importlib.metadata.version('coqui-tts')}"
