@@ -226,7 +226,7 @@ def test_the_run_writes_the_modality_analysis_and_the_decision_flow_the_report_d
     assert set(gain["status"]) == {"not_measured"} and "no text/gt cell" in gain["reason"][0]
     flow = json.loads((workdir / "results/metrics/decision_flow.json").read_text())
     leaves = [node["recommendation"] for node in flow["nodes"] if "recommendation" in node]
-    guide = pl.read_parquet(workdir / "results/report/guide.parquet")
+    guide = pl.read_parquet(workdir / "results/metrics/guide.parquet")
     assert [leaf["judge"] for leaf in leaves] == guide["judge"].to_list()
     page = (workdir / "results/report/index.html").read_text(encoding="utf-8")
     assert page.count('<rect class="leaf') == len(leaves) and html.escape(flow["caveat"]) in page
