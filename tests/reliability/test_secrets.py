@@ -224,6 +224,11 @@ def test_a_key_in_place_of_a_variable_name_is_refused_without_quoting_it():
 
 def test_a_key_free_config_with_headers_and_urls_passes():
     config = load_test_config()
-    config["judges"]["minilm"]["generation"] = {"extra_headers": {"X-Request-Source": "lalm-judge"}}
+    config["judges"]["api"] = {
+        "backend": "openai",
+        "model": "m",
+        "options": {"base_url": "https://api.example.com/v1", "api_key_env": None},
+        "generation": {"extra_headers": {"X-Request-Source": "lalm-judge"}},
+    }
     config["variants"]["generator"] = {"name": "llm", "model": "m", "base_url": "http://127.0.0.1:8000/v1?stream=0"}
     validate_config(config)
