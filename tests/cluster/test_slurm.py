@@ -201,7 +201,8 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, slurm_run):
     per_dialogue += 1 + 5
     assert len([k for k in ids if k.startswith("asr/whisper_tiny_en/conditions/")]) == 5
     aggregates = ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures"]
-    assert len(others) == per_dialogue + n_judge_jobs + len([*aggregates, "control_figures", "report"])
+    aggregates += ["modality_analysis", "modality_figures", "decision_flow", "control_figures", "report"]
+    assert len(others) == per_dialogue + n_judge_jobs + len(aggregates)
 
     slurm = finished_jobs()
     for job_id in {*grouped_ids, *others}:

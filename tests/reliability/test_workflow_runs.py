@@ -244,6 +244,8 @@ EXPECTED_PROVENANCE = {
     "scores": ("judge", "model", "model_revision", "prompt", "prompt_version", "generation"),
     "metrics": ("n_bootstrap", "n_folds", "min_pb_dialogues", "n_permutations"),
     "metrics/controls": ("n_bootstrap",),
+    # The modality analysis uses neither folds nor permutations.
+    "metrics/modality": ("n_bootstrap", "min_dialogues"),
 }
 
 

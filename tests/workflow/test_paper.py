@@ -86,6 +86,8 @@ def judge_shards(checkout) -> dict[str, tuple[int, set[int]]]:
     """Each judge's shard count (its job estimate's, `evaluation.shards: auto`) and its non-empty shards."""
     config = validate_config(PAPER_CONFIG)
     config["corpus"]["path"] = str(checkout / PAPER_CONFIG["corpus"]["path"])
+    references = config["tts"]["emotion_reference"]
+    references["path"] = str(checkout / references["path"])
     sizing = Plan(config).sizing
     counts = {judge: sizing[judge].shards for judge in JUDGES}
     return {judge: (n, {shard_of(d, n) for d in DIALOGUE_IDS}) for judge, n in counts.items()}
