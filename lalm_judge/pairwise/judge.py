@@ -469,8 +469,9 @@ def judge_cell(
 ) -> pl.DataFrame:
     """Judge an item table with one pairwise cell in both orders; write and return the predictions table, and
     the job's request counts to `stats_path`. `audit_condition`: the items are that audit condition's (recorded in
-    the `audit_condition` column, cached in their own file). With `cache_dir`, requests go through the judge's request cache
-    `<cache_dir>/<judge>/`; the backend (`backend`, or the registry's) is built only if one is left to compute."""
+    the `audit_condition` column, cached in their own file). With `cache_dir`, requests go through the judge's
+    request cache `<cache_dir>/<judge>/`; the backend (`backend`, or the registry's) is built only if one is left
+    to compute."""
     started = time.perf_counter()
     cell = pairwise_cell(spec, modality, transcript_source, prompt_path, length, sample_rate, verdict_rule)
     cell = dataclasses.replace(cell, audit_condition=audit_condition)

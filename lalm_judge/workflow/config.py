@@ -443,7 +443,9 @@ def _pairwise_audit_problems(config: Mapping[str, Any]) -> list[str]:
     once."""
     pairwise = config["pairwise"]
     conditions, items = pairwise.get("conditions", []), pairwise["items"]
-    problems = [f"pairwise.conditions: {c!r} is listed twice" for c in sorted(set(conditions)) if conditions.count(c) > 1]
+    problems = [
+        f"pairwise.conditions: {c!r} is listed twice" for c in sorted(set(conditions)) if conditions.count(c) > 1
+    ]
     respoken = [c for c in conditions if AuditCondition(c).kind in RESPOKEN_AUDIT_KINDS]
     if respoken and items["format"] != "jsonl":
         problems.append(

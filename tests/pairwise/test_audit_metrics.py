@@ -9,7 +9,13 @@ import pytest
 
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS
 from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_cell_rows
-from lalm_judge.pairwise.metrics import PairwiseMetricSettings, finding_sentence, read_pairwise_stage, run_pairwise_stage
+from lalm_judge.pairwise.metrics import (
+    PairwiseMetricSettings,
+    finding_sentence,
+    read_pairwise_stage,
+    run_pairwise_stage,
+)
+from lalm_judge.report.pairwise import build_pairwise_report
 
 KEYS = {"judge": "omni", "modality": "audio", "transcript_source": "none", "prompt": "sagelm"}
 HAND = AuditSettings(n_boot=200, seed=0, min_items=1)
@@ -57,7 +63,12 @@ def test_cue_preference_flips_and_ties_against_a_hand_count():
 
 def test_identical_pairs_measure_the_tie_share_only():
     identical = table(
-        {"i1__changed1": ("Tie", "Tie"), "i1__changed2": ("1", "Tie"), "i2__changed1": (None, "Tie"), "i2__changed2": ("Tie", "2")},
+        {
+            "i1__changed1": ("Tie", "Tie"),
+            "i1__changed2": ("1", "Tie"),
+            "i2__changed1": (None, "Tie"),
+            "i2__changed2": ("Tie", "2"),
+        },
         "identical",
     )
     got = measures(audit_cell_rows(identical, CLEAN, KEYS, "identical", HAND))
@@ -84,9 +95,8 @@ def test_a_judge_drawn_to_the_cue_in_both_positions_is_flagged_and_survives_the_
 
 def test_position_bias_alone_is_no_cue_preference_and_a_first_position_effect_does_not_survive_the_swap():
     # Always the response shown first, in the clean and the audit pairs: no shift.
-    position = (lambda side: ("1", "2"))
     clean = table({f"i{i}": ("1", "2") for i in range(12)})
-    audit = table({f"i{i}__changed{s}": position(s) for i in range(12) for s in (1, 2)}, "pad_1")
+    audit = table({f"i{i}__changed{s}": ("1", "2") for i in range(12) for s in (1, 2)}, "pad_1")
     got = measures(audit_cell_rows(audit, clean, KEYS, "pad_1", AuditSettings(n_boot=200)))
     assert got["cue_preference"]["value"] == 0.0 and got["cue_preference"]["flagged"] is False
     # The changed response chosen only when it is shown first (forward for side 1, swapped for side 2).
@@ -114,9 +124,23 @@ def test_the_metrics_stage_writes_the_audit_and_notes_flagged_cells_among_its_fi
     settings = PairwiseMetricSettings(n_boot=100, seed=0, min_items=10)
     run_pairwise_stage([paths[0]], tmp_path / "metrics", settings, audit_paths=[paths[1]])
     stage = read_pairwise_stage(tmp_path / "metrics")
-    assert set(stage.audit["measure"]) == {"cue_preference", "cue_preference_first", "cue_preference_second", "flip_rate", "tie_share"}
+    assert set(stage.audit["measure"]) == {
+        "cue_preference",
+        "cue_preference_first",
+        "cue_preference_second",
+        "flip_rate",
+        "tie_share",
+    }
     (finding,) = stage.findings.filter(pl.col("scope") == "audit").iter_rows(named=True)
     assert (finding["group"], finding["measure"], finding["value"]) == ("pad_1", "cue_preference", 1.0)
     sentence = finding_sentence(finding)
     assert sentence.startswith("omni (audio, none, sagelm prompt) prefers the response changed by pad_1")
     assert "survives the swap" in sentence
+    summary = tmp_path / "items_summary.json"
+    summary.write_text('{"format": "jsonl", "files": ["items.jsonl"], "n_items_judged": 12, "n_rows": 12}')
+    index = build_pairwise_report(
+        metrics_dir=tmp_path / "metrics", items_summary_path=summary, config={}, out_dir=tmp_path / "report"
+    )
+    page = index.read_text()
+    assert "<h2>Surface-cue audit</h2>" in page and "flagged, survives the swap" in page
+    assert (tmp_path / "report" / "figures" / "audit_cue_preference.png").exists()
