@@ -10,11 +10,13 @@ from pathlib import Path
 import polars as pl
 import pytest
 import soundfile as sf
+import yaml
 
 from lalm_judge.audio.surface import rms_db
 from lalm_judge.audio.waveform import read_audio
 from lalm_judge.pairwise.audit import Respeaker, build_audit_items, other_voice, respoken_voice_error
 from lalm_judge.pairwise.items import ItemError, response_paths, synthesize_items
+from lalm_judge.workflow.config import ConfigError, validate_config
 from tests.support.workflow import ROOT
 
 DEMO_ITEMS = ROOT / "data" / "pairwise_demo" / "items.jsonl"
@@ -100,3 +102,19 @@ def test_what_cannot_be_built_is_refused_naming_the_fix(clean, tmp_path):
     assert other_voice("f3", VOICES) == "m3"
     assert "has no other voice of its engine" in respoken_voice_error("voice", {"joe"}, VOICES)
     assert respoken_voice_error("voice", {"f3", "m3"}, VOICES) == ""
+
+
+@pytest.mark.parametrize(
+    ("config_path", "conditions", "message"),
+    [
+        ("configs/pairwise_demo.yaml", ["voice"], "voice 'happy' \\(piper\\) has no other voice of its engine"),
+        ("configs/pairwise.yaml", ["repeat"], "only the project's items"),
+        ("configs/pairwise_demo.yaml", ["pad_1", "pad_1"], "'pad_1' is listed twice"),
+        ("configs/pairwise_demo.yaml", ["gain_06"], "does not match"),
+    ],
+)
+def test_the_config_check_refuses_audit_conditions_the_run_could_not_build(config_path, conditions, message):
+    config = yaml.safe_load((ROOT / config_path).read_text())
+    config["pairwise"]["conditions"] = conditions
+    with pytest.raises(ConfigError, match=message):
+        validate_config(config)
