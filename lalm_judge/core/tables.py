@@ -421,6 +421,17 @@ _PAIRWISE_GROUP = {
     "group": pl.String,
 }
 
+# A pairwise value with its interval; status 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no
+# interval).
+_PAIRWISE_ESTIMATE = {
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "status": pl.String,
+    "n": pl.Int64,
+    "n_items": pl.Int64,
+}
+
 # Pairwise metrics in long format: one row per (judge cell, scope, group, metric); scope 'aspect' (group =
 # the aspect), 'overall' (group 'all' or 'aspect_mean'), 'duration' (group = the bin of combined response
 # duration), or one of SageLM's splits 'dimension', 'task_format', 'style', 'style_format' (pairwise.metrics).
@@ -431,13 +442,7 @@ PAIRWISE_METRICS = TableSchema(
         "low_s": pl.Float64,
         "high_s": pl.Float64,
         "metric": pl.String,
-        "value": pl.Float64,
-        "ci_low": pl.Float64,
-        "ci_high": pl.Float64,
-        # 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no interval).
-        "status": pl.String,
-        "n": pl.Int64,
-        "n_items": pl.Int64,
+        **_PAIRWISE_ESTIMATE,
     },
 )
 
@@ -469,19 +474,10 @@ PAIRWISE_FINDINGS = TableSchema(
 PAIRWISE_AUDIT = TableSchema(
     "pairwise audit",
     {
-        "judge": pl.String,
-        "modality": pl.String,
-        "transcript_source": pl.String,
-        "prompt": pl.String,
-        "mode": pl.String,
+        **{key: _PAIRWISE_GROUP[key] for key in ("judge", "modality", "transcript_source", "prompt", "mode")},
         "condition": pl.String,
         "measure": pl.String,
-        "value": pl.Float64,
-        "ci_low": pl.Float64,
-        "ci_high": pl.Float64,
-        "status": pl.String,
-        "n": pl.Int64,
-        "n_items": pl.Int64,
+        **_PAIRWISE_ESTIMATE,
         "flagged": pl.Boolean,
         "survives_swap": pl.Boolean,
     },
