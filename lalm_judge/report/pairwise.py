@@ -286,7 +286,8 @@ def render_pairwise_html(
             "findings",
             "Findings",
             paragraph(
-                "Judge cells whose accuracy is above chance beyond resampling noise (generated from the metrics)."
+                "Judge cells whose accuracy is above chance beyond resampling noise, and cells the surface-cue audit "
+                "flags (generated from the metrics)."
             ),
             findings_html(tables.findings, weak_reasons),
         ),
