@@ -5,9 +5,11 @@ recording rather than the response shows it (docs/metrics.md, "Pairwise audit").
 Every clean (item, aspect) row gives two audit rows: response 1 changed (`<item>__changed1`) and, separately,
 response 2 changed (`<item>__changed2`), so that position and cue are not confounded; the judge stage then asks
 each in both orders, as for clean items. The unchanged response is the clean clip itself (its path), the changed
-one is written under the condition's audio folder (float WAV: a louder clip is not clipped), except for
-`identical`, whose changed response is the other response's clip. Rows record what was measured on the written
-clip in `source_extra` (level difference in dB, added seconds, duration ratio), so the transform is on record.
+one is written under the condition's audio folder (`<item>/changed<side>/`, float WAV), except for `identical`,
+whose changed response is the other response's clip. A `gain_<dB>` clip whose peak would pass full scale lowers
+both responses by the same factor (the other one written beside it), so the level difference stays and no judge
+that takes 16-bit audio hears clipping. Rows record what was measured on the written clip in `source_extra`
+(level difference in dB, added seconds, duration ratio, both lowered by dB), so the transform is on record.
 `repeat` and `voice` speak the response again with the TTS engine of the item's voice (items spoken here only).
 """
 
@@ -40,6 +42,9 @@ from lalm_judge.core.vocabulary import (
     audit_item_id,
 )
 from lalm_judge.pairwise.items import ItemError, read_items, read_jsonl_items, response_paths, with_durations
+
+# The highest sample magnitude a changed pair may reach: 16-bit encodings (API and server judges) clip above it.
+FULL_SCALE = 0.99
 
 
 @dataclass(frozen=True)
@@ -88,11 +93,13 @@ def write_float_wav(path: str | os.PathLike, audio: np.ndarray, sample_rate: int
 
 @dataclass(frozen=True)
 class ChangedResponse:
-    """One changed response: its file (written, or the other response's for `identical`), text and measures."""
+    """One changed response: its file (written, or the other response's for `identical`), text and measures, and
+    the other response's file when it had to be written too (`gain_<dB>` lowering both to stay below full scale)."""
 
     path: str
     text: str | None
     measured: Mapping[str, float]
+    other_path: str | None = None
 
 
 def _measures(clean: np.ndarray, changed: np.ndarray, other: np.ndarray, sample_rate: int) -> dict[str, float]:
@@ -104,25 +111,39 @@ def _measures(clean: np.ndarray, changed: np.ndarray, other: np.ndarray, sample_
     }
 
 
+def _with_headroom(changed: np.ndarray, other: np.ndarray) -> tuple[np.ndarray, np.ndarray | None, float]:
+    """A louder clip whose peak passes full scale lowers both responses by the same factor, so that the level
+    difference stays and no judge that takes 16-bit audio hears it clipped: (changed, other or None, dB lowered)."""
+    peak = float(np.max(np.abs(changed))) if changed.size else 0.0
+    if peak <= FULL_SCALE:
+        return changed, None, 0.0
+    factor = FULL_SCALE / peak
+    return (changed * factor).astype(np.float32), (other * factor).astype(np.float32), 20 * float(np.log10(factor))
+
+
 def change_response(
     condition: AuditCondition,
     clips: tuple[str, str],
     texts: tuple[str | None, str | None],
     side: int,
-    out_path: str,
+    out_dir: str,
     sample_rate: int,
     speak=None,
 ) -> ChangedResponse:
-    """Response `side` (1 or 2) of a pair changed by `condition`, written to `out_path` (not for identical).
-    `speak(text, voice_change)` speaks a text again for `repeat` and `voice`."""
+    """Response `side` (1 or 2) of a pair changed by `condition`, written as `<out_dir>/response<side>.wav` (not for
+    identical). `speak(text, voice_change)` speaks a text again for `repeat` and `voice`."""
     changed_index, other_index = side - 1, 2 - side
     if condition.kind == IDENTICAL:
         return ChangedResponse(clips[other_index], texts[other_index], {"level_difference_db": 0.0})
     clean, _ = waveform.read_audio(clips[changed_index], sample_rate)
     other, _ = waveform.read_audio(clips[other_index], sample_rate)
     text = texts[changed_index]
+    other_path, lowered_db = None, 0.0
     if condition.kind == GAIN:
-        audio = surface.match_level(clean, other, condition.value)
+        audio, lowered, lowered_db = _with_headroom(surface.match_level(clean, other, condition.value), other)
+        if lowered is not None:
+            other, other_path = lowered, os.path.join(out_dir, f"response{other_index + 1}.wav")
+            write_float_wav(other_path, other, sample_rate)
     elif condition.kind == PAD:
         audio = surface.pad_silence(clean, sample_rate, condition.value)
     elif condition.kind == RATE:
@@ -135,18 +156,21 @@ def change_response(
         audio = waveform.resample(spoken, rate, sample_rate)
     else:  # pragma: no cover - AuditCondition admits only the kinds above
         raise ItemError(f"unknown audit condition {condition!r}")
+    out_path = os.path.join(out_dir, f"response{side}.wav")
     write_float_wav(out_path, audio, sample_rate)
-    return ChangedResponse(out_path, text, _measures(clean, audio, other, sample_rate))
+    measured = {**_measures(clean, audio, other, sample_rate), "both_lowered_db": round(lowered_db, 4)}
+    return ChangedResponse(out_path, text, measured, other_path)
 
 
 def _audit_row(row: Mapping[str, Any], side: int, changed: ChangedResponse, condition: str) -> dict[str, Any]:
     clips = response_paths(row)
     audit = dict(row)
+    other = changed.other_path
     audit.update(
         item_id=audit_item_id(row["item_id"], side),
         audio_root=None,
-        response1_audio=changed.path if side == 1 else clips[0],
-        response2_audio=changed.path if side == 2 else clips[1],
+        response1_audio=changed.path if side == 1 else other or clips[0],
+        response2_audio=changed.path if side == 2 else other or clips[1],
         source_extra=json.dumps(
             {"condition": condition, "changed_response": side, "clean_item_id": row["item_id"], **changed.measured},
             sort_keys=True,
@@ -184,7 +208,7 @@ def build_audit_items(
                     response_paths(row),
                     (row["response1_text"], row["response2_text"]),
                     side,
-                    os.path.join(os.fspath(audio_dir), row["item_id"], f"response{side}.wav"),
+                    os.path.join(os.fspath(audio_dir), row["item_id"], f"changed{side}"),
                     sample_rate,
                     _speaker(respeaker, row["item_id"], side),
                 )

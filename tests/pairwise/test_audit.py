@@ -38,7 +38,7 @@ def extra(row) -> dict:
     return json.loads(row["source_extra"])
 
 
-@pytest.mark.parametrize("condition", ["gain_6", "gain_-3", "pad_1"])
+@pytest.mark.parametrize("condition", ["gain_6", "gain_-3", "gain_20", "pad_1"])
 def test_each_row_is_changed_once_per_response_and_measured(clean, tmp_path, condition):
     items, _ = clean
     audit = build_audit_items(items, condition, tmp_path, 16000, progress=False)
@@ -48,14 +48,17 @@ def test_each_row_is_changed_once_per_response_and_measured(clean, tmp_path, con
         side = extra(row)["changed_response"]
         clips = response_paths(row)
         clean_clips = response_paths(items.row(0, named=True))
-        assert clips[2 - side] == clean_clips[2 - side]  # the unchanged response is the clean clip itself
         changed, _ = read_audio(clips[side - 1])
         original, _ = read_audio(clean_clips[side - 1])
-        other, _ = read_audio(clean_clips[2 - side])
+        other, _ = read_audio(clips[2 - side])
+        lowered = extra(row)["both_lowered_db"]
+        # The unchanged response is the clean clip itself, unless a louder clip had to lower both below full scale.
+        assert (clips[2 - side] == clean_clips[2 - side]) == (lowered == 0.0)
         if condition.startswith("gain"):
             gain = float(condition.split("_")[1])
-            assert rms_db(changed) - rms_db(other) == pytest.approx(gain, abs=1e-3)  # float WAV: nothing clipped
+            assert rms_db(changed) - rms_db(other) == pytest.approx(gain, abs=1e-3)
             assert extra(row)["level_difference_db"] == pytest.approx(gain, abs=1e-3)
+            assert abs(changed).max() <= 0.99 + 1e-6  # no 16-bit encoding clips the written clip
         else:
             assert len(changed) - len(original) == 16000 and extra(row)["added_s"] == 1.0
         assert sf.info(clips[side - 1]).subtype == "FLOAT"
