@@ -195,6 +195,28 @@ def audit_findings(audit: pl.DataFrame) -> list[dict[str, Any]]:
     ]
 
 
+def audit_verdict(row: Mapping[str, Any]) -> str | None:
+    """The verdict of a headline row of the audit table in words; None for the other measures."""
+    if row["flagged"] is None:
+        return None
+    if not row["flagged"]:
+        return "not estimable" if row["status"] != ESTIMATED else "not flagged"
+    if row["measure"] == TIE_SHARE:
+        return "flagged: fails to abstain"
+    return "flagged, survives the swap" if row["survives_swap"] else "flagged, in one position only"
+
+
+def audit_verdict_line(row: Mapping[str, Any]) -> str:
+    """One headline row: cell, condition, measure with its interval and the verdict."""
+    interval = (
+        "no interval" if row["ci_low"] is None else f"95 % interval {row['ci_low']:+.3f} to {row['ci_high']:+.3f}"
+    )
+    value = "-" if row["value"] is None else f"{row['value']:+.3f}"
+    cell = "/".join(str(row[key]) for key in AUDIT_CELL_KEYS)
+    support = f"{interval}, {row['n_items']} items"
+    return f"{cell} {row['condition']}: {row['measure']} {value} ({support}): {audit_verdict(row)}"
+
+
 def audit_sentence(finding: Mapping[str, Any]) -> str:
     """One flagged audit finding in words."""
     cell = f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt)"

@@ -19,6 +19,7 @@ import matplotlib.pyplot as plt  # noqa: E402  (the backend must be chosen first
 import numpy as np  # noqa: E402
 import polars as pl  # noqa: E402
 
+from lalm_judge.pairwise.audit_metrics import audit_verdict  # noqa: E402
 from lalm_judge.report.figures import save_figure  # noqa: E402
 from lalm_judge.report.html import html_table, paragraph, section  # noqa: E402
 from lalm_judge.report.tables import MISSING, interval_text  # noqa: E402
@@ -39,16 +40,6 @@ def _cell(row: dict[str, Any]) -> str:
     return f"{row['judge']} · {row['modality']}-{row['transcript_source']} · {row['prompt']}"
 
 
-def _verdict(row: dict[str, Any]) -> str:
-    if row["flagged"] is None:
-        return MISSING
-    if not row["flagged"]:
-        return "not flagged"
-    if row["measure"] == "tie_share":
-        return "flagged: fails to abstain"
-    return "flagged, survives the swap" if row["survives_swap"] else "flagged, one position only"
-
-
 def audit_display(audit: pl.DataFrame) -> pl.DataFrame:
     """One row per (cell, condition): the verdict, n, items and every measure as 'value [low, high]'."""
     rows: dict[tuple[str, str], dict[str, Any]] = {}
@@ -58,7 +49,7 @@ def audit_display(audit: pl.DataFrame) -> pl.DataFrame:
         )
         row[record["measure"]] = interval_text(record["value"], record["ci_low"], record["ci_high"], record["status"])
         if record["flagged"] is not None:
-            row.update(verdict=_verdict(record), n=record["n"], n_items=record["n_items"])
+            row.update(verdict=audit_verdict(record), n=str(record["n"]), n_items=str(record["n_items"]))
     columns = ["cell", "condition", "verdict", "n", "n_items", *[name for name, _ in SHOWN]]
     frame = pl.DataFrame(
         [{c: row.get(c, MISSING) for c in columns} for row in rows.values()], schema=dict.fromkeys(columns, pl.String)

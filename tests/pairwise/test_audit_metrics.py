@@ -8,7 +8,7 @@ import polars as pl
 import pytest
 
 from lalm_judge.core.tables import PAIRWISE_PREDICTIONS
-from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_cell_rows
+from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_cell_rows, audit_verdict_line
 from lalm_judge.pairwise.metrics import (
     PairwiseMetricSettings,
     finding_sentence,
@@ -133,6 +133,11 @@ def test_the_metrics_stage_writes_the_audit_and_notes_flagged_cells_among_its_fi
     }
     (finding,) = stage.findings.filter(pl.col("scope") == "audit").iter_rows(named=True)
     assert (finding["group"], finding["measure"], finding["value"]) == ("pad_1", "cue_preference", 1.0)
+    (headline,) = stage.audit.filter(pl.col("flagged").is_not_null()).iter_rows(named=True)
+    assert audit_verdict_line(headline) == (
+        "omni/audio/none/sagelm pad_1: cue_preference +1.000 (95 % interval +1.000 to +1.000, 12 items): "
+        "flagged, survives the swap"
+    )
     sentence = finding_sentence(finding)
     assert sentence.startswith("omni (audio, none, sagelm prompt) prefers the response changed by pad_1")
     assert "survives the swap" in sentence
