@@ -199,8 +199,10 @@ def audit_verdict(row: Mapping[str, Any]) -> str | None:
     """The verdict of a headline row of the audit table in words; None for the other measures."""
     if row["flagged"] is None:
         return None
+    if row["value"] is None:
+        return "no readable verdict pairs (not estimable)"
     if not row["flagged"]:
-        return "not estimable" if row["status"] != ESTIMATED else "not flagged"
+        return "not flagged" if row["status"] == ESTIMATED else "not estimable (too few items)"
     if row["measure"] == TIE_SHARE:
         return "flagged: fails to abstain"
     return "flagged, survives the swap" if row["survives_swap"] else "flagged, in one position only"
