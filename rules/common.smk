@@ -5,7 +5,7 @@ import os
 
 from snakemake.logging import logger
 
-from lalm_judge.core.vocabulary import BABBLE, Condition, TranscriptSource, wildcard_patterns
+from lalm_judge.core.vocabulary import BABBLE, RESPOKEN_AUDIT_KINDS, AuditCondition, Condition, TranscriptSource, wildcard_patterns
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, tracks
@@ -361,6 +361,21 @@ def get_pairwise_transcripts(wildcards):
 def get_pairwise_transcript_tables():
     """The cascade's transcript table of every ASR model a pairwise cell reads."""
     return [f"results/pairwise/asr/{model}.parquet" for model in PAIRWISE_PLAN.asr_models()]
+
+
+def get_pairwise_audit_predictions():
+    return PAIRWISE_PLAN.audit_predictions()
+
+
+def get_pairwise_audit_transcripts(wildcards):
+    """The transcript tables an audit cell reads: the clean responses' and its condition's changed responses'."""
+    return PAIRWISE_PLAN.audit_transcripts(wildcards.audit, TranscriptSource(wildcards.source).asr_model)
+
+
+def get_pairwise_audit_item_sources(wildcards):
+    """The clean item table, and the project items file where the condition speaks responses again (their voices)."""
+    respoken = AuditCondition(wildcards.audit).kind in RESPOKEN_AUDIT_KINDS
+    return [config["pairwise"]["items"]["path"]] if respoken and PAIRWISE_PLAN.speaks_items() else []
 
 
 def get_pairwise_report_config():

@@ -74,15 +74,67 @@ rule pairwise_judge:
         "../workflow_scripts/pairwise_judge.py"
 
 
+# The pairwise audit (`pairwise.conditions`, docs/metrics.md "Pairwise audit"): per condition, the item table with
+# one response changed (response 1, and separately response 2) and the changed clips; their transcripts for the
+# cascade (only the changed clips: the clean ones are in the clean table); one judge job per (condition, cell), with
+# its own request-cache file, so adding a condition computes only its requests.
+rule pairwise_audit_items:
+    input:
+        item_table="results/pairwise/items.parquet",
+        voices=get_pairwise_audit_item_sources,
+    output:
+        item_table="results/pairwise/audit/{audit}/items.parquet",
+        audio=directory("results/pairwise/audit/{audit}/audio"),
+    log:
+        "logs/pairwise/audit/{audit}/items.log",
+    params:
+        settings=canonical(config["pairwise"]["items"]),
+        sample_rate=config["pairwise"]["audio_sample_rate"],
+        seed=SEED,
+    resources:
+        mem_mb=4000,
+        runtime=60,
+    conda:
+        "../envs/tts.yaml"
+    script:
+        "../workflow_scripts/pairwise_audit_items.py"
+
+
+use rule pairwise_transcribe as pairwise_audit_transcribe with:
+    input:
+        item_table="results/pairwise/audit/{audit}/items.parquet",
+        clean="results/pairwise/asr/{asr}.parquet",
+    output:
+        table="results/pairwise/audit/{audit}/asr/{asr}.parquet",
+    log:
+        "logs/pairwise/audit/{audit}/asr/{asr}.log",
+
+
+use rule pairwise_judge as pairwise_audit_judge with:
+    input:
+        item_table="results/pairwise/audit/{audit}/items.parquet",
+        prompt=get_pairwise_prompt_file,
+        transcripts=get_pairwise_audit_transcripts,
+    output:
+        predictions="results/pairwise/audit/{audit}/predictions/{judge}/{modality}-{source}/{prompt}.parquet",
+    log:
+        job="logs/pairwise/audit/{audit}/predictions/{judge}/{modality}-{source}/{prompt}.log",
+        requests="logs/pairwise/audit/{audit}/predictions/{judge}/{modality}-{source}/{prompt}.requests.json",
+    benchmark:
+        "benchmarks/pairwise/audit/{audit}/{judge}/{modality}-{source}/{prompt}.tsv"
+
+
 rule pairwise_metrics:
     input:
         predictions=get_pairwise_predictions(),
+        audit=get_pairwise_audit_predictions(),
     output:
         table=report("results/pairwise/metrics/metrics.parquet", caption="../report/table_pairwise.rst", category="Pairwise"),
         document="results/pairwise/metrics/metrics.json",
         comparisons="results/pairwise/metrics/comparisons.parquet",
         statuses="results/pairwise/metrics/statuses.parquet",
         findings="results/pairwise/metrics/findings.parquet",
+        audit="results/pairwise/metrics/audit.parquet",
     log:
         "logs/pairwise/metrics.log",
     params:

@@ -23,4 +23,5 @@ with (
         stats_path=snakemake.log.requests,
         seed=snakemake.params.seed,
         verdict_rule=snakemake.params.verdict_rule,
+        audit_condition=snakemake.wildcards.get("audit"),
     )

@@ -13,4 +13,5 @@ with log_to(snakemake.log[0]):
             duration_bins=tuple(snakemake.params.duration_bins),
             min_items=snakemake.params.min_items,
         ),
+        audit_paths=list(snakemake.input.audit),
     )

@@ -8,4 +8,5 @@ with log_to(snakemake.log[0]):
         model_options={**snakemake.params.model_options, "cpu_threads": snakemake.threads},
         out_path=snakemake.output.table,
         seed=snakemake.params.seed,
+        known=snakemake.input.get("clean"),
     )

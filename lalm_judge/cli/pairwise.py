@@ -9,7 +9,8 @@ outside the workflow.
 - `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
   item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
 - `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
-  cells whose accuracy interval lies wholly above chance, in words.
+  cells whose accuracy interval lies wholly above chance and the cells the surface-cue audit flags, in words, then
+  the audit's verdict on every cell and condition with its interval (docs/metrics.md, "Pairwise audit").
 - `train --config FILE [--method sft|grpo] [--resume]`: train a pairwise judge from the `training` section of FILE
   (a run config, or a file with only that section; docs/training.md) by rationale SFT or by GRPO with SageLM's
   accuracy + format reward: its stages in order, each from the previous one's
@@ -24,7 +25,10 @@ import argparse
 import sys
 from pathlib import Path
 
+import polars as pl
+
 from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS
+from lalm_judge.pairwise.audit_metrics import audit_verdict_line
 from lalm_judge.pairwise.items import (
     DEFAULT_MISSING_AUDIO,
     MISSING_AUDIO_POLICIES,
@@ -136,11 +140,13 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _findings(metrics_dir: str) -> int:
-    findings = read_pairwise_stage(metrics_dir).findings
-    if findings.height == 0:
-        print("No judge cell's accuracy interval lies wholly above chance in this run.")
-    for finding in findings.iter_rows(named=True):
+    stage = read_pairwise_stage(metrics_dir)
+    if stage.findings.height == 0:
+        print("No judge cell's accuracy interval lies wholly above chance, and the audit flags none, in this run.")
+    for finding in stage.findings.iter_rows(named=True):
         print(f"Finding: {finding_sentence(finding)}")
+    for row in stage.audit.filter(pl.col("flagged").is_not_null()).iter_rows(named=True):
+        print(f"Audit: {audit_verdict_line(row)}")
     return 0
 
 

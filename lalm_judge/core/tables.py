@@ -401,6 +401,9 @@ PAIRWISE_PREDICTIONS = TableSchema(
         "served_model": pl.String,
         "served_revision": pl.String,
     },
+    # The audit condition of the items judged (`pairwise.conditions`; item ids '<item>__changed<1 or 2>'), null
+    # for the clean items.
+    optional={"audit_condition": pl.String},
 )
 
 # What `lalm-judge pairwise metrics` needs of a predictions table (prediction_swapped and duration_s are
@@ -421,6 +424,17 @@ _PAIRWISE_GROUP = {
     "group": pl.String,
 }
 
+# A pairwise value with its interval; status 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no
+# interval).
+_PAIRWISE_ESTIMATE = {
+    "value": pl.Float64,
+    "ci_low": pl.Float64,
+    "ci_high": pl.Float64,
+    "status": pl.String,
+    "n": pl.Int64,
+    "n_items": pl.Int64,
+}
+
 # Pairwise metrics in long format: one row per (judge cell, scope, group, metric); scope 'aspect' (group =
 # the aspect), 'overall' (group 'all' or 'aspect_mean'), 'duration' (group = the bin of combined response
 # duration), or one of SageLM's splits 'dimension', 'task_format', 'style', 'style_format' (pairwise.metrics).
@@ -431,13 +445,7 @@ PAIRWISE_METRICS = TableSchema(
         "low_s": pl.Float64,
         "high_s": pl.Float64,
         "metric": pl.String,
-        "value": pl.Float64,
-        "ci_low": pl.Float64,
-        "ci_high": pl.Float64,
-        # 'ok', or 'not_estimable' below pairwise.metrics.min_items items (no interval).
-        "status": pl.String,
-        "n": pl.Int64,
-        "n_items": pl.Int64,
+        **_PAIRWISE_ESTIMATE,
     },
 )
 
@@ -454,6 +462,27 @@ PAIRWISE_FINDINGS = TableSchema(
         "chance": pl.Float64,
         "n": pl.Int64,
         "n_items": pl.Int64,
+        # Scope 'audit' (group = the audit condition): a cell flagged by the pairwise audit, its headline measure
+        # (cue_preference, or tie_share on identical pairs), the value (ci_low, ci_high its interval) and whether
+        # the cue preference holds with the changed response shown first and second.
+        "measure": pl.String,
+        "value": pl.Float64,
+        "survives_swap": pl.Boolean,
+    },
+)
+
+# Pairwise metrics stage: the audit measures (lalm_judge.pairwise.audit_metrics) per judge cell, audit condition
+# and measure (cue_preference, cue_preference_first, cue_preference_second, flip_rate, tie_share); `flagged` and
+# `survives_swap` on the headline measure only (cue_preference; tie_share on identical pairs), null elsewhere.
+PAIRWISE_AUDIT = TableSchema(
+    "pairwise audit",
+    {
+        **{key: _PAIRWISE_GROUP[key] for key in ("judge", "modality", "transcript_source", "prompt", "mode")},
+        "condition": pl.String,
+        "measure": pl.String,
+        **_PAIRWISE_ESTIMATE,
+        "flagged": pl.Boolean,
+        "survives_swap": pl.Boolean,
     },
 )
 

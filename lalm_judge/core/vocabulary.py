@@ -275,6 +275,74 @@ def condition_cell_error(condition: Condition, modality: str, source: Transcript
     return None
 
 
+# The pairwise audit conditions (`pairwise.conditions`, docs/metrics.md "Pairwise audit"): one response of a pair
+# changed in a surface property only, its content kept. `gain_<dB>` (the other response's level plus <dB>),
+# `pad_<s>` (s seconds of silence, half before and half after), `rate_<factor>` (faster or slower, same pitch),
+# `repeat` (the last sentence spoken twice), `voice` (the same text in another voice of the same engine) and
+# `identical` (one clip as both responses: only Tie is right).
+IDENTICAL = "identical"
+REPEAT = "repeat"
+VOICE = "voice"
+GAIN = "gain"
+PAD = "pad"
+RATE = "rate"
+AUDIT_KINDS = (IDENTICAL, REPEAT, VOICE, GAIN, PAD, RATE)
+# Conditions spoken again by the TTS engine of the response (items spoken here only, `pairwise.items.format: jsonl`).
+RESPOKEN_AUDIT_KINDS = (REPEAT, VOICE)
+# Conditions whose changed response has other words than its clean text (so a ground-truth text cell sees them).
+TEXT_AUDIT_KINDS = (IDENTICAL, REPEAT)
+_NUMBER = r"(?:0|[1-9][0-9]?)(?:\.[0-9]+)?"
+_AUDIT = re.compile(rf"^({IDENTICAL}|{REPEAT}|{VOICE}|{GAIN}_-?{_NUMBER}|{PAD}_{_NUMBER}|{RATE}_{_NUMBER})$")
+AUDIT_ITEM_SEPARATOR = "__changed"
+
+
+class AuditCondition(str):
+    """A pairwise audit condition label, validated (`AUDIT_KINDS`; numbers without leading zeros: gain_6,
+    gain_-3, pad_1, pad_0.5, rate_1.25)."""
+
+    PATTERN = _AUDIT.pattern
+
+    def __new__(cls, label: str) -> AuditCondition:
+        if isinstance(label, AuditCondition):
+            return label
+        if not isinstance(label, str) or not _AUDIT.match(label):
+            raise ValueError(
+                f"invalid pairwise audit condition {label!r}: use 'identical', 'repeat', 'voice', 'gain_<dB>' "
+                "(e.g. gain_6, gain_-3), 'pad_<seconds>' (e.g. pad_1) or 'rate_<factor>' (e.g. rate_1.25)"
+            )
+        return super().__new__(cls, label)
+
+    @property
+    def kind(self) -> str:
+        return self.split("_")[0]
+
+    @property
+    def value(self) -> float | None:
+        """The condition's number (dB, seconds or factor); None for identical, repeat and voice."""
+        return float(self.split("_", 1)[1]) if "_" in self else None
+
+
+def audit_item_id(item_id: str, changed_response: int) -> str:
+    """The id of an audit item: the clean item with response `changed_response` (1 or 2) changed."""
+    return f"{item_id}{AUDIT_ITEM_SEPARATOR}{changed_response}"
+
+
+def split_audit_item_id(audit_id: str) -> tuple[str, int]:
+    """(clean item id, changed response) of an audit item id (`audit_item_id`)."""
+    item_id, separator, side = audit_id.rpartition(AUDIT_ITEM_SEPARATOR)
+    if not separator or side not in ("1", "2"):
+        raise ValueError(f"{audit_id!r} is not an audit item id ('<item>{AUDIT_ITEM_SEPARATOR}<1 or 2>')")
+    return item_id, int(side)
+
+
+def audit_cell_error(condition: AuditCondition, modality: str, source: TranscriptSource) -> str | None:
+    """Why an audit condition does not apply to a pairwise cell, or None when it does: as for the safety
+    controls, a text cell of the ground-truth texts gets only the conditions that change the words."""
+    if modality == TEXT and not source.is_asr and AuditCondition(condition).kind not in TEXT_AUDIT_KINDS:
+        return f"audit condition {condition!r} changes only the audio; the {source!r} texts stay as they were"
+    return None
+
+
 # The acoustic style categories of the preference builder's acoustic pairs (`preference.acoustic.styles`): what a
 # response's voice is asked to show (`gender_emotion`: a gender and an emotion at once, SageLM's mixed control).
 # Not the unsafe categories of the safety track (`taxonomy.CATEGORIES`).
@@ -298,6 +366,7 @@ def wildcard_patterns() -> dict[str, str]:
         "source": _unanchored(TranscriptSource.PATTERN),
         "prompt": PROMPT_NAME,
         "condition": _unanchored(Condition.PATTERN),
+        "audit": _unanchored(AuditCondition.PATTERN),
         "shard": r"\d+",
         "n_shards": r"\d+",
         "engine": SLUG,

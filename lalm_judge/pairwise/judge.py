@@ -99,6 +99,8 @@ class PairwiseCell:
     sample_rate: int
     # How answers become verdicts (`lalm_judge.pairwise.parsing`), recorded in every row.
     verdict_rule: str = DEFAULT_VERDICT_RULE
+    # The audit condition of the items (`pairwise.conditions`), None for the clean items: its own cache file.
+    audit_condition: str | None = None
 
     @property
     def hears_audio(self) -> bool:
@@ -300,8 +302,10 @@ def request_context(cell: PairwiseCell) -> dict[str, str]:
 
 
 def cache_partition(cell: PairwiseCell) -> str:
-    """The cell's request-cache file name, `<modality>-<source>.<prompt>` (one writer per file: one job per cell)."""
-    return f"{cell.modality}-{cell.transcript_source}.{cell.prompt.name}".replace(":", "_")
+    """The cell's request-cache file name, `<modality>-<source>.<prompt>` (one writer per file: one job per cell),
+    `.audit-<condition>` appended for an audit condition's items (their own job)."""
+    audit = f".audit-{cell.audit_condition}" if cell.audit_condition else ""
+    return f"{cell.modality}-{cell.transcript_source}.{cell.prompt.name}{audit}".replace(":", "_")
 
 
 @dataclass(frozen=True)
@@ -461,12 +465,16 @@ def judge_cell(
     seed: int = 0,
     progress: bool = True,
     verdict_rule: str = DEFAULT_VERDICT_RULE,
+    audit_condition: str | None = None,
 ) -> pl.DataFrame:
     """Judge an item table with one pairwise cell in both orders; write and return the predictions table, and
-    the job's request counts to `stats_path`. With `cache_dir`, requests go through the judge's request cache
-    `<cache_dir>/<judge>/`; the backend (`backend`, or the registry's) is built only if one is left to compute."""
+    the job's request counts to `stats_path`. `audit_condition`: the items are that audit condition's (recorded in
+    the `audit_condition` column, cached in their own file). With `cache_dir`, requests go through the judge's
+    request cache `<cache_dir>/<judge>/`; the backend (`backend`, or the registry's) is built only if one is left
+    to compute."""
     started = time.perf_counter()
     cell = pairwise_cell(spec, modality, transcript_source, prompt_path, length, sample_rate, verdict_rule)
+    cell = dataclasses.replace(cell, audit_condition=audit_condition)
     transcripts, asr_model = read_transcripts(transcript_paths) if cell.transcript_source.is_asr else (None, None)
     items = read_items(items_path)
     engine = _engine(spec, backend, cache_dir)
@@ -480,9 +488,11 @@ def judge_cell(
         length=dataclasses.asdict(cell.length),
         sample_rate=cell.sample_rate,
         verdict_rule=cell.verdict_rule,
+        **({"audit_condition": audit_condition} if audit_condition else {}),
     )
     generation = canonical_json(spec.generation_settings)
-    frame = with_provenance(PAIRWISE_PREDICTIONS.frame(rows), config_hash=cell_hash, seed=seed, generation=generation)
+    frame = PAIRWISE_PREDICTIONS.frame(rows).with_columns(audit_condition=pl.lit(audit_condition, pl.String))
+    frame = with_provenance(frame, config_hash=cell_hash, seed=seed, generation=generation)
     write_parquet(out_path, frame)
     stats.close(f"pairwise judge {spec.name} {stats.cell}", started, stats_path)
     return frame

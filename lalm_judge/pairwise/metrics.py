@@ -44,6 +44,7 @@ from lalm_judge.analysis.stats import CI_LEVEL, bootstrap_weights, percentile_in
 from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS, ESTIMATED, NOT_ESTIMABLE, estimable
 from lalm_judge.core.files import jsonl_records, stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import (
+    PAIRWISE_AUDIT,
     PAIRWISE_COMPARISONS,
     PAIRWISE_FINDINGS,
     PAIRWISE_METRIC_INPUT,
@@ -53,6 +54,7 @@ from lalm_judge.core.tables import (
     TableError,
 )
 from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS, aspect_dimension, pairwise_mode
+from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_findings, audit_sentence, audit_table
 from lalm_judge.pairwise.consistency import contradicts
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
@@ -567,6 +569,8 @@ class PairwiseStageTables:
     comparisons: pl.DataFrame
     statuses: pl.DataFrame
     findings: pl.DataFrame
+    # The pairwise audit (`pairwise.conditions`; lalm_judge.pairwise.audit_metrics), empty without conditions.
+    audit: pl.DataFrame = field(default_factory=PAIRWISE_AUDIT.empty)
 
 
 def cell_label(keys: Mapping[str, Any]) -> str:
@@ -649,9 +653,12 @@ def _best(
 
 
 def compute_pairwise_stage(
-    predictions: Sequence[pl.DataFrame], settings: PairwiseMetricSettings
+    predictions: Sequence[pl.DataFrame],
+    settings: PairwiseMetricSettings,
+    audit_predictions: Sequence[pl.DataFrame] = (),
 ) -> PairwiseStageTables:
-    """Every table of the metrics stage from the judge stage's prediction tables (one per cell)."""
+    """Every table of the metrics stage from the judge stage's prediction tables (one per cell, and one per cell
+    and audit condition)."""
     cells, metric_rows, documents, statuses = [], [], [], []
     for frame in predictions:
         (keys,) = cells_of(frame)
@@ -661,12 +668,16 @@ def compute_pairwise_stage(
         mode = pairwise_mode(keys["modality"], keys["transcript_source"])
         documents.append({**keys, "mode": mode, "verdict_rule": verdict_rule(frame), **metrics_document(cell)})
         statuses += status_rows(frame, keys)
+    clean_by_cell = {tuple(keys[k] for k in CELL_KEYS): frame for (keys, _), frame in zip(cells, predictions)}
+    audit_settings = AuditSettings(settings.n_boot, settings.seed, settings.level, settings.min_items)
+    audit = audit_table(audit_predictions, clean_by_cell, audit_settings)
     return PairwiseStageTables(
         metrics=PAIRWISE_METRICS.frame(metric_rows),
         documents=documents,
         comparisons=PAIRWISE_COMPARISONS.frame(mode_comparisons(cells)),
         statuses=PAIRWISE_STATUSES.frame(statuses),
-        findings=PAIRWISE_FINDINGS.frame(accuracy_findings(cells)),
+        findings=PAIRWISE_FINDINGS.frame(accuracy_findings(cells) + audit_findings(audit)),
+        audit=audit,
     )
 
 
@@ -675,17 +686,23 @@ STAGE_FILES = {
     "comparisons": "comparisons.parquet",
     "statuses": "statuses.parquet",
     "findings": "findings.parquet",
+    "audit": "audit.parquet",
 }
 DOCUMENT_FILE = "metrics.json"
 
 
 def run_pairwise_stage(
-    prediction_paths: Sequence[str | os.PathLike], out_dir: str | os.PathLike, settings: PairwiseMetricSettings
+    prediction_paths: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    settings: PairwiseMetricSettings,
+    audit_paths: Sequence[str | os.PathLike] = (),
 ) -> PairwiseStageTables:
-    """Read the prediction tables, write metrics.parquet, metrics.json, comparisons.parquet and statuses.parquet."""
+    """Read the prediction tables (clean, and of the audit conditions), write the tables of `STAGE_FILES` and
+    metrics.json."""
     if not prediction_paths:
         raise PairwiseMetricsError("no pairwise prediction tables given")
-    tables = compute_pairwise_stage([PAIRWISE_PREDICTIONS.read(path) for path in prediction_paths], settings)
+    read = PAIRWISE_PREDICTIONS.read
+    tables = compute_pairwise_stage([read(p) for p in prediction_paths], settings, [read(p) for p in audit_paths])
     config_hash = stable_hash(settings.as_dict())
     out_dir = Path(out_dir)
     for name, file_name in STAGE_FILES.items():
@@ -707,7 +724,7 @@ def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
         frames[name] = pl.read_parquet(path)
     documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
     return PairwiseStageTables(
-        frames["metrics"], documents, frames["comparisons"], frames["statuses"], frames["findings"]
+        frames["metrics"], documents, frames["comparisons"], frames["statuses"], frames["findings"], frames["audit"]
     )
 
 
@@ -744,6 +761,8 @@ def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) 
                     "scope": scope,
                     "group": group,
                     "accuracy": interval["value"],
+                    "measure": "accuracy",
+                    "value": interval["value"],
                     "ci_low": interval["ci_low"],
                     "ci_high": interval["ci_high"],
                     "chance": chance,
@@ -756,6 +775,8 @@ def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) 
 
 def finding_sentence(finding: Mapping[str, Any]) -> str:
     """One finding in words."""
+    if finding["scope"] == "audit":
+        return audit_sentence(finding)
     where = "all its verdicts" if finding["group"] == "all" else f"its {finding['group'].replace('_', ' ')} verdicts"
     if finding["scope"] == DIMENSION:
         where = f"its verdicts on the {finding['group']} aspects"

@@ -40,17 +40,20 @@ def transcribe_responses(
     *,
     seed: int = 0,
     progress: bool = True,
+    known: str | os.PathLike | None = None,
 ) -> pl.DataFrame:
-    """Write the transcript table of every response of the items for one ASR model; return it."""
+    """Write the transcript table of every response of the items for one ASR model; return it. `known`: a
+    transcript table of the same model whose files are not transcribed again (an audit condition's table holds
+    only its changed clips; the unchanged ones are the clean table's)."""
     items = read_items(items_path)
     if items.filter(~pl.col("audio_ok")).height:
         raise ItemError(f"{ItemSummary.of(items).missing_message()}; the cascade cannot transcribe them")
     options = {k: v for k, v in model_options.items() if k not in SCHEDULING_KEYS}
     asr = load_asr(model_options["model"], **options)
+    done = set(PAIRWISE_TRANSCRIPTS.read(known)["audio"].to_list()) if known else set()
+    files = {path: text for path, text in response_files(items).items() if path not in done}
     rows = []
-    for path, reference in tqdm(
-        response_files(items).items(), desc=f"asr {model_name} responses", disable=not progress
-    ):
+    for path, reference in tqdm(files.items(), desc=f"asr {model_name} responses", disable=not progress):
         audio, rate = waveform.read_audio(path)
         text = asr.transcribe(audio, rate).text
         rows.append(

@@ -33,6 +33,8 @@ from lalm_judge.core.tables import PAIRWISE_PREDICTIONS  # noqa: E402
 from lalm_judge.pairwise.metrics import CELL_KEYS, PairwiseStageTables, read_pairwise_stage  # noqa: E402
 from lalm_judge.report.figures import save_figure  # noqa: E402
 from lalm_judge.report.html import html_table, judges_section, page, paragraph, section  # noqa: E402
+from lalm_judge.report.pairwise_audit import AUDIT_FIGURE, audit_section, plot_audit  # noqa: E402
+from lalm_judge.report.pairwise_audit import NAVIGATION_ENTRY as AUDIT_NAVIGATION  # noqa: E402
 from lalm_judge.report.pairwise_layout import (  # noqa: E402
     acoustic_table,
     answers_html,
@@ -55,6 +57,7 @@ NAVIGATION = (
     ("swap", "Swap consistency"),
     ("duration", "Agreement vs duration"),
     ("modes", "Audio-native vs cascade"),
+    AUDIT_NAVIGATION,
     ("statuses", "Verdict statuses"),
     ("answers", "Answers per item"),
     ("definitions", "Definitions"),
@@ -296,7 +299,8 @@ def render_pairwise_html(
             "findings",
             "Findings",
             paragraph(
-                "Judge cells whose accuracy is above chance beyond resampling noise (generated from the metrics)."
+                "Judge cells whose accuracy is above chance beyond resampling noise, and cells the surface-cue audit "
+                "flags (generated from the metrics)."
             ),
             findings_html(tables.findings, weak_reasons),
         ),
@@ -331,6 +335,7 @@ def render_pairwise_html(
             ),
             html_table(comparisons_display(tables.comparisons)),
         ),
+        audit_section(tables.audit, AUDIT_FIGURE if tables.audit.height else None),
         section(
             "statuses",
             "Verdict statuses and length policy",
@@ -375,6 +380,8 @@ def build_pairwise_report(
     summary = read_json(items_summary_path)
     predictions = [PAIRWISE_PREDICTIONS.read(path) for path in prediction_paths]
     plot_agreement_by_duration(tables.metrics, out_dir / "figures" / DURATION_FIGURE)
+    if tables.audit.height:
+        plot_audit(tables.audit, out_dir / "figures" / AUDIT_FIGURE)
     index = out_dir / "index.html"
     with atomic_path(index) as tmp:
         tmp.write_text(render_pairwise_html(tables, summary, config, DURATION_FIGURE, predictions), encoding="utf-8")

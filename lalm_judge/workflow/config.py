@@ -24,11 +24,21 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
-from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, CLEAN, Condition, TranscriptSource
+from lalm_judge.core.vocabulary import (
+    AUDIO,
+    AUDIO_TEXT,
+    CLEAN,
+    RESPOKEN_AUDIT_KINDS,
+    AuditCondition,
+    Condition,
+    TranscriptSource,
+)
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.decoding import decoding_problems
+from lalm_judge.pairwise.audit import respoken_voice_error
+from lalm_judge.pairwise.items import read_jsonl_items
 from lalm_judge.workflow.context_length import max_model_len_problems
 from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
@@ -422,8 +432,30 @@ def _check_pairwise(config: dict[str, Any]) -> None:
             )
     problems = [problem for name in pairwise["judges"] for problem in judge_problems(name, judges[name])]
     problems += _pairwise_gt_problems(config)
+    problems += _pairwise_audit_problems(config)
     if problems:
         raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
+
+
+def _pairwise_audit_problems(config: Mapping[str, Any]) -> list[str]:
+    """Audit conditions the run could not build: `repeat` and `voice` speak responses again (items spoken here,
+    format jsonl), `voice` needs another voice of the same engine for every voice the items use; each condition
+    once."""
+    pairwise = config["pairwise"]
+    conditions, items = pairwise.get("conditions", []), pairwise["items"]
+    problems = [
+        f"pairwise.conditions: {c!r} is listed twice" for c in sorted(set(conditions)) if conditions.count(c) > 1
+    ]
+    respoken = [c for c in conditions if AuditCondition(c).kind in RESPOKEN_AUDIT_KINDS]
+    if respoken and items["format"] != "jsonl":
+        problems.append(
+            f"pairwise.conditions: {respoken} speak the responses again with their voices, which only the project's "
+            "items (pairwise.items.format: jsonl) have; SageLM records bring audio only. Drop them from the conditions"
+        )
+    elif respoken and items.get("path") and os.path.exists(items["path"]):
+        used = {voice for item in read_jsonl_items(items["path"]) for voice in (r.voice for r in item.responses)}
+        problems += [p for p in (respoken_voice_error(c, used, items["voices"]) for c in respoken) if p]
+    return problems
 
 
 def _pairwise_gt_problems(config: Mapping[str, Any]) -> list[str]:

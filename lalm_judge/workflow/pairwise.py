@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lalm_judge.core.vocabulary import AUDIO, TranscriptSource
+from lalm_judge.core.vocabulary import AUDIO, IDENTICAL, AuditCondition, TranscriptSource, audit_cell_error
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,31 @@ class PairwisePlan:
                         cells.append(PairwiseJudgeCell(judge, modality, TranscriptSource(source), prompt))
         return cells
 
+    def conditions(self) -> list[AuditCondition]:
+        return [AuditCondition(c) for c in self.settings.get("conditions", [])]
+
+    def audit_cells(self) -> list[tuple[AuditCondition, PairwiseJudgeCell]]:
+        """(audit condition, cell) of every condition and every cell whose input it changes."""
+        return [
+            (condition, cell)
+            for condition in self.conditions()
+            for cell in self.cells()
+            if audit_cell_error(condition, cell.modality, cell.transcript_source) is None
+        ]
+
+    def audit_predictions(self) -> list[str]:
+        return [audit_predictions_path(condition, cell.path) for condition, cell in self.audit_cells()]
+
+    def audit_transcripts(self, condition: str, asr_model: str | None) -> list[str]:
+        """The transcript tables an audit cell of `condition` reads: the clean responses' and, unless the
+        condition only reuses clean clips (`identical`), its changed responses'."""
+        if asr_model is None:
+            return []
+        clean = f"results/pairwise/asr/{asr_model}.parquet"
+        if AuditCondition(condition).kind == IDENTICAL:
+            return [clean]
+        return [clean, f"results/pairwise/audit/{condition}/asr/{asr_model}.parquet"]
+
     def asr_models(self) -> list[str]:
         """ASR models of the cells' 'asr:<model>' transcript sources, in first-use order."""
         models = [cell.transcript_source.asr_model for cell in self.cells() if cell.transcript_source.is_asr]
@@ -54,3 +79,8 @@ class PairwisePlan:
         """The files the item stage reads: SageLM record files, or the project items file."""
         items = self.settings["items"]
         return list(items["files"]) if items["format"] == "sagelm" else [items["path"]]
+
+
+def audit_predictions_path(condition: str, cell_path: str) -> str:
+    """Where an audit cell's predictions go: results/pairwise/audit/<condition>/predictions/<cell path>.parquet."""
+    return f"results/pairwise/audit/{condition}/predictions/{cell_path}.parquet"

@@ -13,8 +13,9 @@ import pytest
 from lalm_judge.core.tables import PAIRWISE_METRICS, PAIRWISE_PREDICTIONS
 from lalm_judge.core.vocabulary import VERDICT_STATUSES
 from lalm_judge.pairwise.metrics import PairwiseMetricSettings, compute_pairwise_metrics
-from lalm_judge.workflow.pairwise import PairwisePlan
-from tests.support.workflow import ROOT, snakemake
+from lalm_judge.workflow.config import load_config
+from lalm_judge.workflow.pairwise import PairwisePlan, audit_predictions_path
+from tests.support.workflow import ROOT, planned_jobs, snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 CONFIG = ROOT / "tests" / "config" / "pairwise.yaml"
@@ -89,6 +90,57 @@ def test_report_has_the_pairwise_sections(finished_run):
     assert "2 of 2 judges" in page and "weak demo models" in page
     assert "<th>verdict rule</th>" in page and "<td>sagelm</td>" in page
     assert (workdir / "results/pairwise/report/figures/agreement_by_duration.png").exists()
+
+
+def test_the_identical_audit_is_judged_by_every_cell_and_reported(finished_run):
+    workdir, _, config = finished_run
+    plan = PairwisePlan(config)
+    assert len(plan.audit_cells()) == len(plan.cells())  # identical changes the words too: every cell gets it
+    for condition, cell in plan.audit_cells():
+        predictions = PAIRWISE_PREDICTIONS.read(workdir / audit_predictions_path(condition, cell.path))
+        assert predictions.height == 12 and set(predictions["audit_condition"]) == {"identical"}
+        counts = json.loads(
+            (workdir / f"logs/pairwise/audit/identical/predictions/{cell.path}.requests.json").read_text()
+        )
+        assert (counts["requests"], counts["cached"]) == (24, 0)  # 6 rows x 2 changed responses x 2 orders
+    audit = pl.read_parquet(workdir / "results/pairwise/metrics/audit.parquet")
+    assert set(audit["condition"]) == {"identical"} and set(audit["measure"]) == {"tie_share"}
+    assert audit.height == len(plan.cells()) and audit["flagged"].null_count() == 0
+    page = (workdir / "results/pairwise/report/index.html").read_text()
+    assert "<h2>Surface-cue audit</h2>" in page
+
+
+def test_adding_an_audit_condition_computes_only_its_requests(finished_run, tmp_path_factory):
+    """On a copy of the run: adding pad_1 plans its item, ASR and judge jobs (the audio cells and the cascade; not
+    the ground-truth text cells, whose texts it leaves as they were) and the aggregates, and nothing clean; its
+    judge jobs compute only their own requests."""
+    # A folder as deep as the run's, so that the prompt files' paths relative to it stay the same.
+    workdir = tmp_path_factory.mktemp("added")
+    shutil.copytree(finished_run[0], workdir, symlinks=True, dirs_exist_ok=True)
+    config = yaml.safe_load(CONFIG.read_text())
+    config["pairwise"]["conditions"] = ["identical", "pad_1"]
+    configfile = write_config(workdir, config)
+    jobs = planned_jobs(snakemake(workdir, configfile, "-n", "--cores", "1"))
+    plan = PairwisePlan(load_config(configfile))
+    added = [cell for condition, cell in plan.audit_cells() if condition == "pad_1"]
+    assert {cell.transcript_source for cell in added} == {"none", "asr:whisper_tiny_en"}
+    expected = {audit_predictions_path("pad_1", cell.path) for cell in added}
+    judged = {output for job in jobs if job.rule == "pairwise_audit_judge" for output in job.outputs}
+    assert judged == expected, [(j.rule, j.outputs, j.reason) for j in jobs]
+    assert {job.rule for job in jobs} == {
+        "pairwise_audit_items",
+        "pairwise_audit_transcribe",
+        "pairwise_audit_judge",
+        "pairwise_metrics",
+        "pairwise_report",
+        "all",
+    }
+    snakemake(workdir, configfile, "--cores", "2", timeout_s=900)
+    for cell in added:
+        counts = json.loads((workdir / f"logs/pairwise/audit/pad_1/predictions/{cell.path}.requests.json").read_text())
+        assert (counts["requests"], counts["cached"], counts["computed"]) == (24, 0, counts["distinct_requests"])
+    audit = pl.read_parquet(workdir / "results/pairwise/metrics/audit.parquet")
+    assert set(audit["condition"]) == {"identical", "pad_1"}
 
 
 def test_an_unchanged_rerun_schedules_nothing(finished_run):
