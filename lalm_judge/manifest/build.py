@@ -98,7 +98,7 @@ def _hashed(paths: Sequence[str]) -> list[dict[str, str]]:
 
 
 def write_shard_index(manifest_paths: Sequence[str], out_path: str, condition_asr: Sequence[str] = ()) -> None:
-    """List a shard's manifests and condition ASR tables (`results/asr/<asr>/conditions/<condition>/<d>.parquet`)
+    """List a shard's manifests and condition ASR tables (`results/asr/<asr>/conditions/<d>.parquet`)
     with content hashes, so the index changes whenever one of them does."""
     write_json(out_path, {"manifests": _hashed(manifest_paths), "condition_asr": _hashed(condition_asr)})
 
@@ -107,10 +107,10 @@ def read_shard_index(index_path: str) -> list[str]:
     return [entry["path"] for entry in read_json(index_path)["manifests"]]
 
 
-def read_condition_asr_index(index_path: str) -> dict[tuple[str, str, str], str]:
-    """(ASR model, condition, dialogue) -> condition ASR table of a shard index."""
+def read_condition_asr_index(index_path: str) -> dict[tuple[str, str], str]:
+    """(ASR model, dialogue) -> condition ASR table (every condition of the model) of a shard index."""
     tables = {}
     for entry in read_json(index_path)["condition_asr"]:
         path = Path(entry["path"])
-        tables[(path.parent.parent.parent.name, path.parent.name, path.stem)] = entry["path"]
+        tables[(path.parent.parent.name, path.stem)] = entry["path"]
     return tables
