@@ -169,8 +169,10 @@ class Plan:
         if dialogue.n_turns < self.config["corpus"]["min_turns"]:
             return []
         chosen = self.config["variants"]["turns"]
-        indices = range(dialogue.n_turns)
-        return list(indices) if chosen == "all" else [t for t in chosen if t < dialogue.n_turns]
+        # Judged as released, an imported benchmark has variants of the turns it holds them for: the others get no job.
+        released = self.config["variants"]["source"] == IMPORTED and dialogue.variant_turns is not None
+        indices = dialogue.variant_turns if released else range(dialogue.n_turns)
+        return list(indices) if chosen == "all" else [t for t in chosen if t in indices]
 
     def turns(self, dialogue_id: str) -> list[int]:
         """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
