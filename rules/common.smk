@@ -203,6 +203,17 @@ def get_score_shards():
     return [cell.score_path(k) for judge in PLAN.judges() for cell in PLAN.judge_cells(judge) for k in PLAN.shards(judge)]
 
 
+def get_score_indexes():
+    """The index of each judge job's score tables (`core.files.write_file_index`): the aggregates depend on these
+    instead of on every table, which keeps the plan's edges O(judge jobs) (docs/benchmarks.md); the final target
+    still asks for every table, so a missing one reruns its judge job."""
+    return [get_judge_score_index(judge).format(shard=k) for judge in PLAN.judges() for k in PLAN.shards(judge)]
+
+
+def get_judge_score_index(judge):
+    return f"results/scores/{judge}/shard{{shard}}.index.json"
+
+
 def get_judge_score_paths(judge):
     """The outputs of a judge's job: one score table per cell of the judge, for the job's shard."""
     return [cell.score_path("{shard}") for cell in PLAN.judge_cells(judge)]

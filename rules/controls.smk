@@ -80,7 +80,7 @@ rule describe_turns:
 
 rule control_metrics:
     input:
-        scores=get_score_shards(),
+        scores=get_score_indexes(),
         cells="results/metrics/cells.parquet",
         severity_curve="results/metrics/severity_curve.parquet",
         prosody=get_prosody_tables(),

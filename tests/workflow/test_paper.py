@@ -161,10 +161,10 @@ def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
     assert asr == {"whisper_large_v3", "whisper_base"}, "no demo Whisper tiny.en"
     judge_jobs = [job for job in jobs if job.rule.startswith("judge_")]
     assert {job.rule.removeprefix("judge_") for job in judge_jobs} == JUDGES
-    for job in judge_jobs:  # one score table per cell of the job's judge
+    for job in judge_jobs:  # one score table per cell of the job's judge, and their index
         judge = job.rule.removeprefix("judge_")
         assert {Path(output).parts[2] for output in job.outputs} == {judge}
-        assert len(job.outputs) == CELLS[judge], job
+        assert len(job.outputs) == CELLS[judge] + 1 and sum(o.endswith(".index.json") for o in job.outputs) == 1, job
 
 
 def test_every_gpu_stage_requests_a_gpu(plan):

@@ -92,7 +92,8 @@ def dry_run(workdir: Path, config: dict) -> list[PlannedJob]:
 
 
 def outputs_of(jobs: list[PlannedJob], rule: str) -> set[str]:
-    return {path for job in jobs if job.rule == rule for path in job.outputs}
+    """The outputs of the rule's jobs, a judge job's index of its score tables left out."""
+    return {path for job in jobs if job.rule == rule for path in job.outputs if not path.endswith(".index.json")}
 
 
 def run_until(workdir: Path, config: dict, rule: str, scratch: Path) -> Path:
