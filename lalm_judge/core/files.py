@@ -144,19 +144,20 @@ def file_sha256(path: str | os.PathLike) -> str:
 
 
 def hashed_paths(paths: Iterable[str]) -> list[dict[str, str]]:
-    """Each path with the SHA-256 of its content (the entries of an index file, `write_file_index`)."""
+    """Each path with the SHA-256 of its content (the entries of a shard index, `manifest.build.write_shard_index`)."""
     return [{"path": str(p), "sha256": file_sha256(p)} for p in paths]
 
 
 def write_file_index(path: str | os.PathLike, files: Iterable[str]) -> None:
-    """An index of the files one job wrote, with their content hashes: a stage that reads all of them depends on
-    the index instead of each file, so the workflow's plan holds one edge per job instead of one per file."""
-    write_json(path, {"files": hashed_paths(files)})
+    """An index of the files one job wrote: a stage that reads all of them depends on the index instead of each file,
+    so the workflow's plan holds one edge per job instead of one per file. Paths only, so that two runs with equal
+    results write equal indexes (a score table's bytes hold the time its requests took)."""
+    write_json(path, {"files": [str(f) for f in files]})
 
 
 def read_file_indexes(paths: Iterable[str | os.PathLike]) -> list[str]:
     """The files listed by index files (`write_file_index`), in order."""
-    return [entry["path"] for path in paths for entry in read_json(path)["files"]]
+    return [file for path in paths for file in read_json(path)["files"]]
 
 
 def shard_of(key: str, n_shards: int) -> int:
