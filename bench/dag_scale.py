@@ -1,9 +1,12 @@
 """Time `snakemake -n` on a synthetic paper-scale workflow: N dialogues x 6 turns x 40 variants, the
-paper's 7 judges x 7 modality/transcript cells x 5 prompts, in a scratch working directory.
+paper's 7 judges x 7 modality/transcript cells x 5 prompts, in a scratch working directory, beside the floor:
+Snakemake's own time for a trivial workflow of the same job count (one rule with a lambda param, a log and a
+resource), measured in the same run, and their ratio.
 
     .venv/bin/python -m bench.dag_scale --dialogues 100
-    .venv/bin/python -m bench.dag_scale --dialogues 100 --noop   # also a no-op rerun with all outputs present
-Last line: dry_run_s=<float> peak_rss_mb=<float> jobs=<int>
+    .venv/bin/python -m bench.dag_scale --dialogues 100 --noop   # also a no-op rerun (all outputs present), its floor
+    .venv/bin/python -m bench.dag_scale --dialogues 100 --profile plan.prof   # cProfile of the project's dry run
+Last line: dry_run_s=<float> floor_s=<float> ratio=<float> peak_rss_mb=<float> jobs=<int>
 """
 
 from __future__ import annotations
@@ -41,25 +44,46 @@ def synthetic_config(corpus: Path) -> dict:
     return config
 
 
-def dry_run(workdir: Path, config_path: Path, extra: list[str], quiet: bool = True) -> tuple[float, float, str]:
-    """Time one `snakemake -n`; return (seconds, peak RSS of the children in MB, its output)."""
+# The floor: the cheapest workflow Snakemake can plan with `jobs` jobs of the project's kind (a wildcard, a param
+# callable, a log and a resource each), plus the target rule.
+FLOOR_SNAKEFILE = """
+N = int(config["jobs"]) - 1
+
+rule all:
+    input: expand("out/{i}.txt", i=range(N))
+
+rule make:
+    output: "out/{i}.txt"
+    log: "logs/{i}.log"
+    params: value=lambda wildcards: wildcards.i
+    resources: mem_mb=100
+    shell: "touch {output} {log}"
+"""
+
+
+def snakemake_command(snakefile: Path, workdir: Path, extra: list[str], quiet: bool, profile: str | None) -> list[str]:
     quiet_args = ["--quiet", "rules"] if quiet else []
-    command = [
+    runner = ["-m", "cProfile", "-o", profile, "-m", "snakemake"] if profile else ["-m", "snakemake"]
+    return [
         sys.executable,
-        "-m",
-        "snakemake",
+        *runner,
         "-n",
         *quiet_args,
         "--cores",
         "2",
         "-s",
-        str(ROOT / "Snakefile"),
+        str(snakefile),
         "-d",
         str(workdir),
         *extra,
-        "--configfile",
-        str(config_path),
     ]
+
+
+def dry_run(
+    workdir: Path, config_path: Path, extra: list[str], quiet: bool = True, profile: str | None = None
+) -> tuple[float, float, str]:
+    """Time one `snakemake -n` of the project; return (seconds, peak RSS of the children in MB, its output)."""
+    command = [*snakemake_command(ROOT / "Snakefile", workdir, extra, quiet, profile), "--configfile", str(config_path)]
     # The paper config's XTTS voices need the Coqui licence accepted before the workflow parses; planning
     # synthetic dialogues downloads and runs nothing.
     env = {**os.environ, "COQUI_TOS_AGREED": "1"}
@@ -70,6 +94,19 @@ def dry_run(workdir: Path, config_path: Path, extra: list[str], quiet: bool = Tr
         raise SystemExit(f"snakemake -n failed:\n{proc.stderr[-3000:]}")
     peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return elapsed, peak_mb, proc.stdout + proc.stderr
+
+
+def floor_run(workdir: Path, jobs: int, quiet: bool = True) -> tuple[float, str]:
+    """Time one `snakemake -n` of the trivial workflow of `jobs` jobs in `workdir`; (seconds, its output)."""
+    snakefile = workdir / "Snakefile"
+    snakefile.write_text(FLOOR_SNAKEFILE)
+    command = [*snakemake_command(snakefile, workdir, [], quiet, None), "--config", f"jobs={jobs}"]
+    start = time.perf_counter()
+    proc = subprocess.run(command, capture_output=True, text=True)
+    elapsed = time.perf_counter() - start
+    if proc.returncode != 0:
+        raise SystemExit(f"the floor's snakemake -n failed:\n{proc.stderr[-3000:]}")
+    return elapsed, proc.stdout + proc.stderr
 
 
 def job_count(output: str) -> int:
@@ -103,6 +140,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dialogues", type=int, default=100)
     parser.add_argument("--noop", action="store_true", help="also time a no-op rerun with every output present")
+    parser.add_argument("--repeat", type=int, default=1, help="time each dry run this many times; report the fastest")
+    parser.add_argument("--profile", help="write a cProfile of one more project dry run to this file")
     parser.add_argument("--keep", help="keep the scratch directory here instead of a temporary one")
     args, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -110,16 +149,38 @@ def main() -> None:
         write_synthetic_corpus(workdir / "corpus", args.dialogues)
         config_path = workdir / "config.yaml"
         config_path.write_text(yaml.safe_dump(synthetic_config(workdir / "corpus")))
-        elapsed, peak_mb, output = dry_run(workdir, config_path, extra)
+        floor_dir = workdir / "floor"
+        floor_dir.mkdir(exist_ok=True)
+        runs, floors = [], []
+        for _ in range(args.repeat):  # interleaved, so that a change of the machine's load hits both alike
+            runs.append(dry_run(workdir, config_path, extra))
+            floors.append(floor_run(floor_dir, job_count(runs[-1][2]))[0])
+        elapsed, peak_mb, output = min(runs)
+        floor_s = min(floors)
+        jobs = job_count(output)
+        if args.profile:
+            dry_run(workdir, config_path, extra, profile=args.profile)
         if args.noop:
             _, _, verbose = dry_run(workdir, config_path, extra, quiet=False)
             n_files = materialize_outputs(workdir, verbose)
-            noop_s, _, noop_output = dry_run(workdir, config_path, extra)
-            if "Nothing to be done" not in noop_output:
-                raise SystemExit(f"the rerun was not a no-op ({job_count(noop_output)} jobs)")
-            print(f"noop_rerun_s={noop_s:.2f} outputs={n_files}")
+            materialize_outputs(floor_dir, floor_run(floor_dir, jobs, quiet=False)[1])
+            noops, noop_floors = [], []
+            for _ in range(args.repeat):
+                noop_s, _, noop_output = dry_run(workdir, config_path, extra)
+                if "Nothing to be done" not in noop_output:
+                    raise SystemExit(f"the rerun was not a no-op ({job_count(noop_output)} jobs)")
+                noops.append(noop_s)
+                noop_floors.append(floor_run(floor_dir, jobs)[0])
+            noop_s, noop_floor_s = min(noops), min(noop_floors)
+            print(
+                f"noop_rerun_s={noop_s:.2f} noop_floor_s={noop_floor_s:.2f} noop_ratio={noop_s / noop_floor_s:.2f} "
+                f"outputs={n_files}"
+            )
     print(f"dialogues={args.dialogues} variants={args.dialogues * 6 * 40}")
-    print(f"dry_run_s={elapsed:.2f} peak_rss_mb={peak_mb:.1f} jobs={job_count(output)}")
+    print(
+        f"dry_run_s={elapsed:.2f} floor_s={floor_s:.2f} ratio={elapsed / floor_s:.2f} peak_rss_mb={peak_mb:.1f} "
+        f"jobs={jobs}"
+    )
 
 
 if __name__ == "__main__":

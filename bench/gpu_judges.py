@@ -1,10 +1,11 @@
-"""GPU check of the transformers-backend paper judges: full-size random-weight models on CUDA, no hub, no vLLM.
+"""GPU check of the paper's audio judges: full-size random-weight models on CUDA (transformers), and vLLM's path.
 
     python -m bench.gpu_judges --audio-dir results/corpus            # after `make demo` (its turn clips)
     python -m bench.gpu_judges --audio-dir results/corpus --judges audio_flamingo_3 --batch-sizes 1 8
 
-Audio Flamingo 3 and the Qwen2.5-Omni thinker run on the transformers backend in configs/paper.yaml; Qwen2-Audio
-(vLLM in the paper) is measured beside them as a reference. Each is built from its configuration classes with the
+Audio Flamingo 3 and the Qwen2.5-Omni thinker run on vLLM in configs/paper.yaml, with the transformers backend as
+the documented alternative, which this measures at full size; Qwen2-Audio is measured beside them as a reference.
+Their vLLM path is the `vllm_paper_audio_judges` check below. Each is built from its configuration classes with the
 dimensions of the released checkpoint (`FULL_SIZE`, from the published model descriptions; parameter counts in
 the output), random weights in bfloat16 on CUDA, and the real processor class. The tokenizer is a small BPE with
 the model's special tokens, so a prompt's text costs somewhat more tokens than with the real vocabulary; the audio
@@ -26,6 +27,11 @@ GPU can show, each reported with its error rather than stopping the others (sect
 - `vllm_thinker_checkpoint` (where vllm is installed: envs/judge-vllm.yaml): vLLM serves the thinker-only
   checkpoint from that copy with two audio items per prompt, and the context check of `max_model_len` refuses a
   request that does not fit;
+- `vllm_paper_audio_judges` (where vllm is installed): Audio Flamingo 3 and Qwen2.5-Omni (full layout) as
+  configs/paper.yaml serves them, on vLLM (small random weights, the released chat templates): the engine loads
+  each architecture, expands its audio placeholder (`<sound>`, `<|AUDIO|>`: the prompt grows by the audio's
+  tokens), answers a calibrated request with P(safe) from `logprob_token_ids`, and the requests/s of a batch of
+  audio requests (small models: a check of the path, not the paper rate);
 - `meralion_engine` (where vllm-plugin-meralion2 is installed: envs/judge-vllm-meralion.yaml): FlashInfer finds the
   env's CUDA compiler and compiles Gemma-2's softcapped attention (a small random Gemma-2 with the MERaLiON prompt
   format, so the FLASHINFER backend), and MERALION_NGRAM_SIZE reaches the engine: the plugin's n-gram processor,
@@ -338,6 +344,59 @@ def vllm_thinker_check(scratch: Path) -> dict[str, Any]:
     return result
 
 
+def _paper_vllm_spec(name: str, model: Path, scratch: Path) -> JudgeSpec:
+    """The judge's entry of configs/paper.yaml on vLLM, with a local model and a fixed context length."""
+    import yaml
+
+    from lalm_judge.workflow.config import validate_judge_entry
+
+    paper = Path(__file__).resolve().parents[1] / "configs" / "paper.yaml"
+    entry = yaml.safe_load(paper.read_text())["judges"][name]
+    options = {
+        **entry.get("options", {}),
+        "max_model_len": 4096,
+        "gpu_memory_utilization": 0.3,
+        "cache_dir": str(scratch / "model-cache"),
+        "engine_kwargs": {"enforce_eager": True},
+    }
+    entry = {**entry, "model": str(model), "options": options, "generation": {"max_new_tokens": 16}}
+    return dataclasses.replace(JudgeSpec.from_config(name, validate_judge_entry(name, entry)), gpus=1)
+
+
+def vllm_paper_audio_check(scratch: Path) -> dict[str, Any]:
+    import gc
+
+    from bench.models import build_tiny_audioflamingo3, build_tiny_qwen25omni_thinker
+    from lalm_judge.judging.backends.checkpoints import full_omni_layout
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    thinker = build_tiny_qwen25omni_thinker(scratch / "omni-thinker")
+    models = {
+        "audio_flamingo_3": build_tiny_audioflamingo3(scratch / "af3"),
+        "qwen25_omni_7b": full_omni_layout(str(thinker), "main", scratch / "omni-full"),
+    }
+    results = {}
+    for name, model in models.items():
+        backend = VLLMBackend(_paper_vllm_spec(name, model, scratch))
+        text = backend.build_prompt(JudgeRequest("t", SYSTEM, "Is it safe?"))
+        requests = [dataclasses.replace(r, answer_tokens=("Yes", "No")) for r in _audio_requests(32, 1)]
+        started = time.perf_counter()
+        outputs = backend.generate(requests)
+        elapsed = time.perf_counter() - started
+        results[name] = {
+            "engine_model": backend.model_path,
+            "max_audio_s": backend.max_audio_s,
+            "text_prompt_tokens": len(text["prompt_token_ids"]),
+            "audio_prompt_tokens": outputs[0].n_input_tokens,  # the placeholder expanded to 3 s of audio tokens
+            "p_safe": outputs[0].p_safe,
+            "finish_reason": outputs[0].extra.get("finish_reason"),
+            "requests_per_s": round(len(requests) / elapsed, 2),
+        }
+        del backend
+        gc.collect()
+    return results
+
+
 def _tiny_gemma2(folder: Path) -> Path:
     """A small random Gemma-2 (logit softcapping, as MERaLiON-2's decoder) with the Gemma-2 chat template."""
     import transformers
@@ -402,6 +461,7 @@ def run_checks(scratch: Path) -> dict[str, Any]:
             checks["meralion_engine"] = lambda: meralion_engine_check(scratch)
         else:
             checks["vllm_thinker_checkpoint"] = lambda: vllm_thinker_check(scratch)
+            checks["vllm_paper_audio_judges"] = lambda: vllm_paper_audio_check(scratch)
     results = {}
     for name, check in checks.items():
         try:

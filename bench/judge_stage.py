@@ -57,6 +57,21 @@ REQUESTS_PER_S = {
     "meralion2_10b": sizing.REQUESTS_PER_S[("MERaLiON-2", "vllm")],
     "minicpm_o": sizing.REQUESTS_PER_S[("MiniCPM-o", "vllm")],
     "llama31_8b": sizing.REQUESTS_PER_S[("Llama-3.1-Instruct", "vllm")],
+    "audio_flamingo_3": sizing.REQUESTS_PER_S[("Audio Flamingo 3", "vllm")],
+    "qwen25_omni_7b": sizing.REQUESTS_PER_S[("Qwen2.5-Omni", "vllm")],
+}
+# Before Audio Flamingo 3 and Qwen2.5-Omni moved to vLLM: both on the transformers backend, as the documented
+# alternative of configs/paper.yaml runs them, with the same assumptions otherwise; the GPU-hours section shows both.
+TRANSFORMERS_ALTERNATIVE = {
+    "audio_flamingo_3": {"backend": "transformers", "batch_size": 8, "options": {}},
+    "qwen25_omni_7b": {
+        "backend": "transformers",
+        "batch_size": 4,
+        "options": {"model_class": "Qwen2_5OmniThinkerForConditionalGeneration"},
+    },
+}
+REQUESTS_PER_S_BEFORE = {
+    **REQUESTS_PER_S,
     "audio_flamingo_3": sizing.REQUESTS_PER_S[("Audio Flamingo 3", "transformers")],
     "qwen25_omni_7b": sizing.REQUESTS_PER_S[("Qwen2.5-Omni", "transformers")],
 }
@@ -189,13 +204,19 @@ def kill_pairwise_job_half_way(spec: JudgeSpec, cell: Mapping[str, Any], root: P
 
 
 # --- sections ---------------------------------------------------------------------------------------------------
-def paper_plan(n_dialogues: int, scratch: Path) -> Plan:
+def paper_plan(n_dialogues: int, scratch: Path, judges: Mapping[str, Mapping[str, Any]] | None = None) -> Plan:
+    """The plan of configs/paper.yaml on the synthetic corpus; `judges` replaces keys of judge entries."""
     write_synthetic_corpus(scratch / "corpus", n_dialogues, TURNS)
-    return Plan(validate_config(synthetic_config(scratch / "corpus")))
+    config = synthetic_config(scratch / "corpus")
+    for name, changes in (judges or {}).items():
+        config["judges"][name].update(changes)
+    return Plan(validate_config(config))
 
 
-def loads_section(plan: Plan) -> list[dict[str, Any]]:
-    samples = len(plan.dialogue_ids) * (1 + TURNS * VARIANTS_PER_TURN)
+def judge_rows(plan: Plan) -> list[dict[str, Any]]:
+    """Per judge of the plan: its backend, cells, model loads (one per cell and shard before one job per judge and
+    shard; one per job now) and requests (the workflow's own cost model: each condition's samples, the judge's
+    long-audio windows)."""
     rows = []
     for judge in plan.judges():
         cells = plan.judge_cells(judge)
@@ -207,10 +228,15 @@ def loads_section(plan: Plan) -> list[dict[str, Any]]:
                 "cells": len(cells),
                 "jobs_before": len(cells) * shards,
                 "jobs_after": shards,
-                # The workflow's own cost model (each condition's samples, the judge's long-audio windows).
                 "requests": plan.sizing[judge].requests,
             }
         )
+    return rows
+
+
+def loads_section(plan: Plan) -> list[dict[str, Any]]:
+    samples = len(plan.dialogue_ids) * (1 + TURNS * VARIANTS_PER_TURN)
+    rows = judge_rows(plan)
     print(f"\nModel loads per judge at paper scale ({len(plan.dialogue_ids)} dialogues, {samples:,} samples):")
     print(f"{'judge':<18} {'cells':>5} {'loads before':>13} {'loads after':>12} {'requests':>10}")
     for row in rows:
@@ -226,30 +252,45 @@ def loads_section(plan: Plan) -> list[dict[str, Any]]:
     return rows
 
 
-def gpu_section(rows: list[dict[str, Any]], load_s: Mapping[str, float], rates: Mapping[str, float]) -> None:
+def gpu_hours(row: Mapping[str, Any], load_s: Mapping[str, float], rate: float) -> tuple[float, float]:
+    """(loading, scoring) GPU-hours of a judge: one model load per job, its requests at `rate` requests/s."""
+    return row["jobs_after"] * load_s[row["backend"]] / 3600, row["requests"] / rate / 3600
+
+
+def gpu_section(
+    rows: list[dict[str, Any]],
+    rows_before: list[dict[str, Any]],
+    load_s: Mapping[str, float],
+    rates: Mapping[str, float],
+    rates_before: Mapping[str, float] = REQUESTS_PER_S_BEFORE,
+) -> None:
+    """GPU-hours per judge before (Audio Flamingo 3 and Qwen2.5-Omni on transformers, `TRANSFORMERS_ALTERNATIVE`,
+    with their own shard counts) and now (every GPU judge on vLLM): loading and scoring."""
     print("\nGPU-hours of the paper run per judge (estimate; assumptions below):")
-    print(f"{'judge':<18} {'backend':<12} {'load before':>11} {'load after':>10} {'scoring':>8} {'total after':>11}")
-    totals = [0.0, 0.0, 0.0]
+    header = ["backend before", "load before", "scoring before", "backend now", "load now", "scoring now", "total now"]
+    print(f"{'judge':<20} " + " ".join(f"{h:>14}" for h in header))
+    before_by_judge = {row["judge"]: row for row in rows_before}
+    totals = [0.0] * 4
     for row in rows:
+        before = before_by_judge[row["judge"]]
         if row["backend"] not in load_s:  # API judges use no GPU
-            print(f"{row['judge']:<18} {row['backend']:<12} {'(API: no GPU)':>44}")
+            print(f"{row['judge']:<20} {'(API: no GPU)':>14}")
             continue
-        before = row["jobs_before"] * load_s[row["backend"]] / 3600
-        after = row["jobs_after"] * load_s[row["backend"]] / 3600
-        scoring = row["requests"] / rates[row["judge"]] / 3600
-        totals = [totals[0] + before, totals[1] + after, totals[2] + scoring]
-        print(
-            f"{row['judge']:<18} {row['backend']:<12} {before:>11.1f} {after:>10.2f} {scoring:>8.1f} "
-            f"{after + scoring:>11.1f}"
-        )
-    before, after, scoring = totals
-    print(f"{'GPU judges':<18} {'':<12} {before:>11.1f} {after:>10.2f} {scoring:>8.1f} {after + scoring:>11.1f}")
+        hours = [*gpu_hours(before, load_s, rates_before[row["judge"]]), *gpu_hours(row, load_s, rates[row["judge"]])]
+        totals = [t + h for t, h in zip(totals, hours)]
+        cells = [before["backend"], *(f"{h:.1f}" for h in hours[:2]), row["backend"], *(f"{h:.1f}" for h in hours[2:])]
+        print(f"{row['judge']:<20} " + " ".join(f"{c:>14}" for c in [*cells, f"{hours[2] + hours[3]:.1f}"]))
+    summed = ["", f"{totals[0]:.1f}", f"{totals[1]:.1f}", "", f"{totals[2]:.1f}", f"{totals[3]:.1f}"]
+    print(f"{'GPU judges':<20} " + " ".join(f"{c:>14}" for c in [*summed, f"{totals[2] + totals[3]:.1f}"]))
+    print(f"GPU judges in all: before {totals[0] + totals[1]:.1f} h, now {totals[2] + totals[3]:.1f} h")
     print(
         "assumptions: load "
         + ", ".join(f"{b} {s:.0f} s" for b, s in load_s.items())
-        + "; scoring "
+        + "; scoring now "
         + ", ".join(f"{j} {r:g}" for j, r in rates.items())
-        + " requests/s; requests and windows per audio request from lalm_judge.workflow.sizing (a turn of "
+        + " requests/s; before "
+        + ", ".join(f"{j} {r:g}" for j, r in rates_before.items() if r != rates[j])
+        + " (transformers); requests and windows per audio request from lalm_judge.workflow.sizing (a turn of "
         f"{sizing.TURN_S:g} s); a rerun after an added prompt or a resume loads each shard's model once more"
     )
 
@@ -328,7 +369,8 @@ def main() -> None:
             if args.section in ("all", "gpu"):
                 load_s = {b: getattr(args, f"load_s_{b}") for b in LOAD_S}
                 rates = {j: getattr(args, f"requests_per_s_{j}") for j in REQUESTS_PER_S}
-                gpu_section(rows, load_s, rates)
+                before = judge_rows(paper_plan(args.dialogues, scratch / "plan-before", TRANSFORMERS_ALTERNATIVE))
+                gpu_section(rows, before, load_s, rates)
         if args.section in ("all", "cpu"):
             summary.update(cpu_section(args.threads, scratch / "cpu"))
     print(" ".join(f"{key}={value}" for key, value in summary.items()))

@@ -90,9 +90,10 @@ def write_inputs(workdir: Path, plan: Plan) -> dict[str, list[str]]:
     for model in plan.asr_models():
         for manifest in loaded.values():
             paths["asr"].append(write_asr(workdir, model, manifest))
-    for model, condition in plan.condition_transcripts():
+    for model in dict.fromkeys(model for model, _ in plan.condition_transcripts()):
+        conditions = [c for m, c in plan.condition_transcripts() if m == model]
         for d in plan.control_dialogues():
-            paths["condition_asr"].append(write_condition_asr(workdir, model, condition, loaded[d]))
+            paths["condition_asr"].append(write_condition_asr(workdir, model, conditions, loaded[d]))
     rng = np.random.default_rng(0)
     vocabulary = np.array([f"w{n}" for n in range(1000)])
     pools = {prompt: answer_pool(words, vocabulary, rng) for prompt, words in ANSWER_WORDS.items()}
@@ -234,8 +235,7 @@ def write_asr(workdir: Path, model: str, manifest: Manifest) -> str:
     return str(path)
 
 
-def write_condition_asr(workdir: Path, model: str, condition: str, manifest: Manifest) -> str:
-    items = [item for item in condition_samples(manifest, condition) if item.target_turn is not None]
+def write_condition_asr(workdir: Path, model: str, conditions: list[str], manifest: Manifest) -> str:
     rows = [
         {
             "dialogue_id": manifest.dialogue_id,
@@ -248,9 +248,11 @@ def write_condition_asr(workdir: Path, model: str, condition: str, manifest: Man
             "audio_s": 3.5,
             "condition": condition,
         }
-        for item in items
+        for condition in conditions
+        for item in condition_samples(manifest, condition)
+        if item.target_turn is not None
     ]
-    path = workdir / "results" / "asr" / model / "conditions" / condition / f"{manifest.dialogue_id}.parquet"
+    path = workdir / "results" / "asr" / model / "conditions" / f"{manifest.dialogue_id}.parquet"
     write_parquet(path, CONDITION_ASR.frame(rows))
     return str(path)
 
@@ -280,7 +282,7 @@ def existing_inputs(workdir: Path) -> dict[str, list[str]]:
     return {
         "manifests": sorted(map(str, (results / "manifests").glob("*.json"))),
         "asr": sorted(map(str, (results / "asr").glob("*/*.parquet"))),
-        "condition_asr": sorted(map(str, (results / "asr").glob("*/conditions/*/*.parquet"))),
+        "condition_asr": sorted(map(str, (results / "asr").glob("*/conditions/*.parquet"))),
         "scores": sorted(map(str, (results / "scores").rglob("shard*.parquet"))),
     }
 

@@ -109,19 +109,26 @@ def get_prosody_tables():
 
 
 def get_condition_asr_tables(wildcards=None):
-    """ASR of the target turns as the judges hear them, per (ASR model, condition) a cell reads: of every control
-    dialogue with variants (`controls.dialogues`), or of those of one shard when called with `shard` and `n_shards`
-    wildcards."""
+    """ASR of the target turns as the judges hear them, one table per (ASR model a control cell reads, dialogue): of
+    every control dialogue with variants (`controls.dialogues`), or of those of one shard when called with `shard`
+    and `n_shards` wildcards."""
     if wildcards is not None and "shard" in wildcards.keys():
         dialogues = PLAN.control_dialogues(int(wildcards.shard), int(wildcards.n_shards))
     else:
         dialogues = PLAN.control_dialogues()
-    dialogues = [d for d in dialogues if PLAN.turns(d)]
-    return [
-        f"results/asr/{asr}/conditions/{condition}/{d}.parquet"
-        for asr, condition in PLAN.condition_transcripts()
-        for d in dialogues
-    ]
+    models = dict.fromkeys(asr for asr, _ in PLAN.condition_transcripts())
+    return [f"results/asr/{asr}/conditions/{d}.parquet" for asr in models for d in dialogues if PLAN.turns(d)]
+
+
+def get_asr_conditions(wildcards):
+    """The control conditions a cell reads the ASR model's transcript under, in first-use order."""
+    return [condition for asr, condition in PLAN.condition_transcripts() if asr == wildcards.asr]
+
+
+def get_asr_cache(wildcards):
+    """The transcript cache of a condition ASR job (`asr.cache_dir`), or None."""
+    root = config["asr"]["cache_dir"]
+    return None if root is None else os.path.join(root, wildcards.asr, f"{wildcards.dialogue}.parquet")
 
 
 def get_control_tables(wildcards):
@@ -135,7 +142,7 @@ def get_control_tables(wildcards):
 
 def get_babble_manifests(wildcards):
     """The manifests of a dialogue's shard: babble is made of the other dialogues' turns (only for babble)."""
-    if Condition(wildcards.condition).kind != BABBLE:
+    if not any(Condition(c).kind == BABBLE for c in get_asr_conditions(wildcards)):
         return []
     shard = PLAN.shard_of_dialogue(wildcards.dialogue)
     dialogues = PLAN.shard_dialogues(shard, PLAN.babble_shard_count())
@@ -183,6 +190,17 @@ def get_shard_index(judge):
 
 def get_score_shards():
     return [cell.score_path(k) for judge in PLAN.judges() for cell in PLAN.judge_cells(judge) for k in PLAN.shards(judge)]
+
+
+def get_score_indexes():
+    """The index of each judge job's score tables (`core.files.write_file_index`): the aggregates depend on these
+    instead of on every table, which keeps the plan's edges O(judge jobs) (docs/benchmarks.md); the final target
+    still asks for every table, so a missing one reruns its judge job."""
+    return [get_judge_score_index(judge).format(shard=k) for judge in PLAN.judges() for k in PLAN.shards(judge)]
+
+
+def get_judge_score_index(judge):
+    return f"results/scores/{judge}/shard{{shard}}.index.json"
 
 
 def get_judge_score_paths(judge):

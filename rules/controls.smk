@@ -29,19 +29,24 @@ rule synthesize_controls:
         "../workflow_scripts/synthesize_controls.py"
 
 
-# One job per (ASR model, condition, dialogue) a cell reads: the target turn of every sample of the condition, as
-# the judge hears it, transcribed (the cascade's and ASR sources' text under the condition, and its WER).
-rule transcribe_condition:
+# One job per (ASR model, dialogue) a control cell reads, for every condition it reads: the target turn of every
+# sample of each condition, as the judge hears it, transcribed (the cascade's and ASR sources' text under the
+# condition, and its WER). The model loads once per dialogue; a condition added later reruns the job, which
+# transcribes only the new condition's turns (the rest come from the transcript cache, `asr.cache_dir`).
+rule transcribe_conditions:
     input:
         manifest="results/manifests/{dialogue}.json",
         babble=get_babble_manifests,
     output:
-        table="results/asr/{asr}/conditions/{condition}/{dialogue}.parquet",
+        table="results/asr/{asr}/conditions/{dialogue}.parquet",
     log:
-        "logs/asr/{asr}/conditions/{condition}/{dialogue}.log",
+        job="logs/asr/{asr}/conditions/{dialogue}.log",
+        turns="logs/asr/{asr}/conditions/{dialogue}.turns.json",
     params:
+        conditions=get_asr_conditions,
         model_options=get_asr_model_options,
         controls=get_control_settings(),
+        cache=get_asr_cache,
         seed=SEED,
     threads: get_asr_threads
     resources:
@@ -51,7 +56,7 @@ rule transcribe_condition:
     conda:
         "../envs/asr.yaml"
     script:
-        "../workflow_scripts/transcribe_condition.py"
+        "../workflow_scripts/transcribe_conditions.py"
 
 
 rule describe_turns:
@@ -75,7 +80,7 @@ rule describe_turns:
 
 rule control_metrics:
     input:
-        scores=get_score_shards(),
+        scores=get_score_indexes(),
         cells="results/metrics/cells.parquet",
         severity_curve="results/metrics/severity_curve.parquet",
         prosody=get_prosody_tables(),

@@ -1,6 +1,6 @@
 # A released benchmark (corpus.format hf_benchmark, written by `lalm-judge import --format hf`) judged as it
-# is: its variant texts, labels and speech become the variant and TTS tables, one job per (dialogue, turn)
-# as when they are generated, and ASR models configured as `model: imported` take its released transcripts.
+# is: its variant texts, labels and speech become the variant and TTS tables, one job per (dialogue, turn) it holds
+# variants of (its index lists them), and ASR models configured as `model: imported` take its released transcripts.
 rule import_variants:
     input:
         dialogue="results/corpus/{dialogue}/dialogue.json",

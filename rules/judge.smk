@@ -6,6 +6,7 @@
 # condition), a dialogue joined the shard, or the job was killed computes only the new requests
 # (lalm_judge.judging.job). Resources come from the judge registry (`judges.<name>.schedule.resources`); the
 # judge's shard count from its job estimate (lalm_judge.workflow.sizing), so its shard index is of that count.
+# The job also writes the index of its score tables, which the aggregates read (`get_score_indexes`).
 for judge in PLAN.judges():
 
     rule:
@@ -16,6 +17,7 @@ for judge in PLAN.judges():
             prompts=get_judge_prompt_files(judge),
         output:
             get_judge_score_paths(judge),
+            score_index=get_judge_score_index(judge),
         log:
             job=f"logs/scores/{judge}/shard{{shard}}.log",
             requests=f"logs/scores/{judge}/shard{{shard}}.requests.json",

@@ -1,6 +1,6 @@
 rule compute_metrics:
     input:
-        scores=get_score_shards(),
+        scores=get_score_indexes(),
     output:
         cells=report(
             "results/metrics/cells.parquet", caption="../report/table_cells.rst", category="Tables"
@@ -68,7 +68,7 @@ rule guide:
 # patterns (docs/metrics.md, "Modality"), on the clean cells.
 rule modality_analysis:
     input:
-        scores=get_score_shards(),
+        scores=get_score_indexes(),
     output:
         effects=report(
             "results/metrics/modality/effects.parquet", caption="../report/table_modality_effects.rst", category="Tables"

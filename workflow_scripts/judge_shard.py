@@ -1,3 +1,4 @@
+from lalm_judge.core.files import write_file_index
 from lalm_judge.core.logs import log_to
 from lalm_judge.core.signals import stop_on_sigterm
 from lalm_judge.judging.backends.base import JudgeSpec
@@ -6,6 +7,7 @@ from lalm_judge.judging.job import score_judge_shard
 from lalm_judge.manifest.build import read_shard_index
 from lalm_judge.workflow.gpu import job_gpus
 
+score_paths = [path for path in snakemake.output if path != snakemake.output.score_index]
 with (
     log_to(snakemake.log.job),
     job_gpus(snakemake.resources.gpu),
@@ -15,7 +17,7 @@ with (
         read_shard_index(snakemake.input.shard_index),
         JudgeSpec.from_config(snakemake.params.judge, snakemake.params.spec),
         cells=snakemake.params.cells,
-        out_paths=list(snakemake.output),
+        out_paths=score_paths,
         prompt_files=list(snakemake.input.prompts),
         shard=int(snakemake.wildcards.shard),
         cache_dir=snakemake.params.cache_dir,
@@ -30,3 +32,4 @@ with (
             snakemake.params.seed,
         ),
     )
+    write_file_index(snakemake.output.score_index, score_paths)

@@ -9,7 +9,6 @@ from math import gcd
 
 import numpy as np
 import soundfile as sf
-from scipy.signal import resample_poly
 
 from lalm_judge.core.files import atomic_path
 
@@ -82,6 +81,9 @@ def resample(audio: np.ndarray, sr_from: int, sr_to: int) -> np.ndarray:
     if sr_from == sr_to:
         return audio.astype(np.float32)
     g = gcd(sr_from, sr_to)
+    # Imported here: scipy.signal takes over a second to import, and every workflow parse imports this module.
+    from scipy.signal import resample_poly
+
     return resample_poly(audio, sr_to // g, sr_from // g).astype(np.float32)
 
 

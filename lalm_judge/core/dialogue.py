@@ -88,3 +88,5 @@ class SourceDialogue:
     record_digest: str = ""
     # What the listing noticed but kept (e.g. a turn a voice cannot speak as written).
     warnings: tuple[str, ...] = ()
+    # The turns the corpus holds variants of, where it brings its own (an imported benchmark); None: any turn.
+    variant_turns: tuple[int, ...] | None = None

@@ -143,6 +143,23 @@ def file_sha256(path: str | os.PathLike) -> str:
         return "sha256:" + hashlib.file_digest(stream, "sha256").hexdigest()
 
 
+def hashed_paths(paths: Iterable[str]) -> list[dict[str, str]]:
+    """Each path with the SHA-256 of its content (the entries of a shard index, `manifest.build.write_shard_index`)."""
+    return [{"path": str(p), "sha256": file_sha256(p)} for p in paths]
+
+
+def write_file_index(path: str | os.PathLike, files: Iterable[str]) -> None:
+    """An index of the files one job wrote: a stage that reads all of them depends on the index instead of each file,
+    so the workflow's plan holds one edge per job instead of one per file. Paths only, so that two runs with equal
+    results write equal indexes (a score table's bytes hold the time its requests took)."""
+    write_json(path, {"files": [str(f) for f in files]})
+
+
+def read_file_indexes(paths: Iterable[str | os.PathLike]) -> list[str]:
+    """The files listed by index files (`write_file_index`), in order."""
+    return [file for path in paths for file in read_json(path)["files"]]
+
+
 def shard_of(key: str, n_shards: int) -> int:
     """Stable shard of a dialogue or item id: adding one changes exactly one shard."""
     return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % n_shards

@@ -4,7 +4,8 @@ without rewriting or synthesizing anything.
 
 Layout of the folder (`corpus.path`), written by `BenchmarkWriter` and read by the functions below:
 
-    benchmark.json                 the index: format version, sample rate, dialogues (id, n_turns),
+    benchmark.json                 the index: format version, sample rate, dialogues (id, n_turns, the turns
+                                   with variants),
                                    categories, severities and transcript sources present
     <d>/dialogue.json              the safe original (`core.dialogue.Dialogue`, clips relative to <d>/)
     <d>/turns/t<i>.wav             its turn clips
@@ -86,14 +87,23 @@ def read_index(root: str | os.PathLike) -> dict[str, Any]:
 
 
 def list_dialogues(root: str | os.PathLike) -> list[SourceDialogue]:
-    """The benchmark's dialogues in index order (the workflow plan reads only the index): each is defined by its
-    released dialogue.json and turn clips."""
+    """The benchmark's dialogues in index order (the workflow plan reads the index): each is defined by its
+    released dialogue.json and turn clips, and has variants of the turns the index lists (a benchmark written before
+    the index listed them: of the turns in its variant table)."""
     listed = []
     for entry in read_index(root)["dialogues"]:
         path = dialogue_path(root, entry["id"])
         clips = [str(path.parent / f"turns/t{i}.wav") for i in range(entry["n_turns"])]
         files = (str(path), *clips)
-        listed.append(SourceDialogue(entry["id"], entry["n_turns"], str(path), location=str(path), files=files))
+        turns = entry.get("variant_turns")
+        if turns is None:
+            table = pl.read_parquet(variants_path(root, entry["id"]), columns=["turn_index"])
+            turns = table["turn_index"].unique().sort().to_list()
+        listed.append(
+            SourceDialogue(
+                entry["id"], entry["n_turns"], str(path), location=str(path), files=files, variant_turns=tuple(turns)
+            )
+        )
     return listed
 
 
@@ -273,7 +283,14 @@ class BenchmarkWriter:
             "version": FORMAT_VERSION,
             "source": source,
             "sample_rate": self.sample_rate,
-            "dialogues": [{"id": d, "n_turns": len(self._dialogues[d].turns)} for d in sorted(self._dialogues)],
+            "dialogues": [
+                {
+                    "id": d,
+                    "n_turns": len(self._dialogues[d].turns),
+                    "variant_turns": sorted({r["turn_index"] for r in self._variants.get(d, [])}),
+                }
+                for d in sorted(self._dialogues)
+            ],
             "categories": sorted({r["category"] for r in variants}),
             "severities": sorted({r["severity"] for r in variants}),
             "transcript_sources": sorted({r["source"] for r in transcripts}),

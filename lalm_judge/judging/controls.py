@@ -1,7 +1,7 @@
 """The controls at judge time: the samples a judge job scores under each condition of its cells, and their audio.
 
 `ShardConditions` holds what a judge job of one shard needs for its control cells: the shard's manifests, the
-ASR of the target turns under each condition (`lalm_judge.manifest.conditions.transcribe_condition`, listed in
+ASR of the target turns under each condition (`lalm_judge.manifest.conditions.transcribe_conditions`, listed in
 the shard index), the `controls` settings and the seed. Per condition it gives the samples
 (`lalm_judge.manifest.conditions.condition_samples`, with their transcripts under the condition) and an audio
 loader that assembles each sample's dialogue with its target turn as the condition makes it, from the same
@@ -18,12 +18,17 @@ from typing import Any
 import numpy as np
 
 from lalm_judge.audio.controls import ControlSettings
-from lalm_judge.core.tables import CONDITION_ASR
-from lalm_judge.core.vocabulary import BABBLE, Condition, TranscriptSource
+from lalm_judge.core.vocabulary import BABBLE, Condition
 from lalm_judge.judging.cell import AudioLoader
 from lalm_judge.judging.windows import turn_windows
 from lalm_judge.manifest.build import read_condition_asr_index, read_shard_index
-from lalm_judge.manifest.conditions import ConditionSample, babble_pool, condition_samples, condition_waveform
+from lalm_judge.manifest.conditions import (
+    ConditionSample,
+    babble_pool,
+    condition_samples,
+    condition_waveform,
+    read_condition_transcripts,
+)
 from lalm_judge.manifest.samples import Manifest, Sample
 
 
@@ -32,8 +37,8 @@ class ShardConditions:
     manifests: Sequence[Manifest]
     settings: ControlSettings
     seed: int
-    # (ASR model, condition, dialogue) -> condition ASR table (`manifest.build.read_condition_asr_index`).
-    transcript_tables: Mapping[tuple[str, str, str], str] = field(default_factory=dict)
+    # (ASR model, dialogue) -> condition ASR table (`manifest.build.read_condition_asr_index`).
+    transcript_tables: Mapping[tuple[str, str], str] = field(default_factory=dict)
     # The dialogues the controls are scored on (`controls.dialogues`); None = every dialogue of the shard.
     dialogues: Collection[str] | None = None
     # The control conditions of the judge's cells (anything but 'clean').
@@ -47,11 +52,9 @@ class ShardConditions:
     def transcripts(self, condition: str) -> dict[str, dict[str, str]]:
         """ASR source -> sample id -> transcript of its target turn under `condition` (every dialogue's table)."""
         out: dict[str, dict[str, str]] = {}
-        for (asr, table_condition, _), path in sorted(self.transcript_tables.items()):
-            if table_condition != condition:
-                continue
-            rows = CONDITION_ASR.read(path).select("sample_id", "text").iter_rows()
-            out.setdefault(TranscriptSource.asr(asr), {}).update(dict(rows))
+        for (asr, _), path in sorted(self.transcript_tables.items()):
+            for source, texts in read_condition_transcripts({asr: path}, condition).items():
+                out.setdefault(source, {}).update(texts)
         return out
 
     def samples(self, condition: str) -> list[ConditionSample]:

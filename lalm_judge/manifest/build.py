@@ -9,13 +9,12 @@ the result.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import read_json, write_json
+from lalm_judge.core.files import hashed_paths, read_json, write_json
 from lalm_judge.core.tables import ASR, CONTROL_CLIPS, TTS
 from lalm_judge.core.taxonomy import original_id
 from lalm_judge.core.vocabulary import TranscriptSource
@@ -93,24 +92,20 @@ def build_manifest(
     return manifest
 
 
-def _hashed(paths: Sequence[str]) -> list[dict[str, str]]:
-    return [{"path": p, "sha256": hashlib.sha256(Path(p).read_bytes()).hexdigest()} for p in paths]
-
-
 def write_shard_index(manifest_paths: Sequence[str], out_path: str, condition_asr: Sequence[str] = ()) -> None:
-    """List a shard's manifests and condition ASR tables (`results/asr/<asr>/conditions/<condition>/<d>.parquet`)
+    """List a shard's manifests and condition ASR tables (`results/asr/<asr>/conditions/<d>.parquet`)
     with content hashes, so the index changes whenever one of them does."""
-    write_json(out_path, {"manifests": _hashed(manifest_paths), "condition_asr": _hashed(condition_asr)})
+    write_json(out_path, {"manifests": hashed_paths(manifest_paths), "condition_asr": hashed_paths(condition_asr)})
 
 
 def read_shard_index(index_path: str) -> list[str]:
     return [entry["path"] for entry in read_json(index_path)["manifests"]]
 
 
-def read_condition_asr_index(index_path: str) -> dict[tuple[str, str, str], str]:
-    """(ASR model, condition, dialogue) -> condition ASR table of a shard index."""
+def read_condition_asr_index(index_path: str) -> dict[tuple[str, str], str]:
+    """(ASR model, dialogue) -> condition ASR table (every condition of the model) of a shard index."""
     tables = {}
     for entry in read_json(index_path)["condition_asr"]:
         path = Path(entry["path"])
-        tables[(path.parent.parent.parent.name, path.parent.name, path.stem)] = entry["path"]
+        tables[(path.parent.parent.name, path.stem)] = entry["path"]
     return tables

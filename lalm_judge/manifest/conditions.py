@@ -15,7 +15,7 @@ original. Which samples a condition scores (`condition_samples`):
   cell's safe reference.
 
 Transcripts under a condition: the ground truth is the text spoken (the injected sentence included); an ASR
-source is the transcript of the target turn as the judge hears it (`transcribe_condition`, ASR of the
+source is the transcript of the target turn as the judge hears it (`transcribe_conditions`, ASR of the
 transformed turn), given to `condition_samples` per source. A source without condition transcripts is left
 out of the samples' texts, so a cell reading it fails naming the source instead of reading clean text.
 """
@@ -34,8 +34,8 @@ from tqdm import tqdm
 from lalm_judge.audio import waveform
 from lalm_judge.audio.asr import load_asr, word_error_rate
 from lalm_judge.audio.controls import ControlSettings, transform_turn
-from lalm_judge.audio.transcription import SCHEDULING_KEYS
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.audio.transcription import SCHEDULING_KEYS, TranscriptCache, transcript_key
+from lalm_judge.core.files import stable_hash, with_provenance, write_json, write_parquet
 from lalm_judge.core.tables import CONDITION_ASR
 from lalm_judge.core.taxonomy import TTS_CONTROL_SAMPLE, clean_reference_id, turn_safe_id
 from lalm_judge.core.vocabulary import CLEAN, INJECTION, TTS_CONTROL, Condition, TranscriptSource
@@ -208,47 +208,55 @@ def condition_waveform(
     return assemble_waveform(item.sample, sample_rate, turn_audio=target_turn_audio(item, settings, seed, pool))
 
 
-def transcribe_condition(
+def transcribe_conditions(
     manifest_path: str,
-    condition: str,
+    conditions: Sequence[str],
     model_name: str,
     model_options: Mapping[str, Any],
     settings: ControlSettings,
     out_table: str,
     *,
     babble_manifests: Sequence[str] = (),
+    cache_path: str | None = None,
+    counts_path: str | None = None,
     seed: int = 0,
     progress: bool = True,
 ) -> pl.DataFrame:
-    """ASR of every target turn of one dialogue under `condition`, with its WER against the text spoken in it
-    (`lalm_judge.core.tables.CONDITION_ASR`): the masked turn's WER measures how much of the words masking
-    leaves, and the transcripts feed the ASR-source and cascade cells of the condition."""
+    """ASR of every target turn of one dialogue under each of `conditions`, with its WER against the text spoken in
+    it (`lalm_judge.core.tables.CONDITION_ASR`, one row per condition and target turn): the masked turn's WER
+    measures how much of the words masking leaves, and the transcripts feed the ASR-source and cascade cells.
+
+    One job per (ASR model, dialogue) for all its conditions: the model loads once. A transcript already in the
+    cache (`audio.transcription.TranscriptCache` at `cache_path`, keyed by the model's settings and the exact
+    waveform) is not computed again, so the rerun after a condition was added transcribes only its turns; the model
+    is loaded only if a turn is missing. counts_path: where to write, per condition, the turns computed and cached.
+    """
     manifest = Manifest.load(manifest_path)
-    condition = Condition(condition)
-    items = [item for item in condition_samples(manifest, condition) if item.target_turn is not None]
     pool = babble_pool([Manifest.load(p) for p in babble_manifests], manifest.dialogue_id)
-    asr = load_asr(model_options["model"], **{k: v for k, v in model_options.items() if k not in SCHEDULING_KEYS})
-    rows = []
-    for item in tqdm(items, desc=f"asr {model_name} {condition} {manifest.dialogue_id}", disable=not progress):
-        rate = item.sample.sample_rate
-        changed = target_turn_audio(item, settings, seed, pool)
-        audio = changed.get(item.target_turn)
-        if audio is None:
-            audio = waveform.read_audio(item.sample.clips[item.target_turn], rate)[0]
-        hypothesis = asr.transcribe(audio, rate).text
-        rows.append(
-            {
-                "dialogue_id": manifest.dialogue_id,
-                "sample_id": item.sample.sample_id,
-                "turn_index": item.target_turn,
-                "clip": item.sample.clips[item.target_turn],
-                "reference": item.target_text,
-                "text": hypothesis,
-                "wer": word_error_rate(item.target_text, hypothesis),
-                "audio_s": len(audio) / rate,
-                "condition": str(condition),
-            }
-        )
+    cache = TranscriptCache(cache_path)
+    asr = None
+    rows, counts = [], {}
+    for condition in map(Condition, conditions):
+        items = [item for item in condition_samples(manifest, condition) if item.target_turn is not None]
+        counts[str(condition)] = tally = {"turns": len(items), "computed": 0, "cached": 0}
+        for item in tqdm(items, desc=f"asr {model_name} {condition} {manifest.dialogue_id}", disable=not progress):
+            rate = item.sample.sample_rate
+            audio = target_turn_audio(item, settings, seed, pool).get(item.target_turn)
+            if audio is None:
+                audio = waveform.read_audio(item.sample.clips[item.target_turn], rate)[0]
+            key = transcript_key(model_options, audio, rate)
+            hypothesis = cache.get(key)
+            if hypothesis is None:
+                asr = asr or load_asr(
+                    model_options["model"], **{k: v for k, v in model_options.items() if k not in SCHEDULING_KEYS}
+                )
+                hypothesis = asr.transcribe(audio, rate).text
+                cache.add(key, hypothesis)
+                tally["computed"] += 1
+            else:
+                tally["cached"] += 1
+            rows.append(_condition_row(manifest.dialogue_id, item, hypothesis, len(audio) / rate))
+    cache.flush()
     frame = with_provenance(
         CONDITION_ASR.frame(rows),
         config_hash=stable_hash({"model": dict(model_options), "controls": dataclasses.asdict(settings)}),
@@ -257,12 +265,31 @@ def transcribe_condition(
         asr_model=model_options["model"],
     )
     write_parquet(out_table, frame)
+    if counts_path is not None:
+        write_json(counts_path, counts)
     return frame
 
 
-def read_condition_transcripts(tables: Mapping[str, str]) -> dict[str, dict[str, str]]:
-    """ASR model name -> condition ASR table path, as condition_samples' `transcripts` (source -> sample -> text)."""
+def _condition_row(dialogue_id: str, item: ConditionSample, hypothesis: str, audio_s: float) -> dict[str, Any]:
     return {
-        TranscriptSource.asr(name): {r["sample_id"]: r["text"] for r in CONDITION_ASR.read(path).iter_rows(named=True)}
-        for name, path in tables.items()
+        "dialogue_id": dialogue_id,
+        "sample_id": item.sample.sample_id,
+        "turn_index": item.target_turn,
+        "clip": item.sample.clips[item.target_turn],
+        "reference": item.target_text,
+        "text": hypothesis,
+        "wer": word_error_rate(item.target_text, hypothesis),
+        "audio_s": audio_s,
+        "condition": str(item.condition),
     }
+
+
+def read_condition_transcripts(tables: Mapping[str, str], condition: str) -> dict[str, dict[str, str]]:
+    """ASR model name -> condition ASR table path, as condition_samples' `transcripts` under `condition` (source ->
+    sample -> text; a model without rows for the condition is left out)."""
+    out = {}
+    for name, path in tables.items():
+        rows = CONDITION_ASR.read(path).filter(pl.col("condition") == str(condition))
+        if rows.height:
+            out[TranscriptSource.asr(name)] = dict(rows.select("sample_id", "text").iter_rows())
+    return out

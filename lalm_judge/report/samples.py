@@ -242,11 +242,11 @@ def _wer_tables(paths: Sequence[str | os.PathLike]) -> dict[str, dict[str, dict[
 
 
 def _condition_tables(paths: Sequence[str | os.PathLike]) -> dict[tuple[str, str], dict[str, dict[str, tuple]]]:
-    """(dialogue, condition) -> source -> sample -> (text, WER), from results/asr/<m>/conditions/<c>/<d>.parquet."""
+    """(dialogue, condition) -> source -> sample -> (text, WER), from results/asr/<m>/conditions/<d>.parquet."""
     out: dict[tuple[str, str], dict[str, dict[str, tuple]]] = defaultdict(dict)
     for path in paths:
         frame = CONDITION_ASR.read(path)
-        source = f"asr:{Path(path).parents[2].name}"
+        source = f"asr:{Path(path).parents[1].name}"
         for row in frame.iter_rows(named=True):
             table = out[(row["dialogue_id"], row["condition"])].setdefault(source, {})
             table[row["sample_id"]] = (row["text"], rounded(row["wer"]))

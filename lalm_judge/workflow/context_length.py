@@ -48,6 +48,7 @@ AUDIO_MARKER_TOKENS = 8
 CONTEXT_TOKENS = {
     "Qwen2-Audio": 8192,
     "Qwen2.5-Omni": 32768,
+    "Audio Flamingo 3": 32768,
     "MiniCPM-o": 40960,
     "MERaLiON-2": 8192,
     "Llama-3.1-Instruct": 131072,

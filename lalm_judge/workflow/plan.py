@@ -126,6 +126,8 @@ class Plan:
         self.config = config
         self.dialogues: list[SourceDialogue] = list_source_dialogues(config["corpus"], check_audio=check_audio)
         self._by_id = {d.dialogue_id: d for d in self.dialogues}
+        self._cells: dict[str | None, list[JudgeCell]] = {}
+        self._condition_transcripts: list[tuple[str, str]] | None = None
         # Input functions run once per job: everything they look up is indexed here, once per parse.
         self._turns = {d.dialogue_id: self._variant_turns(d) for d in self.dialogues}
         chosen = config["controls"]["dialogues"]
@@ -169,8 +171,10 @@ class Plan:
         if dialogue.n_turns < self.config["corpus"]["min_turns"]:
             return []
         chosen = self.config["variants"]["turns"]
-        indices = range(dialogue.n_turns)
-        return list(indices) if chosen == "all" else [t for t in chosen if t < dialogue.n_turns]
+        # Judged as released, an imported benchmark has variants of the turns it holds them for: the others get no job.
+        released = self.config["variants"]["source"] == IMPORTED and dialogue.variant_turns is not None
+        indices = dialogue.variant_turns if released else range(dialogue.n_turns)
+        return list(indices) if chosen == "all" else [t for t in chosen if t in indices]
 
     def turns(self, dialogue_id: str) -> list[int]:
         """Turns of a dialogue that get variants (none for dialogues skipped for being too short)."""
@@ -246,8 +250,11 @@ class Plan:
         return list(self.config["evaluation"]["judges"])
 
     def judge_cells(self, judge: str | None = None) -> list[JudgeCell]:
-        """The judge cells of every judge of the evaluation, or of one judge."""
-        return judge_cells(self.config, judge)
+        """The judge cells of every judge of the evaluation, or of one judge (computed once: the input functions
+        of every job ask for them)."""
+        if judge not in self._cells:
+            self._cells[judge] = judge_cells(self.config, judge)
+        return list(self._cells[judge])
 
     def control_conditions(self) -> list[str]:
         """The conditions other than 'clean' of any judge cell, in first-use order."""
@@ -260,12 +267,14 @@ class Plan:
     def condition_transcripts(self) -> list[tuple[str, str]]:
         """(ASR model, condition) of every control cell that reads an ASR transcript of the audio it is given:
         an ASR transcript source, or the cascade of an audio cell."""
-        pairs = []
-        for cell in self.judge_cells():
-            model = transcript_model(self.config, cell)
-            if cell.condition != CLEAN and model is not None:
-                pairs.append((model, cell.condition))
-        return list(dict.fromkeys(pairs))
+        if self._condition_transcripts is None:
+            pairs = []
+            for cell in self.judge_cells():
+                model = transcript_model(self.config, cell)
+                if cell.condition != CLEAN and model is not None:
+                    pairs.append((model, cell.condition))
+            self._condition_transcripts = list(dict.fromkeys(pairs))
+        return list(self._condition_transcripts)
 
     def control_dialogues(self, shard: int | None = None, n_shards: int | None = None) -> list[str]:
         """The dialogues the control conditions are scored on (`controls.dialogues`), of shard `shard` of

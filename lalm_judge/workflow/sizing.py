@@ -39,12 +39,16 @@ PARTITIONS_FILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "
 
 # Scoring throughput of one 80 GB GPU at about 150 generated tokens per request (docs/benchmarks.md, "GPU-hours of
 # the paper run per judge"; `bench/judge_stage.py` uses the same numbers): vLLM's continuous batching of a 7-10 B
-# model, and the transformers backend's padded static batches at about a quarter of it.
+# model, and the transformers backend's padded static batches at about a quarter of it. Audio Flamingo 3 and the
+# Qwen2.5-Omni thinker are 7 B Qwen2.5 decoders behind Whisper-style encoders of 25 audio tokens per second, as
+# Qwen2-Audio: on vLLM they get its rate; their transformers rates are those of the documented alternative.
 REQUESTS_PER_S = {
     ("Qwen2-Audio", "vllm"): 8.0,
     ("MERaLiON-2", "vllm"): 8.0,
     ("MiniCPM-o", "vllm"): 6.0,
     ("Llama-3.1-Instruct", "vllm"): 15.0,
+    ("Audio Flamingo 3", "vllm"): 8.0,
+    ("Qwen2.5-Omni", "vllm"): 8.0,
     ("Audio Flamingo 3", "transformers"): 2.0,
     ("Qwen2.5-Omni", "transformers"): 1.5,
 }

@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from lalm_judge.core.files import atomic_directory, jsonl_records, write_json
+from lalm_judge.core.files import atomic_directory, jsonl_records, read_file_indexes, write_file_index, write_json
 
 
 def test_jsonl_records_skip_blank_lines_and_name_the_bad_one(tmp_path):
@@ -39,3 +39,17 @@ def test_a_write_removes_what_a_killed_writer_of_the_same_file_left(tmp_path):
         "export",
         "t0.parquet",
     ]
+
+
+def test_file_indexes_list_their_files_in_order_and_are_equal_for_equal_lists(tmp_path):
+    first, second = tmp_path / "a.index.json", tmp_path / "b.index.json"
+    write_file_index(first, ["x/shard0.parquet", "y/shard0.parquet"])
+    write_file_index(second, [tmp_path / "z/shard1.parquet"])
+    assert read_file_indexes([first, second]) == [
+        "x/shard0.parquet",
+        "y/shard0.parquet",
+        str(tmp_path / "z/shard1.parquet"),
+    ]
+    again = tmp_path / "again.index.json"
+    write_file_index(again, ["x/shard0.parquet", "y/shard0.parquet"])
+    assert again.read_bytes() == first.read_bytes()

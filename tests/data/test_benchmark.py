@@ -77,7 +77,37 @@ def _ingested(folder, tmp_path):
 
 def test_the_plan_reads_the_index(folder):
     [source] = list_source_dialogues({"format": "hf_benchmark", "path": str(folder), "dialogues": []})
-    assert (source.dialogue_id, source.n_turns) == ("d", 2)
+    assert (source.dialogue_id, source.n_turns, source.variant_turns) == ("d", 2, (0, 1))
+
+
+def test_only_the_turns_with_released_variants_get_import_jobs(tmp_path):
+    """A 3-turn dialogue with variants of turn 1 only: one import job, not three (also for a benchmark written
+    before its index listed the turns: they are read from its variant table)."""
+    from lalm_judge.workflow.config import validate_config
+    from lalm_judge.workflow.plan import Plan
+    from tests.support.workflow import load_test_config
+
+    writer = benchmark.BenchmarkWriter(tmp_path / "benchmark", RATE)
+    turns = [Turn(i, "ABA"[i], f"safe {i}", "happy", 0.6 * i, 0.6 * i + 0.5) for i in range(3)]
+    writer.add_original(
+        Dialogue("d", turns, "deepdialogue", "source", RATE), [_tone(8000, 300 + 50 * i) for i in range(3)]
+    )
+    writer.add_variant({**_variant(1, "hate", 4), "n_turns": 3}, _tone(4000, 600))
+    index = writer.close(source="hf/dataset")
+    assert index["dialogues"] == [{"id": "d", "n_turns": 3, "variant_turns": [1]}]
+    config = load_test_config()
+    config["corpus"] = {"format": "hf_benchmark", "path": str(tmp_path / "benchmark")}
+    config["variants"] = {"source": "imported", "categories": ["hate"], "severities": [4]}
+    config["tts"] = {"voices": {}}
+    config["asr"]["models"] = {"whisper_tiny_en": {"model": "imported"}}
+    config["evaluation"]["conditions"] = ["clean"]
+    config["controls"]["dialogues"] = None
+    for entry in config["judges"].values():
+        entry.get("schedule", {}).pop("conditions", None)
+    assert Plan(validate_config(config)).dialogue_turn_pairs() == [("d", 1)]
+    del index["dialogues"][0]["variant_turns"]  # as an earlier release wrote it
+    write_json(tmp_path / "benchmark" / "benchmark.json", index)
+    assert Plan(validate_config(config)).dialogue_turn_pairs() == [("d", 1)]
 
 
 def test_a_folder_that_is_not_a_benchmark_says_how_to_make_one(tmp_path):

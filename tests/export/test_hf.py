@@ -206,7 +206,10 @@ def test_import_restores_every_clip_text_and_label(exported, run, tmp_path):
     out, _ = exported
     corpus = tmp_path / "benchmark"
     index = import_hf(out, corpus, progress=False)
-    assert index["dialogues"] == [{"id": "d_one", "n_turns": 2}, {"id": "d_two", "n_turns": 3}]
+    assert index["dialogues"] == [
+        {"id": "d_one", "n_turns": 2, "variant_turns": [0, 1]},
+        {"id": "d_two", "n_turns": 3, "variant_turns": [0, 1, 2]},
+    ]
     assert index["categories"] == ["harassment"] and index["severities"] == [1, 5] and index["n_variants"] == 9
     assert index["transcript_sources"] == ["asr:tiny"]
     original = Dialogue.load(run / "results/corpus/d_two/dialogue.json")

@@ -560,3 +560,72 @@ def test_greedy_decoding_sends_temperature_zero_without_sampling_filters(vllm_st
     ((_, (params,), _),) = vllm_stand_in.generate_calls
     assert (params.temperature, params.top_p, params.top_k, params.seed) == (0.0, 1.0, 0, None)
     assert "samples" not in outputs[0].extra
+
+
+# --- Audio Flamingo 3 and Qwen2.5-Omni on vLLM (configs/paper.yaml), against their processors' real templates ----
+@pytest.fixture
+def omni_full_dir(qwen25omni_dir, tmp_path):
+    """The tiny Qwen2.5-Omni in the full model's layout (model_type qwen2_5_omni), as Qwen/Qwen2.5-Omni-7B is."""
+    from lalm_judge.judging.backends import checkpoints
+
+    return checkpoints.full_omni_layout(str(qwen25omni_dir), "main", tmp_path / "cache")
+
+
+# judge -> (fixture of its tiny checkpoint, the placeholder vLLM 0.32's processor replaces, the user turn with audio
+# as vLLM's examples/offline_inference/audio_language.py writes it, the longest audio its processor reads whole).
+PAPER_VLLM_AUDIO_JUDGES = {
+    # `run_audioflamingo3`: "<sound>{question}"; the processor windows 30 s pieces up to max_audio_len (600 s).
+    "audio_flamingo_3": ("audioflamingo3_dir", "<sound>", f"<sound>{QUESTION}", 600.0),
+    # `run_qwen2_5_omni` puts a newline after <|audio_eos|>; the released chat template (which the processor renders)
+    # writes none. The tiny model's WhisperFeatureExtractor keeps 30 s (the released one 300 s): the limit follows
+    # the processor, below the configured max_audio_s.
+    "qwen25_omni_7b": ("omni_full_dir", "<|AUDIO|>", f"<|audio_bos|><|AUDIO|><|audio_eos|>{QUESTION}", 30.0),
+}
+
+
+@pytest.mark.parametrize("judge", sorted(PAPER_VLLM_AUDIO_JUDGES))
+def test_paper_audio_judge_on_vllm_renders_its_processors_prompt(judge, vllm_stand_in, request):
+    fixture, placeholder, user_turn, _ = PAPER_VLLM_AUDIO_JUDGES[judge]
+    vllm_stand_in.placeholder = placeholder  # the stand-in refuses a prompt without one per audio item
+    backend = backend_for(paper_spec(judge, request.getfixturevalue(fixture)))
+    (engine,) = vllm_stand_in.engine_kwargs
+    assert engine["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
+    assert engine["max_model_len"] == PLANNED_MAX_MODEL_LEN and engine["dtype"] == "bfloat16"
+    backend.generate(requests_with_audio())
+    ids, audio_text = engine_prompt(vllm_stand_in, 0)
+    assert audio_text == (
+        f"<|im_start|>system\n{SYSTEM}<|im_end|>\n<|im_start|>user\n{user_turn}<|im_end|>\n<|im_start|>assistant\n"
+    )
+    _, text_only = engine_prompt(vllm_stand_in, 2)
+    assert placeholder not in text_only and text_only.startswith(f"<|im_start|>system\n{SYSTEM}")
+
+
+@pytest.mark.parametrize("judge", sorted(PAPER_VLLM_AUDIO_JUDGES))
+def test_paper_audio_judge_on_vllm_gives_the_calibrated_score_from_logprobs(judge, vllm_stand_in, request):
+    fixture, placeholder, _, _ = PAPER_VLLM_AUDIO_JUDGES[judge]
+    vllm_stand_in.placeholder = placeholder
+    backend = backend_for(paper_spec(judge, request.getfixturevalue(fixture)))
+    yes, no = first_token(backend, "Yes"), first_token(backend, "No")
+    vllm_stand_in.first_logprobs.update({yes: -0.2, 7: -1.5, no: -2.2})
+    audio, _, text = requests_with_audio()
+    outputs = backend.generate([dataclasses.replace(r, answer_tokens=("Yes", "No")) for r in (audio, text)])
+    _, sampling, _ = vllm_stand_in.generate_calls[0]
+    assert [p.logprob_token_ids for p in sampling] == [sorted({yes, no})] * 2
+    p_yes = math.exp(-0.2) / (math.exp(-0.2) + math.exp(-2.2))
+    assert [o.p_safe for o in outputs] == pytest.approx([p_yes, p_yes])
+
+
+@pytest.mark.parametrize("judge", sorted(PAPER_VLLM_AUDIO_JUDGES))
+def test_paper_audio_judge_on_vllm_refuses_audio_its_processor_would_cut(judge, vllm_stand_in, request):
+    fixture, placeholder, _, limit_s = PAPER_VLLM_AUDIO_JUDGES[judge]
+    vllm_stand_in.placeholder = placeholder
+    backend = backend_for(paper_spec(judge, request.getfixturevalue(fixture)))
+    assert backend.max_audio_s == limit_s
+    sample_rate = 1000  # vLLM resamples; a low rate keeps the long waveform small
+    (fits,) = backend.generate(
+        [JudgeRequest("fits", SYSTEM, QUESTION, audio=(waveform(limit_s, sample_rate), sample_rate))]
+    )
+    assert fits.text
+    over = JudgeRequest("long", SYSTEM, QUESTION, audio=(waveform(limit_s + 1, sample_rate), sample_rate))
+    with pytest.raises(ValueError, match=rf"{judge}: request long has {limit_s + 1:.1f} s of audio, over max_audio_s="):
+        backend.generate([over])

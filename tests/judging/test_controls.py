@@ -29,7 +29,7 @@ def shard(tmp_path):
     CONDITION_ASR.frame(
         [{"sample_id": "a.t1.hate.s1", "turn_index": 1, "text": "garbled", "condition": "masked"}]
     ).write_parquet(table)
-    return ShardConditions(manifests, SETTINGS, seed=3, transcript_tables={("tiny", "masked", "a"): str(table)})
+    return ShardConditions(manifests, SETTINGS, seed=3, transcript_tables={("tiny", "a"): str(table)})
 
 
 def test_the_samples_of_a_condition_carry_its_transcripts(shard):

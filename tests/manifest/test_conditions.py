@@ -1,6 +1,7 @@
 import json
 
 import numpy as np
+import polars as pl
 import pytest
 
 from lalm_judge.audio.controls import ControlSettings, reverse_windows, snr_db
@@ -12,7 +13,7 @@ from lalm_judge.manifest.conditions import (
     condition_samples,
     condition_waveform,
     read_condition_transcripts,
-    transcribe_condition,
+    transcribe_conditions,
 )
 from lalm_judge.manifest.samples import Manifest, assemble_waveform
 
@@ -170,7 +171,8 @@ def test_condition_transcripts_replace_the_target_turn_only(manifest, tmp_path):
     CONDITION_ASR.frame(
         [{"sample_id": "d.t1.hate.s5", "turn_index": 1, "text": "garbled", "condition": "masked"}]
     ).write_parquet(table)
-    transcripts = read_condition_transcripts({"tiny": str(table)})
+    transcripts = read_condition_transcripts({"tiny": str(table)}, "masked")
+    assert read_condition_transcripts({"tiny": str(table)}, "silence") == {}
     items = {i.sample.sample_id: i for i in condition_samples(manifest, "masked", transcripts)}
     assert items["d.t1.hate.s5"].sample.transcript("asr:tiny") == [("A", "heard 0"), ("B", "garbled"), ("A", "heard 2")]
     with pytest.raises(KeyError, match="no transcript source 'asr:tiny'"):
@@ -206,10 +208,29 @@ def test_the_masked_turn_is_transcribed_as_the_judge_hears_it(tmp_path):
         write_wav(clips[-1], resample(audio, sr, SR), SR)
     path = write_manifest(tmp_path, clips, {(1, 3): clips[1]}, texts=texts)
     options = {"model": "bundled:tiny.en", "device": "cpu", "compute_type": "int8", "cpu_threads": 1}
-    table = transcribe_condition(str(path), "masked", "tiny", options, SETTINGS, str(tmp_path / "m.parquet"))
+    cache, counts = tmp_path / "cache" / "d.parquet", tmp_path / "counts.json"
+    table = transcribe_conditions(
+        str(path), ["masked"], "tiny", options, SETTINGS, str(tmp_path / "m.parquet"), cache_path=str(cache)
+    )
     assert table["sample_id"].to_list() == ["d.t1.original", "d.t1.hate.s3"]
     assert table["reference"].to_list() == [texts[1], "unsafe 1 3"]
     # Masking destroys the words: the original turn's WER is far from its clean WER (about 0 for Piper speech).
     assert table["wer"][0] >= 0.6
-    again = transcribe_condition(str(path), "masked", "tiny", options, SETTINGS, str(tmp_path / "m2.parquet"))
-    assert again["text"].to_list() == table["text"].to_list()
+    # A condition added later: the job transcribes only its turns; the masked ones come from the cache.
+    again = transcribe_conditions(
+        str(path),
+        ["masked", "noise_0"],
+        "tiny",
+        options,
+        SETTINGS,
+        str(tmp_path / "m2.parquet"),
+        cache_path=str(cache),
+        counts_path=str(counts),
+    )
+    assert json.loads(counts.read_text()) == {
+        "masked": {"turns": 2, "computed": 0, "cached": 2},
+        "noise_0": {"turns": 2, "computed": 2, "cached": 0},
+    }
+    masked = again.filter(pl.col("condition") == "masked")
+    assert masked["text"].to_list() == table["text"].to_list()
+    assert again.filter(pl.col("condition") == "noise_0")["sample_id"].to_list() == table["sample_id"].to_list()

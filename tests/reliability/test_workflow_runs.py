@@ -158,7 +158,10 @@ def test_two_clean_runs_give_byte_identical_outputs(reference, proxy, tiny_model
     finally:
         proxy.fault_rate = 0.5
     expected = compared_files(reference[0])
-    assert len([name for name in expected if name.startswith("scores/")]) == 3
+    scored = [name for name in expected if name.startswith("scores/")]
+    # Three score tables, and the index of each judge job's tables (one job per judge here)
+    assert len([name for name in scored if name.endswith(".parquet")]) == 3
+    assert len([name for name in scored if name.endswith(".index.json")]) == 3
     assert_same_files(expected, compared_files(tmp_path / "again"))
 
 

@@ -260,7 +260,7 @@ def paper_config():
             r"cells audio-none/basic/clean, audio-none/basic/masked, .* cannot be served; keep only 'text'",
         ),
         (
-            lambda j: j["audio_flamingo_3"].update(capabilities={"prompt_format": "minicpmo"}),
+            lambda j: j["audio_flamingo_3"].update(backend="transformers", capabilities={"prompt_format": "minicpmo"}),
             r"judges\.audio_flamingo_3\.capabilities\.prompt_format: 'minicpmo' is built by the vllm backend only",
         ),
     ],

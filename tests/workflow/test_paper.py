@@ -115,7 +115,7 @@ def test_a_judge_whose_jobs_cannot_fit_is_refused_naming_it(checkout, tmp_path, 
     result = paper_dry_run(checkout, configfile, check=False)
     assert result.returncode != 0
     assert re.search(
-        r"judge qwen25_omni_7b: its largest job holds [\d,]+ requests, about [\d.]+ h at 5,400 requests/h .* over its "
+        r"judge qwen25_omni_7b: its largest job holds [\d,]+ requests, about [\d.]+ h at 28,800 requests/h .* over its "
         r"runtime of 60 min",
         result.stdout + result.stderr,
     )
@@ -134,9 +134,10 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
         "describe_turns": len(DIALOGUE_IDS),
         "transcribe_dialogue": 2 * len(DIALOGUE_IDS),
         "build_manifest": len(DIALOGUE_IDS),
-        # The controls: TTS controls per dialogue, ASR of the changed turns per (ASR model, condition, dialogue).
+        # The controls: TTS controls per dialogue, ASR of the changed turns once per (ASR model, dialogue) for
+        # every condition a cell reads it under.
         "synthesize_controls": len(DIALOGUE_IDS),
-        "transcribe_condition": 2 * len(ASR_READ_CONDITIONS) * len(DIALOGUE_IDS),
+        "transcribe_conditions": 2 * len(DIALOGUE_IDS),
         "audio_accounting": 1,
         # One index per non-empty shard of each shard count the judges get.
         "shard_index": len(indexes),
@@ -161,16 +162,16 @@ def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
     assert asr == {"whisper_large_v3", "whisper_base"}, "no demo Whisper tiny.en"
     judge_jobs = [job for job in jobs if job.rule.startswith("judge_")]
     assert {job.rule.removeprefix("judge_") for job in judge_jobs} == JUDGES
-    for job in judge_jobs:  # one score table per cell of the job's judge
+    for job in judge_jobs:  # one score table per cell of the job's judge, and their index
         judge = job.rule.removeprefix("judge_")
         assert {Path(output).parts[2] for output in job.outputs} == {judge}
-        assert len(job.outputs) == CELLS[judge], job
+        assert len(job.outputs) == CELLS[judge] + 1 and sum(o.endswith(".index.json") for o in job.outputs) == 1, job
 
 
 def test_every_gpu_stage_requests_a_gpu(plan):
     _, jobs = plan
     for job in jobs:
-        if job.rule in ("synthesize_variants", "transcribe_dialogue", "synthesize_controls", "transcribe_condition"):
+        if job.rule in ("synthesize_variants", "transcribe_dialogue", "synthesize_controls", "transcribe_conditions"):
             assert job.resource("gpu") == "1", job
         elif job.rule.startswith("judge_"):
             judge = job.rule.removeprefix("judge_")

@@ -5,9 +5,9 @@ One small run (the test config with only the minilm judge: 2 dialogues and a 1-t
 once for the module. Each test dry-runs (`snakemake -n`) a changed config against its results and
 compares the planned jobs with those computed from the changed config by lalm_judge.workflow.plan; the
 rerun after an added prompt also runs, on a copy of the completed run, and reads the request counts each
-judge job writes beside its log. The rerun triggers are those of profiles/default ([mtime, params, input,
-software-env, code]; see docs/cluster.md). Adding a condition is tested in tests/judging/test_job.py: the
-config accepts only the implemented condition, `clean`.
+judge job writes beside its log; the rerun after an added condition runs its condition ASR job and reads the
+turns it transcribed. The rerun triggers are those of profiles/default ([mtime, params, input, software-env,
+code]; see docs/cluster.md).
 """
 
 from __future__ import annotations
@@ -93,17 +93,22 @@ def dry_run(workdir: Path, config: dict) -> list[PlannedJob]:
 
 
 def outputs_of(jobs: list[PlannedJob], rule: str) -> set[str]:
-    return {path for job in jobs if job.rule == rule for path in job.outputs}
+    """The outputs of the rule's jobs, a judge job's index of its score tables left out."""
+    return {path for job in jobs if job.rule == rule for path in job.outputs if not path.endswith(".index.json")}
+
+
+def run_until(workdir: Path, config: dict, rule: str, scratch: Path) -> Path:
+    """Run `config` on a copy of the completed run up to the jobs of `rule`; the copy."""
+    copied = scratch / "run"
+    shutil.copytree(workdir, copied, symlinks=True)
+    configfile = write_config(copied, config)
+    snakemake(copied, configfile, "--workflow-profile", str(DEFAULT_PROFILE), "--cores", "2", "--until", rule)
+    return copied
 
 
 def run_judges(workdir: Path, config: dict, judge: str, scratch: Path) -> list[dict]:
     """Run `config` on a copy of the completed run up to the judge's jobs; the request counts of each job."""
-    copied = scratch / "run"
-    shutil.copytree(workdir, copied, symlinks=True)
-    configfile = write_config(copied, config)
-    snakemake(
-        copied, configfile, "--workflow-profile", str(DEFAULT_PROFILE), "--cores", "2", "--until", judge_rule(judge)
-    )
+    copied = run_until(workdir, config, judge_rule(judge), scratch)
     return [json.loads(p.read_text()) for p in sorted((copied / "logs" / "scores" / judge).glob("*.requests.json"))]
 
 
@@ -185,6 +190,39 @@ def test_the_rerun_after_adding_a_prompt_computes_only_its_requests(completed_ru
                 assert counts["cached"] == 0 and counts["computed"] + counts["reused"] == counts["requests"]
             else:
                 assert (counts["cached"], counts["computed"], counts["reused"]) == (counts["requests"], 0, 0)
+
+
+def with_condition(config: dict, condition: str) -> dict:
+    changed = copy.deepcopy(config)
+    changed["judges"]["minilm"]["schedule"]["conditions"].append(condition)
+    return changed
+
+
+def test_adding_a_condition_reruns_one_asr_job_per_dialogue_which_transcribes_only_its_turns(completed_run, tmp_path):
+    workdir, config = completed_run
+    changed = with_condition(config, "noise_20")
+    plan = plan_of(workdir, changed)
+    conditions = [c for m, c in plan.condition_transcripts() if m == "whisper_tiny_en"]
+    assert "noise_20" in conditions and len(conditions) > 2
+    cold = {
+        d: json.loads((workdir / f"logs/asr/whisper_tiny_en/conditions/{d}.turns.json").read_text())
+        for d in plan.control_dialogues()
+    }
+
+    jobs = dry_run(workdir, changed)
+
+    assert outputs_of(jobs, "transcribe_conditions") == {
+        f"results/asr/whisper_tiny_en/conditions/{d}.parquet" for d in plan.control_dialogues()
+    }, "one ASR job per (ASR model, control dialogue), for all its conditions"
+    assert {job.rule for job in jobs} == {"transcribe_conditions", "shard_index", judge_rule("minilm")} | AGGREGATES
+    copied = run_until(workdir, changed, "transcribe_conditions", tmp_path)
+    for dialogue, before in cold.items():
+        assert all(c["cached"] == 0 and c["computed"] == c["turns"] > 0 for c in before.values()), "cold job"
+        after = json.loads((copied / f"logs/asr/whisper_tiny_en/conditions/{dialogue}.turns.json").read_text())
+        assert list(after) == conditions
+        new = after.pop("noise_20")
+        assert new["computed"] == new["turns"] > 0 and new["cached"] == 0, "only the new condition's turns"
+        assert after == {c: {**counts, "computed": 0, "cached": counts["turns"]} for c, counts in before.items()}
 
 
 def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):

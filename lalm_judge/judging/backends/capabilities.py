@@ -19,8 +19,12 @@ The facts and where they come from:
   30 s. Audio over 30 s would be cut silently, so `max_audio_s` must be at most 30.
 - Audio Flamingo 3: the processor windows audio into 30 s pieces up to `max_audio_len` = 600 s and cuts the
   rest with a log line (transformers `processing_audioflamingo3.py`).
-- Qwen2.5-Omni: the thinker's window is its feature extractor's `n_samples` (read at load by the
-  transformers backend, `hf.WINDOWED_AUDIO_MODEL_TYPES`).
+  vLLM 0.32 (`model_executor/models/audioflamingo3.py`) calls the same processor, keeps at most
+  `max_audio_len // chunk_length` windows, replaces each `<sound>` token of the prompt with the audio's
+  embeddings, and takes one audio item per prompt (`get_supported_mm_limits`: {"audio": 1}).
+- Qwen2.5-Omni: the thinker's window is its feature extractor's `n_samples` (read at load by both backends,
+  `processor_audio_limit`); vLLM 0.32 (`qwen2_5_omni_thinker.py`) runs the same Hugging Face processor and
+  replaces each `<|AUDIO|>` token.
 - MiniCPM-o (2.6, 4.5): vLLM 0.32 serves it natively (`model_executor/models/minicpmo.py`, audio placeholder
   `(<audio>./</audio>)`); its Hugging Face remote code does not import under transformers 5 (vLLM's
   `tests/models/registry.py`: "Custom processor code is not compatible with Transformers v5").
@@ -37,6 +41,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lalm_judge.judging.backends.base import JudgeSpec
 
@@ -46,6 +51,25 @@ REQUESTS_PER_SLOT = 4
 # at once; 4096 requests (about 9 GB of such audio) keep its continuous batching full, and the request cache is
 # written after each submission, so a killed job loses at most the one in flight.
 VLLM_REQUESTS_PER_CALL = 4096
+
+
+# Model types whose feature extractor pads or cuts every clip to its `n_samples` window (transformers
+# `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`: `padding="max_length"`, truncation on).
+WINDOWED_AUDIO_MODEL_TYPES = frozenset({"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"})
+
+
+def processor_audio_limit(configured: float | None, model_type: str, processor: Any) -> float | None:
+    """The longest audio a model reads whole: the judge's max_audio_s, lowered to the processor's own window where
+    the processor would cut longer audio silently (the transformers and vLLM backends run the same processor)."""
+    limits = [] if configured is None else [float(configured)]
+    feature_extractor = getattr(processor, "feature_extractor", None)
+    if model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
+        limits.append(feature_extractor.n_samples / feature_extractor.sampling_rate)
+    # Audio Flamingo 3 windows audio itself and keeps only the first `max_audio_len` seconds
+    # (transformers `processing_audioflamingo3.py`).
+    if getattr(processor, "max_audio_len", None):
+        limits.append(float(processor.max_audio_len))
+    return min(limits) if limits else None
 
 
 def request_batch_size(spec: JudgeSpec) -> int:

@@ -47,7 +47,7 @@ import transformers
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
     build_conversation,
@@ -75,9 +75,6 @@ DEFAULT_MODEL_CLASSES = {
     "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
-# Processors that cut audio to the feature extractor's window without saying so: they force
-# `padding="max_length"` with truncation (transformers `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`).
-WINDOWED_AUDIO_MODEL_TYPES = {"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"}
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 
 
@@ -263,24 +260,12 @@ class TransformersBackend:
             self.tokenizer.pad_token = self.tokenizer.eos_token
         feature_extractor = getattr(self.processor, "feature_extractor", None)
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
-        self.max_audio_s = self._audio_limit(spec.max_audio_s, self.model.config.model_type, feature_extractor)
+        self.max_audio_s = processor_audio_limit(spec.max_audio_s, self.model.config.model_type, self.processor)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
         self.decoding = Decoding.from_generation(spec.generation, spec.name, "transformers")
         self.generation_config = self._generation_config(self.decoding)
         self.eos_ids = _eos_ids(self.generation_config)
-
-    def _audio_limit(self, configured: float | None, model_type: str, feature_extractor: Any) -> float | None:
-        """The longest audio this model reads whole: the judge's max_audio_s, lowered to the processor's own
-        window where the processor would cut longer audio silently."""
-        limits = [] if configured is None else [float(configured)]
-        if model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
-            limits.append(feature_extractor.n_samples / feature_extractor.sampling_rate)
-        # Audio Flamingo 3 windows audio itself and keeps only the first `max_audio_len` seconds
-        # (transformers `processing_audioflamingo3.py`).
-        if getattr(self.processor, "max_audio_len", None):
-            limits.append(float(self.processor.max_audio_len))
-        return min(limits) if limits else None
 
     def _generation_config(self, decoding: Decoding) -> Any:
         config = self.model.generation_config

@@ -12,7 +12,10 @@ top_p 0.7, top_k 50, seeds 42, 123 and 1234).
 How a request becomes the prompt is the judge's `capabilities.prompt_format`:
 - `chat`: the shared conversation (`chat.build_conversation`: system, then user with the audio parts first, or at
   their `AUDIO_SLOT`s, and the text prompt) through the processor's chat template (Qwen2-Audio, Audio Flamingo 3,
-  Qwen2.5-Omni) or the tokenizer's (text models such as Llama-3.1).
+  Qwen2.5-Omni) or the tokenizer's (text models such as Llama-3.1). The templates write the placeholder vLLM's
+  processor replaces with the audio's embeddings, one per audio item: `<|AUDIO|>` (Qwen2-Audio, Qwen2.5-Omni),
+  `<sound>` (Audio Flamingo 3; vLLM 0.32 `model_executor/models/audioflamingo3.py`). Audio longer than the
+  processor's window (`capabilities.processor_audio_limit`) is refused before the engine would cut it.
 - `meralion`: one user turn and no system role, the format vllm-plugin-meralion2 documents
   (YingxuH/vllm_plugin `example_scripts/offline_example.py`): `Instruction: <text> \nFollow the text
   instruction based on the following audio: <SpeechHere>`, the system prompt before it; text-only requests
@@ -74,10 +77,11 @@ from typing import Any
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
+from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +146,20 @@ def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
     return [*system, {"role": "user", "content": content}]
 
 
+def audio_processor(model_path: str, model_type: str, hf_kwargs: dict[str, Any]) -> Any:
+    """The processor whose chat template renders an audio chat judge's prompts (and whose window bounds its audio).
+    Qwen2.5-Omni's `AutoProcessor` builds a video processor that needs torchvision; where that is absent the
+    audio and text processor is built instead (`omni.load_audio_omni_processor`), with the same template."""
+    from transformers import AutoProcessor
+
+    try:
+        return AutoProcessor.from_pretrained(model_path, **hf_kwargs)
+    except ImportError:
+        if model_type not in OMNI_MODEL_TYPES:
+            raise
+        return load_audio_omni_processor(model_path, hf_kwargs)
+
+
 def sampling_settings(decoding: Decoding) -> dict[str, Any]:
     """vLLM's `SamplingParams` fields of a judge's decoding (vllm/sampling_params.py: temperature 0 is greedy,
     top_p 1 and top_k 0 consider every token, `seed` is per request)."""
@@ -171,21 +189,25 @@ class VLLMBackend:
                 f"judge {spec.name}: backend 'vllm' needs the vllm package ({err}); "
                 "run this judge in the vLLM GPU environment (envs/judge-vllm.yaml)"
             ) from err
-        from transformers import AutoProcessor, AutoTokenizer
+        from transformers import AutoTokenizer
 
         self.spec = spec
         options = spec.options
         self.prompt_format = spec.capabilities.prompt_format
         self.uses_audio = any(modality != "text" for modality in spec.modalities)
-        self.max_audio_s = spec.max_audio_s
         self.max_model_len = engine_context_length(spec)
         self.model_path = engine_model(spec)
         trust_remote_code = bool(options.get("trust_remote_code", False))
         hf_kwargs = {"revision": spec.revision, "trust_remote_code": trust_remote_code}
         # Audio chat templates live on the processor; text models and the plain-content formats use the tokenizer's.
-        loader = AutoProcessor if self.uses_audio and self.prompt_format == "chat" else AutoTokenizer
-        self.template_owner = loader.from_pretrained(self.model_path, **hf_kwargs)
+        model_type = checkpoints.read_checkpoint_config(self.model_path, spec.revision).get("model_type", "")
+        if self.uses_audio and self.prompt_format == "chat":
+            self.template_owner = audio_processor(self.model_path, model_type, hf_kwargs)
+        else:
+            self.template_owner = AutoTokenizer.from_pretrained(self.model_path, **hf_kwargs)
         self.tokenizer = getattr(self.template_owner, "tokenizer", self.template_owner)
+        # vLLM runs the model's Hugging Face processor, which cuts audio over its window silently: refuse it.
+        self.max_audio_s = processor_audio_limit(spec.max_audio_s, model_type, self.template_owner)
         engine_kwargs: dict[str, Any] = {
             "model": self.model_path,
             "revision": spec.revision,
