@@ -6,9 +6,11 @@ orders, metrics and the report. The models' verdicts are random; the test checks
 from __future__ import annotations
 
 import json
+import shutil
 
 import polars as pl
 import pytest
+import yaml
 
 from lalm_judge.core.tables import PAIRWISE_METRICS, PAIRWISE_PREDICTIONS
 from lalm_judge.core.vocabulary import VERDICT_STATUSES
