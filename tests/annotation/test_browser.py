@@ -317,6 +317,8 @@ def test_a_study_from_sample_to_statistics_in_a_real_browser(finished_test_run, 
         ann.page.wait_for_selector("#rating:not([hidden])")
         first = ann.item()
         assert ann.progress() == "0 of 6 dialogues rated"
+        # The duration is known once the browser has read the clip's header (HAVE_METADATA), not before.
+        ann.page.wait_for_function("document.getElementById('audio').readyState >= 1")
         assert ann.page.evaluate("document.getElementById('audio').duration") == pytest.approx(
             batch.item(first).duration_s, abs=0.05
         )

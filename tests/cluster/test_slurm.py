@@ -201,7 +201,7 @@ def test_workflow_runs_as_slurm_jobs(slurm_cluster, slurm_run):
     per_dialogue += 1 + 1
     assert len([k for k in ids if k.startswith("asr/whisper_tiny_en/conditions/")]) == 1
     aggregates = ["shard_index", "audio_accounting", "compute_metrics", "control_metrics", "figures"]
-    aggregates += ["modality_analysis", "modality_figures", "decision_flow", "control_figures", "report"]
+    aggregates += ["guide", "modality_analysis", "modality_figures", "decision_flow", "control_figures", "report"]
     assert len(others) == per_dialogue + n_judge_jobs + len(aggregates)
 
     slurm = finished_jobs()

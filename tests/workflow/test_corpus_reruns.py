@@ -39,7 +39,7 @@ PROFILE = ("--workflow-profile", str(ROOT / "profiles" / "default"))
 EDITED, OTHER = "demo_hiking", "demo_travel"
 CLIP = "shared_audio/travel_t0.wav"  # beside the corpus folder: external audio
 PER_DIALOGUE = ("index_dialogue", "ingest_dialogue", "rewrite_turn", "synthesize_variants", "transcribe_dialogue")
-AGGREGATES = ("audio_accounting", "compute_metrics", "control_metrics", "modality_analysis", "decision_flow")
+AGGREGATES = ("audio_accounting", "compute_metrics", "control_metrics", "guide", "modality_analysis", "decision_flow")
 AGGREGATES += ("figures", "control_figures", "modality_figures", "report", "all")
 # What a one-dialogue change reruns: that dialogue's stages (one rewritten turn, one ASR model), the index and the
 # judge job of its shard, and every aggregate.
