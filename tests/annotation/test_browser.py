@@ -54,6 +54,14 @@ def axe_source() -> str:
     return AXE.read_text(encoding="utf-8")
 
 
+# Resolves once the player knows the clip's duration (readyState HAVE_METADATA or later).
+METADATA_LOADED = """() => new Promise((resolve) => {
+  const audio = document.getElementById("audio");
+  if (audio.readyState >= 1) resolve();
+  else audio.addEventListener("loadedmetadata", () => resolve(), {once: true});
+})"""
+
+
 class Session:
     """One tab, recording page errors, console errors and every URL the page requests."""
 
@@ -317,8 +325,9 @@ def test_a_study_from_sample_to_statistics_in_a_real_browser(finished_test_run, 
         ann.page.wait_for_selector("#rating:not([hidden])")
         first = ann.item()
         assert ann.progress() == "0 of 6 dialogues rated"
-        # The duration is known once the browser has read the clip's header (HAVE_METADATA), not before.
-        ann.page.wait_for_function("document.getElementById('audio').readyState >= 1")
+        # The duration is known once the browser has read the clip's header (HAVE_METADATA), not before. (A promise
+        # through evaluate: the page's CSP forbids the string evaluation wait_for_function polls with.)
+        ann.page.evaluate(METADATA_LOADED)
         assert ann.page.evaluate("document.getElementById('audio').duration") == pytest.approx(
             batch.item(first).duration_s, abs=0.05
         )
