@@ -94,7 +94,7 @@ if SAFETY in TRACKS:
 
     rule scores:
         input:
-            get_score_shards(),
+            get_score_dirs(),
 
 
 if PAIRWISE in TRACKS:

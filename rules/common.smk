@@ -12,7 +12,7 @@ from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, 
 from lalm_judge.workflow.gpu import check_gpu_budget
 from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
 from lalm_judge.workflow.preference import speak_gpus
-from lalm_judge.workflow.plan import export_checkout_to_jobs, gpu_requests
+from lalm_judge.workflow.plan import export_checkout_to_jobs, gpu_requests, score_dir
 from lalm_judge.workflow.preflight import preflight, summarized
 from lalm_judge.workflow.pins import unpinned_models
 from lalm_judge.workflow.sizing import longest_partition_runtime
@@ -188,14 +188,19 @@ def get_shard_index(judge):
     return f"results/manifests/shards/of{PLAN.judge_shard_count(judge)}/shard{{shard}}.json"
 
 
-def get_score_shards():
+def get_score_tables():
+    """Every score table of the run: one per cell of each judge and shard of the judge."""
     return [cell.score_path(k) for judge in PLAN.judges() for cell in PLAN.judge_cells(judge) for k in PLAN.shards(judge)]
 
 
+def get_score_dirs():
+    """The score folders of every judge job (`get_judge_score_dir`), what the final target asks for."""
+    return [score_dir(judge, k) for judge in PLAN.judges() for k in PLAN.shards(judge)]
+
+
 def get_score_indexes():
-    """The index of each judge job's score tables (`core.files.write_file_index`): the aggregates depend on these
-    instead of on every table, which keeps the plan's edges O(judge jobs) (docs/benchmarks.md); the final target
-    still asks for every table, so a missing one reruns its judge job."""
+    """The index of each judge job's score tables (`core.files.write_file_index`), what the aggregates read: the
+    tables' list, so that a stage reading them depends on one file per judge job (docs/benchmarks.md)."""
     return [get_judge_score_index(judge).format(shard=k) for judge in PLAN.judges() for k in PLAN.shards(judge)]
 
 
@@ -203,9 +208,20 @@ def get_judge_score_index(judge):
     return f"results/scores/{judge}/shard{{shard}}.index.json"
 
 
+def get_judge_score_dir(judge):
+    """The folder of a judge job's score tables, one per cell of the judge (`JudgeCell.score_path`): one output per
+    job instead of one per cell keeps the paper plan near Snakemake's own cost per job (docs/benchmarks.md)."""
+    return score_dir(judge, "{shard}")
+
+
 def get_judge_score_paths(judge):
-    """The outputs of a judge's job: one score table per cell of the judge, for the job's shard."""
-    return [cell.score_path("{shard}") for cell in PLAN.judge_cells(judge)]
+    """The score tables a judge's job writes into its folder, one per cell of the judge, for the job's shard."""
+    cells = PLAN.judge_cells(judge)
+
+    def score_paths(wildcards):
+        return [cell.score_path(wildcards.shard) for cell in cells]
+
+    return score_paths
 
 
 def get_judge_cells(judge):
@@ -493,7 +509,7 @@ def get_preference_outputs():
 def get_safety_outputs():
     return [
         *get_manifests(),
-        *get_score_shards(),
+        *get_score_dirs(),
         "results/summary/audio_accounting.json",
         "results/metrics/cells.parquet",
         "results/report",

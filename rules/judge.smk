@@ -1,12 +1,12 @@
 # One job per (judge, shard): the judge's model loads once and scores every cell of the judge (modality x
-# transcript source x prompt x condition) on the shard's dialogues, writing one score table per cell. A rule's
-# outputs cannot depend on its wildcards and each judge has its own cells, so every judge gets a rule of its
-# own, `judge_<name>`, made here from one template. Requests already in the judge's request cache
-# (`evaluation.cache_dir`) are not computed again: a rerun because an output was added (a prompt, a
-# condition), a dialogue joined the shard, or the job was killed computes only the new requests
-# (lalm_judge.judging.job). Resources come from the judge registry (`judges.<name>.schedule.resources`); the
-# judge's shard count from its job estimate (lalm_judge.workflow.sizing), so its shard index is of that count.
-# The job also writes the index of its score tables, which the aggregates read (`get_score_indexes`).
+# transcript source x prompt x condition) on the shard's dialogues, writing one score table per cell into the job's
+# score folder, its one output besides the index: a plan's outputs are per job, not per cell (docs/benchmarks.md).
+# Each judge has a rule of its own, `judge_<name>`, made here from one template: its shard index is of the judge's
+# shard count (lalm_judge.workflow.sizing), its conda env and resources its own (`judges.<name>.schedule`).
+# Requests already in the judge's request cache (`evaluation.cache_dir`) are not computed again: a rerun because a
+# cell was added (a prompt, a condition: the `params` trigger, the folder is emptied first), a dialogue joined the
+# shard, or the job was killed computes only the new requests (lalm_judge.judging.job). The job also writes the
+# index of its score tables, which the aggregates read (`get_score_indexes`).
 for judge in PLAN.judges():
 
     rule:
@@ -16,7 +16,7 @@ for judge in PLAN.judges():
             shard_index=get_shard_index(judge),
             prompts=get_judge_prompt_files(judge),
         output:
-            get_judge_score_paths(judge),
+            scores=directory(get_judge_score_dir(judge)),
             score_index=get_judge_score_index(judge),
         log:
             job=f"logs/scores/{judge}/shard{{shard}}.log",
@@ -27,6 +27,7 @@ for judge in PLAN.judges():
             judge=judge,
             spec=get_judge_spec(judge),
             cells=get_judge_cells(judge),
+            score_paths=get_judge_score_paths(judge),
             control_conditions=get_judge_control_conditions(judge),
             control_dialogues=get_judge_control_dialogues(judge),
             controls=get_control_settings(get_judge_control_conditions(judge)),

@@ -78,7 +78,7 @@ rule report:
         "logs/report/report.log",
     params:
         config=get_report_config(),
-        viewer_scores=get_score_shards(),
+        viewer_scores=get_score_tables(),
         viewer_condition_asr=get_condition_asr_tables(),
         viewer_controls=get_control_settings(),
         viewer_audio=config["controls"]["viewer_audio"],

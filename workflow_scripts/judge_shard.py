@@ -7,7 +7,7 @@ from lalm_judge.judging.job import score_judge_shard
 from lalm_judge.manifest.build import read_shard_index
 from lalm_judge.workflow.gpu import job_gpus
 
-score_paths = [path for path in snakemake.output if path != snakemake.output.score_index]
+score_paths = list(snakemake.params.score_paths)
 with (
     log_to(snakemake.log.job),
     job_gpus(snakemake.resources.gpu),

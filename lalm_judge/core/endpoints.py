@@ -46,9 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from lalm_judge.core.files import read_json, stable_hash, write_json
+from lalm_judge.core.files import read_json, read_yaml, stable_hash, write_json
 from lalm_judge.core.secrets import read_secret, redact, redact_value
 from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP
 
@@ -131,7 +129,7 @@ class EndpointUnavailable(RuntimeError):
 @functools.cache
 def endpoint_defaults() -> dict[str, Any]:
     """The defaults of `$defs/endpoint` in the config schema, the one place they are declared."""
-    schema = yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    schema = read_yaml(SCHEMA_PATH)
     return {name: spec["default"] for name, spec in schema["$defs"]["endpoint"]["properties"].items()}
 
 

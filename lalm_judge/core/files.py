@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import polars as pl
+import yaml
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -135,6 +136,21 @@ def canonical_json(obj: Any) -> str:
 def stable_hash(obj: Any, length: int = 16) -> str:
     """Hash of a JSON-serialisable object that does not depend on dict order or the Python session."""
     return hashlib.sha256(canonical_json(obj).encode("utf-8")).hexdigest()[:length]
+
+
+# libyaml's safe loader where PyYAML has it (its wheels do): the same documents as `yaml.safe_load`, several times
+# faster, which the workflow's parse notices (it reads the config schema and every prompt file; docs/benchmarks.md).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def load_yaml(text: str) -> Any:
+    """A YAML document (`yaml.safe_load`'s result; its errors are `yaml.YAMLError`)."""
+    return yaml.load(text, Loader=_SAFE_LOADER)  # noqa: S506  (a safe loader)
+
+
+def read_yaml(path: str | os.PathLike) -> Any:
+    """A YAML file's document (`load_yaml`)."""
+    return load_yaml(Path(path).read_text(encoding="utf-8"))
 
 
 def file_sha256(path: str | os.PathLike) -> str:

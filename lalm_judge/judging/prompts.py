@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 import yaml
 
-from lalm_judge.core.files import stable_hash
+from lalm_judge.core.files import read_yaml, stable_hash
 from lalm_judge.core.vocabulary import MODALITIES, TEXT, TranscriptSource, modality_source_error
 from lalm_judge.judging.backends.base import JudgeRequest
 from lalm_judge.manifest.samples import Sample
@@ -127,7 +127,7 @@ def read_prompt_file(name_or_path: str | Path, kind: PromptKind) -> PromptFile:
     path = resolve_prompt_path(name_or_path, kind)
     where = f"{kind.noun} file {path}"
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        raw = read_yaml(path)
     except yaml.YAMLError as err:
         raise PromptError(f"{where}: invalid YAML ({err})") from err
     if not isinstance(raw, Mapping):

@@ -73,7 +73,8 @@ from lalm_judge.report.viewer import (
 SAMPLE_KEYS = ("dialogue_id", "variant_id", "category", "severity", "turn_index", "n_turns")
 # Columns every row of the viewer carries, whether or not they vary within a table.
 ROW_COLUMNS = ("score", "parse_status", "raw_output")
-_SHARD_FILE = re.compile(r"shard(\d+)\.parquet$")
+# A score table lies in its judge job's folder: results/scores/<judge>/shard<k>/<cell>.parquet (`workflow.plan`).
+_SHARD_FOLDER = re.compile(r"(?:^|/)shard(\d+)/")
 
 
 @dataclass
@@ -114,10 +115,12 @@ def read_scores(path: str, exclude: Sequence[str] = ()) -> pl.DataFrame:
 
 
 def _file_shard(path: str) -> int:
-    match = _SHARD_FILE.search(os.fspath(path))
-    if not match:
-        raise ValueError(f"score table {path!r} is not named shard<k>.parquet (results/scores/<cell>/shard<k>.parquet)")
-    return int(match[1])
+    matches = _SHARD_FOLDER.findall(Path(path).as_posix())
+    if not matches:
+        raise ValueError(
+            f"score table {os.fspath(path)!r} is not in a shard folder (results/scores/<judge>/shard<k>/<cell>.parquet)"
+        )
+    return int(matches[-1])
 
 
 def summarize_scores(paths: Sequence[str | os.PathLike], progress: bool = True) -> ScoreSummary:

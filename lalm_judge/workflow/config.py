@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
+from lalm_judge.core.files import read_yaml
 from lalm_judge.core.vocabulary import (
     AUDIO,
     AUDIO_TEXT,
@@ -77,7 +78,7 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     """Fill defaults and validate against the JSON schema; errors name the offending key path."""
     # Before the schema, whose messages quote the values they reject: a credential is named by its place only.
     _check_no_secrets(config)
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = read_yaml(schema_path)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     config = copy.deepcopy(config)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -133,7 +134,7 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
 def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
     """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
     errors name `key.<path>`."""
-    schema = yaml.safe_load(Path(schema_path).read_text())
+    schema = read_yaml(schema_path)
     part_schema = schema
     for schema_key in schema_keys:
         part_schema = part_schema[schema_key]

@@ -57,8 +57,8 @@ class JudgeCell:
         return f"{self.modality}-{self.transcript_source}/{self.prompt}/{self.condition}"
 
     def score_path(self, shard: int | str) -> str:
-        """The cell's score table of one shard (`shard` may be the wildcard '{shard}')."""
-        return f"results/scores/{self.judge}/{self.label}/shard{shard}.parquet"
+        """The cell's score table of one shard, in the folder of the judge's job of that shard (`score_dir`)."""
+        return f"{score_dir(self.judge, shard)}/{self.label}.parquet"
 
     def job_fields(self) -> dict[str, str]:
         """What the judge job needs to know of the cell besides its judge (`judging.job.score_judge_shard`)."""
@@ -68,6 +68,12 @@ class JudgeCell:
             "prompt": self.prompt,
             "condition": self.condition,
         }
+
+
+def score_dir(judge: str, shard: int | str) -> str:
+    """The folder of one judge job's score tables (`shard` may be the wildcard '{shard}'): the job's one output
+    besides its index, so that a plan of many cells holds one output per judge job (docs/benchmarks.md)."""
+    return f"results/scores/{judge}/shard{shard}"
 
 
 def transcript_model(config: dict[str, Any], cell: JudgeCell) -> str | None:

@@ -22,15 +22,14 @@ GPU, and `schedule.requests_per_hour` takes a measured one.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lalm_judge.core.endpoints import endpoint_defaults
-from lalm_judge.core.files import shard_of
+from lalm_judge.core.files import read_yaml, shard_of
 from lalm_judge.core.vocabulary import BABBLE, CLEAN, INJECTION, MASKED, NOISE, SILENCE, TEXT, TTS_CONTROL, Condition
 from lalm_judge.judging.backends.capabilities import family_of
 
@@ -124,7 +123,10 @@ def audio_windows(entry: Mapping[str, Any], n_turns: int) -> int:
 def dialogue_requests(entry: Mapping[str, Any], cells: Sequence[Any], work: DialogueWork) -> int:
     """Requests of a judge's cells (`workflow.plan.JudgeCell`) in one dialogue."""
     windows = audio_windows(entry, work.n_turns)
-    return sum(condition_samples(c.condition, work) * (1 if c.modality == TEXT else windows) for c in cells)
+    # Per (condition, modality kind), not per cell: a paper judge has ~250 cells over a dozen conditions, and the
+    # plan sizes every judge on every dialogue at each parse.
+    kinds = Counter((c.condition, c.modality == TEXT) for c in cells)
+    return sum(n * condition_samples(cond, work) * (1 if text else windows) for (cond, text), n in kinds.items())
 
 
 def judge_rate(entry: Mapping[str, Any]) -> tuple[float, str]:
@@ -156,7 +158,7 @@ def longest_partition_runtime(gpus: int, partitions_file: Path = PARTITIONS_FILE
     the SLURM profile's partition file; None without that file or without limits."""
     if not partitions_file.is_file():
         return None
-    partitions = (yaml.safe_load(partitions_file.read_text()) or {}).get("partitions", {})
+    partitions = (read_yaml(partitions_file) or {}).get("partitions", {})
     fitting = [
         (name, float(limits["max_runtime"]))
         for name, limits in partitions.items()

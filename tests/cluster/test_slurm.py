@@ -235,8 +235,8 @@ def test_a_judge_job_stopped_at_its_time_limit_is_retried_and_completes(slurm_ru
     scores = workdir / "results" / "scores" / SLOW_JUDGE
     uninterrupted = {table: comparable(table) for table in sorted(scores.rglob("*.parquet"))}
     assert len(uninterrupted) == 8  # 4 prompts x (clean + injection), text with the ground truth
-    for table in uninterrupted:
-        table.unlink()
+    for folder in {table.relative_to(scores).parts[0] for table in uninterrupted}:  # each job's output, shard<k>/
+        shutil.rmtree(scores / folder)
     shutil.rmtree(workdir / "results" / "cache" / "judges" / SLOW_JUDGE)
     config = yaml.safe_load(configfile.read_text())
     schedule = config["judges"][SLOW_JUDGE]["schedule"]

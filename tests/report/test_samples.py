@@ -153,8 +153,8 @@ def score_table(root: Path, name: str) -> Path:
     frame = SCORES.frame(rows).with_columns(
         finish_reason=pl.Series(["stop"] * (n - 1) + ["length"]), served_model=pl.lit("org/judge-a@abc123")
     )
-    path = root / "scores" / "judge_a" / f"{modality}-{source}" / "basic" / condition / "shard0.parquet"
-    path.parent.mkdir(parents=True)
+    path = root / "scores" / "judge_a" / "shard0" / f"{modality}-{source}" / "basic" / f"{condition}.parquet"
+    path.parent.mkdir(parents=True, exist_ok=True)
     frame.write_parquet(path)
     return path
 
@@ -211,7 +211,7 @@ def test_each_cell_file_holds_its_scores_in_its_condition_order(safety_viewer, s
             pl.read_parquet(p)
             for p in safety_inputs.score_paths
             if str(p).endswith(
-                f"{cell['modality']}-{cell['transcript_source']}/basic/{cell['condition']}/shard0.parquet"
+                f"shard0/{cell['modality']}-{cell['transcript_source']}/basic/{cell['condition']}.parquet"
             )
         )
         expected = dict(zip(table["variant_id"], zip(table["score"], table["parse_status"])))

@@ -109,8 +109,8 @@ def rerun(workdir: Path) -> dict:
 def rows_by_dialogue(workdir: Path) -> dict[str, Counter]:
     """Score rows (one request each: no chunking) per cell and dialogue of the finished run."""
     counts = {}
-    for path in sorted((workdir / "results/scores/minilm").glob("*/*/*/shard0.parquet")):
-        label = str(path.parent.relative_to(workdir / "results/scores/minilm"))
+    for path in sorted((workdir / "results/scores/minilm/shard0").glob("*/*/*.parquet")):
+        label = str(path.relative_to(workdir / "results/scores/minilm/shard0").with_suffix(""))
         counts[label] = Counter(pl.read_parquet(path, columns=["dialogue_id"])["dialogue_id"].to_list())
     return counts
 

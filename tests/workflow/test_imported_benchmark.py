@@ -10,6 +10,7 @@ Qwen2-Audio (chunked at turn boundaries), over both shards.
 from __future__ import annotations
 
 import io
+from pathlib import Path
 
 import datasets
 import polars as pl
@@ -29,6 +30,12 @@ CELLS = (
     "minilm/audio-none/basic/clean",
     "tiny_qwen2_audio/audio_text-gt/basic/clean",
 )
+
+
+def _cell_tables(cell: str) -> str:
+    """The glob of a cell's score tables ('<judge>/<modality>-<source>/<prompt>/<condition>'), one per shard."""
+    judge, label = cell.split("/", 1)
+    return f"results/scores/{judge}/shard*/{label}.parquet"
 
 
 def _imported_config() -> dict:
@@ -91,11 +98,13 @@ def test_export_load_import_and_judge_give_the_same_scores(finished_run, tmp_pat
     imported = write_config(judged, _clean_only(_imported_config()))
     assert yaml.safe_load(imported.read_text())["variants"]["source"] == "imported"
 
-    originals = {cell: sorted((workdir / "results/scores" / cell).glob("shard*.parquet")) for cell in CELLS}
-    targets = [str(p.relative_to(workdir)) for shards in originals.values() for p in shards]
+    # A cell's tables, one per shard: results/scores/<judge>/shard<k>/<cell>.parquet, in its judge job's folder.
+    originals = {cell: sorted(workdir.glob(_cell_tables(cell))) for cell in CELLS}
+    tables = [p.relative_to(workdir) for shards in originals.values() for p in shards]
+    targets = sorted({str(Path(*p.parts[:4])) for p in tables})  # results/scores/<judge>/shard<k>
     planned = scheduled_jobs(snakemake(judged, imported, "-n", "--cores", "2", *targets))
     # One judge job per (judge, shard) of the targets; each writes every cell of its judge.
-    judge_jobs = {(cell.split("/")[0], p.name) for cell, shards in originals.items() for p in shards}
+    judge_jobs = {tuple(target.split("/")[2:4]) for target in targets}
     assert planned["import_variants"] == 7
     assert {rule: n for rule, n in planned.items() if rule.startswith("judge_")} == {
         f"judge_{judge}": sum(j == judge for j, _ in judge_jobs) for judge, _ in judge_jobs
@@ -104,6 +113,6 @@ def test_export_load_import_and_judge_give_the_same_scores(finished_run, tmp_pat
     snakemake(judged, imported, "--cores", "2", *targets, timeout_s=900)
 
     before = _scores([p for shards in originals.values() for p in shards])
-    after = _scores([judged / t for t in targets])
+    after = _scores([judged / t for t in tables])
     assert before.height == 16 * len(CELLS)
     assert after.equals(before)

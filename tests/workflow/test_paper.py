@@ -82,13 +82,19 @@ def plan(checkout):
 
 
 @pytest.fixture(scope="module")
-def judge_shards(checkout) -> dict[str, tuple[int, set[int]]]:
-    """Each judge's shard count (its job estimate's, `evaluation.shards: auto`) and its non-empty shards."""
+def paper_plan(checkout) -> Plan:
+    """The plan the workflow computes for configs/paper.yaml on the synthetic corpus."""
     config = validate_config(PAPER_CONFIG)
     config["corpus"]["path"] = str(checkout / PAPER_CONFIG["corpus"]["path"])
     references = config["tts"]["emotion_reference"]
     references["path"] = str(checkout / references["path"])
-    sizing = Plan(config).sizing
+    return Plan(config)
+
+
+@pytest.fixture(scope="module")
+def judge_shards(paper_plan) -> dict[str, tuple[int, set[int]]]:
+    """Each judge's shard count (its job estimate's, `evaluation.shards: auto`) and its non-empty shards."""
+    sizing = paper_plan.sizing
     counts = {judge: sizing[judge].shards for judge in JUDGES}
     return {judge: (n, {shard_of(d, n) for d in DIALOGUE_IDS}) for judge, n in counts.items()}
 
@@ -156,16 +162,21 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
     }
 
 
-def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan):
+def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan, paper_plan):
     _, jobs = plan
     asr = {Path(job.outputs[0]).parent.name for job in jobs if job.rule == "transcribe_dialogue"}
     assert asr == {"whisper_large_v3", "whisper_base"}, "no demo Whisper tiny.en"
     judge_jobs = [job for job in jobs if job.rule.startswith("judge_")]
     assert {job.rule.removeprefix("judge_") for job in judge_jobs} == JUDGES
-    for job in judge_jobs:  # one score table per cell of the job's judge, and their index
+    for job in judge_jobs:  # the folder of a score table per cell of the job's judge, and their index
         judge = job.rule.removeprefix("judge_")
-        assert {Path(output).parts[2] for output in job.outputs} == {judge}
-        assert len(job.outputs) == CELLS[judge] + 1 and sum(o.endswith(".index.json") for o in job.outputs) == 1, job
+        folder = next(output for output in job.outputs if not output.endswith(".index.json"))
+        assert set(job.outputs) == {folder, f"{folder}.index.json"} and Path(folder).parts[:3] == (
+            "results",
+            "scores",
+            judge,
+        )
+        assert len(paper_plan.judge_cells(judge)) == CELLS[judge]
 
 
 def test_every_gpu_stage_requests_a_gpu(plan):

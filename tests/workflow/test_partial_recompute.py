@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from lalm_judge.workflow.config import validate_config
-from lalm_judge.workflow.plan import JudgeCell, Plan, shard_of
+from lalm_judge.workflow.plan import Plan, score_dir, shard_of
 from tests.support.workflow import (
     DEMO_CORPUS,
     ROOT,
@@ -65,8 +65,9 @@ def judge_rule(judge: str) -> str:
     return f"judge_{judge}"
 
 
-def score_paths(plan: Plan, cells: list[JudgeCell], shards: list[int] | None = None) -> set[str]:
-    return {cell.score_path(k) for cell in cells for k in (plan.shards() if shards is None else shards)}
+def score_dirs(plan: Plan, judges: list[str], shards: list[int] | None = None) -> set[str]:
+    """The score folders of the judges' jobs (one output per job, besides its index)."""
+    return {score_dir(judge, k) for judge in judges for k in (plan.shards() if shards is None else shards)}
 
 
 def plan_of(workdir: Path, config: dict) -> Plan:
@@ -139,8 +140,8 @@ def test_adding_a_judge_schedules_its_jobs_and_the_aggregates(completed_run):
     jobs = dry_run(workdir, changed)
 
     plan = plan_of(workdir, changed)
-    expected = score_paths(plan, plan.judge_cells("minilm_rubric"))
-    assert len(expected) == 3 * len(plan.shards())  # text x {gt, asr} + cascade audio, one prompt
+    expected = score_dirs(plan, ["minilm_rubric"])
+    assert len(plan.judge_cells("minilm_rubric")) == 3  # text x {gt, asr} + cascade audio, one prompt
     assert {job.rule for job in jobs} == {judge_rule("minilm_rubric")} | AGGREGATES
     assert sum(job.rule == judge_rule("minilm_rubric") for job in jobs) == len(plan.shards()), "one job per shard"
     assert outputs_of(jobs, judge_rule("minilm_rubric")) == expected
@@ -163,11 +164,12 @@ def test_adding_a_prompt_reruns_the_judges_shard_jobs(completed_run, where):
 
     jobs = dry_run(workdir, changed)
 
-    # The judge's job of each shard has new outputs, so it runs again, writing all its cells (docs/cluster.md).
+    # The judge's job of each shard has new cells (its params), so it runs again, writing all its cells
+    # (docs/cluster.md).
     plan = plan_of(workdir, changed)
     assert {job.rule for job in jobs} == {judge_rule("minilm")} | AGGREGATES
-    assert outputs_of(jobs, judge_rule("minilm")) == score_paths(plan, plan.judge_cells("minilm"))
-    assert all("Missing output files" in job.reason for job in jobs if job.rule == judge_rule("minilm"))
+    assert outputs_of(jobs, judge_rule("minilm")) == score_dirs(plan, ["minilm"])
+    assert all("Params have changed" in job.reason for job in jobs if job.rule == judge_rule("minilm"))
 
 
 def test_the_rerun_after_adding_a_prompt_computes_only_its_requests(completed_run, tmp_path):
@@ -259,7 +261,7 @@ def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
         **dict.fromkeys(AGGREGATES, 1),
     }
     assert outputs_of(jobs, "shard_index") == {f"results/manifests/shards/of{plan.n_shards}/shard{shard}.json"}
-    assert outputs_of(jobs, judge_rule("minilm")) == score_paths(plan, plan.judge_cells(), [shard])
+    assert outputs_of(jobs, judge_rule("minilm")) == score_dirs(plan, ["minilm"], [shard])
 
 
 def test_changing_a_metric_setting_reruns_only_the_aggregates(completed_run):
@@ -311,4 +313,4 @@ def test_adding_a_judge_to_a_reordered_config_schedules_only_its_jobs(completed_
 
     plan = plan_of(workdir, changed)
     assert {job.rule for job in jobs} == {judge_rule("minilm_rubric")} | AGGREGATES
-    assert outputs_of(jobs, judge_rule("minilm_rubric")) == score_paths(plan, plan.judge_cells("minilm_rubric"))
+    assert outputs_of(jobs, judge_rule("minilm_rubric")) == score_dirs(plan, ["minilm_rubric"])

@@ -54,7 +54,7 @@ def test_plan_cells_and_turns(tmp_path):
     assert [c for c in cells if c.judge == "lalm"] == plan.judge_cells("lalm")
     assert plan.judge_prompts("lalm") == ["basic", "cot"] and plan.judge_prompts("text_only") == ["rubric"]
     audio = next(c for c in plan.judge_cells("lalm") if c.modality == "audio")
-    assert audio.score_path("{shard}") == "results/scores/lalm/audio-none/basic/clean/shard{shard}.parquet"
+    assert audio.score_path("{shard}") == "results/scores/lalm/shard{shard}/audio-none/basic/clean.parquet"
     assert audio.job_fields() == {
         "modality": "audio",
         "transcript_source": "none",

@@ -33,8 +33,8 @@ def test_every_configured_output_exists(finished_run, monkeypatch):
     for cell in plan.judge_cells():
         for shard in plan.shards():
             path = workdir / (
-                f"results/scores/{cell.judge}/{cell.modality}-{cell.transcript_source}/{cell.prompt}/{cell.condition}/"
-                f"shard{shard}.parquet"
+                f"results/scores/{cell.judge}/shard{shard}/"
+                f"{cell.modality}-{cell.transcript_source}/{cell.prompt}/{cell.condition}.parquet"
             )
             assert path.exists(), path
     assert (workdir / "results/report/index.html").exists()

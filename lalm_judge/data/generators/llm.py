@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import yaml
 
 from lalm_judge.core.endpoints import (
     CachedChat,
@@ -40,6 +39,7 @@ from lalm_judge.core.endpoints import (
     chat_request_key,
     decode_json,
 )
+from lalm_judge.core.files import read_yaml
 from lalm_judge.core.refusals import opens_with_refusal
 from lalm_judge.core.taxonomy import EMOTIONS
 from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER, FINISH_LENGTH
@@ -61,7 +61,7 @@ class RewritePrompt:
 
     @classmethod
     def load(cls, path: str | Path = PROMPT_PATH) -> RewritePrompt:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = read_yaml(path)
         missing = [k for k in ("version", "system", "user", "reask", "categories", "severities") if k not in data]
         if missing:
             raise GeneratorConfigError(f"{path}: rewrite prompt lacks key(s) {missing}")

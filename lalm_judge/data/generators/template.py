@@ -15,10 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lalm_judge.core.dialogue import Dialogue
-from lalm_judge.core.files import stable_hash
+from lalm_judge.core.files import read_yaml, stable_hash
 from lalm_judge.core.taxonomy import CATEGORIES, EMOTIONS, SEVERITIES
 from lalm_judge.data.generators import GeneratorConfigError, RewriteRequest, RewriteResult, check_config_keys
 
@@ -115,7 +113,7 @@ class TemplateBank:
     def load(cls, path: str | Path = BANK_PATH) -> TemplateBank:
         """Read and validate a bank: every category x severity cell, placeholders, emotion labels."""
         path = Path(path)
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = read_yaml(path)
         if not isinstance(data, dict) or "version" not in data:
             raise GeneratorConfigError(f"{path}: a template bank is a mapping with a 'version'")
         lines, emotions = {}, {}
