@@ -84,7 +84,7 @@ def shown_answer(raw: str | None) -> str:
 
 def score_rows(workdir: Path, sample: str, condition: str) -> dict[str, dict]:
     """The score rows of one sample under one condition, by the viewer's cell name."""
-    tables = sorted((workdir / "results" / "scores").rglob(f"{condition}/shard*.parquet"))
+    tables = sorted((workdir / "results" / "scores").glob(f"*/shard*/*/*/{condition}.parquet"))
     rows = SCORES.read(tables).filter(pl.col("variant_id") == sample)
     return {
         f"{r['judge']}/{r['modality']}-{r['transcript_source']}/{r['prompt']}/{r['condition']}": r
@@ -116,7 +116,8 @@ def test_safety_viewer_from_the_report_to_a_sample_and_its_masked_version(finish
 
     # Filter to one status: every row shown has it, and they are all the cell's rows with it (pages of 50).
     cell = "minilm/audio-none/basic/clean"
-    table = SCORES.read(sorted((workdir / "results" / "scores" / cell).glob("shard*.parquet")))
+    judge, label = cell.split("/", 1)  # its tables: one per shard, in the folder of the judge's job of that shard
+    table = SCORES.read(sorted((workdir / "results" / "scores" / judge).glob(f"shard*/{label}.parquet")))
     tab.choose("status", "ok")
     statuses = page.locator("#list-view tbody td:nth-child(7)").all_inner_texts()
     expected = table.filter(pl.col("parse_status") == "ok").height
