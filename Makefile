@@ -3,6 +3,8 @@
 # data. All create .venv from the pinned lock file first.
 VENV ?= .venv
 CORES ?= 2
+# The test suite's processes (pytest-xdist; tests/conftest.py keeps what must share a process together); 0: one.
+TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
 # axe-core (accessibility checks of the annotation app's pages in the browser tests), from the npm registry.
@@ -53,7 +55,7 @@ pairwise-demo: setup
 
 # The checks of `make lint` first (style, the import contracts, the workflow lint of every config), then the test suite.
 test: lint
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo
