@@ -24,7 +24,7 @@ import yaml
 
 from lalm_judge.annotation.assignment import Design
 from lalm_judge.annotation.batch import Batch, BatchError
-from lalm_judge.core.files import atomic_path
+from lalm_judge.core.files import atomic_path, load_yaml, read_yaml
 from lalm_judge.core.taxonomy import CATEGORY_DEFINITIONS, SEVERITY_LEVELS
 from lalm_judge.data.generators.template import TemplateBank, fill_line
 
@@ -138,7 +138,7 @@ class Protocol:
 
 @cache
 def _schema() -> dict[str, Any]:
-    return yaml.safe_load(SCHEMA_PATH.read_text(encoding="utf-8"))
+    return read_yaml(SCHEMA_PATH)
 
 
 def _example(bank: TemplateBank, category: str, severity: int) -> str:
@@ -232,7 +232,7 @@ def load_protocol(batch: Batch) -> Protocol:
     path = batch.directory / PROTOCOL_FILE
     text = path.read_text(encoding="utf-8") if path.is_file() else ""
     try:
-        raw = yaml.safe_load(text) if text else {"version": 1}
+        raw = load_yaml(text) if text else {"version": 1}
     except yaml.YAMLError as error:
         raise ProtocolError(f"{path}: not valid YAML: {error}") from error
     _validate(raw, str(path))

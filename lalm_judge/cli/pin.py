@@ -20,9 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from lalm_judge.core.files import atomic_path
+from lalm_judge.core.files import atomic_path, load_yaml, read_yaml
 from lalm_judge.workflow.config import ConfigError
 from lalm_judge.workflow.pins import COMMIT, hub_models
 
@@ -150,17 +148,17 @@ def pin(
 ) -> dict[str, str]:
     """Resolve and write the commits and the corpus checksum; return '<config key>' -> value."""
     text = config_path.read_text(encoding="utf-8")
-    config = yaml.safe_load(text)
+    config = load_yaml(text)
     values = planned_values(config, resolve, checksum)
     if write and values:
         pinned = with_values(text, values)
-        expected = yaml.safe_load(text)
+        expected = load_yaml(text)
         for (path, key), value in values.items():
             entry = expected
             for part in path:
                 entry = entry[part]
             entry[key] = value
-        if yaml.safe_load(pinned) != expected:  # only the pinned values may differ
+        if load_yaml(pinned) != expected:  # only the pinned values may differ
             raise RuntimeError(f"pinning {config_path} would change more than the pinned values; nothing written")
         with atomic_path(output) as staging:
             Path(staging).write_text(pinned, encoding="utf-8")
@@ -183,7 +181,7 @@ def main(argv: Sequence[str]) -> int:
         print(f"{key}: {value}")
     if not any(key.endswith(f".{REVISION}") for key in values):
         print("every hub model is already pinned to a commit")
-    corpus = (yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}).get("corpus") or {}
+    corpus = (read_yaml(config_path) or {}).get("corpus") or {}
     if corpus.get("path") and "corpus.checksum" not in values:
         print(f"note: corpus.path {corpus['path']} is not here, so no checksum is recorded; run again once it is")
     return 0

@@ -7,8 +7,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import yaml
-
+from lalm_judge.core.files import read_yaml
 from lalm_judge.core.vocabulary import TranscriptSource
 from lalm_judge.judging.adhoc import sample_from_dialogue, score_one
 from lalm_judge.judging.backends.base import JudgeSpec
@@ -21,7 +20,7 @@ def load_judge_spec(config_path: str | Path, name: str) -> JudgeSpec:
     config_path = Path(config_path)
     if not config_path.is_file():
         raise FileNotFoundError(f"config file {config_path} does not exist; pass --config")
-    judges = (yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}).get("judges") or {}
+    judges = (read_yaml(config_path) or {}).get("judges") or {}
     if name not in judges:
         raise KeyError(f"judge {name!r} is not in the 'judges' registry of {config_path}; known: {sorted(judges)}")
     return JudgeSpec.from_config(name, validate_judge_entry(name, judges[name]))

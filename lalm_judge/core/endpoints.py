@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from lalm_judge.core.files import read_json, read_yaml, stable_hash, write_json
+from lalm_judge.core.files import read_json, read_schema, stable_hash, write_json
 from lalm_judge.core.secrets import read_secret, redact, redact_value
 from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER, FINISH_LENGTH, FINISH_STOP
 
@@ -55,7 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
 OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Sent to servers configured with `api_key_env: null`; the client library requires some key.
 NO_KEY_PLACEHOLDER = "no-key"
@@ -129,7 +128,7 @@ class EndpointUnavailable(RuntimeError):
 @functools.cache
 def endpoint_defaults() -> dict[str, Any]:
     """The defaults of `$defs/endpoint` in the config schema, the one place they are declared."""
-    schema = read_yaml(SCHEMA_PATH)
+    schema = read_schema()
     return {name: spec["default"] for name, spec in schema["$defs"]["endpoint"]["properties"].items()}
 
 

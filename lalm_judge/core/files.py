@@ -9,6 +9,7 @@ one job per output).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.metadata
 import json
@@ -151,6 +152,24 @@ def load_yaml(text: str) -> Any:
 def read_yaml(path: str | os.PathLike) -> Any:
     """A YAML file's document (`load_yaml`)."""
     return load_yaml(Path(path).read_text(encoding="utf-8"))
+
+
+# The run config's JSON schema: the validation, the preflight's strict types and the endpoint defaults all read it.
+CONFIG_SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+
+
+def read_schema(path: str | os.PathLike = CONFIG_SCHEMA_PATH) -> Any:
+    """A schema file's document, parsed once per version of the file (its path, size and modification time): the
+    workflow's parse asks for the config schema several times (docs/benchmarks.md). The document is shared by
+    every caller: read it, never change it."""
+    resolved = Path(path).resolve()
+    stat = resolved.stat()
+    return _parsed_schema(str(resolved), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _parsed_schema(path: str, _size: int, _mtime_ns: int) -> Any:
+    return read_yaml(path)
 
 
 def file_sha256(path: str | os.PathLike) -> str:

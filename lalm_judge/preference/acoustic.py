@@ -45,7 +45,7 @@ from tqdm import tqdm
 
 from lalm_judge.audio import waveform
 from lalm_judge.audio.tts import SynthesisRequest, Voice, synthesize
-from lalm_judge.core.files import stable_hash, with_provenance, write_parquet
+from lalm_judge.core.files import read_yaml, stable_hash, with_provenance, write_parquet
 from lalm_judge.core.tables import PREFERENCE_ACOUSTIC
 from lalm_judge.core.taxonomy import slug
 from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, STYLE_CATEGORIES, TIE
@@ -92,7 +92,7 @@ def read_texts(path: str | os.PathLike) -> list[AcousticText]:
     `implicit_dialogue` (question, emotion, answer); every entry checked, errors name the file and entry."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        data = read_yaml(path) or {}
     except (OSError, yaml.YAMLError) as err:
         raise AcousticError(f"cannot read the acoustic texts {path}: {err}") from err
     unknown = sorted(set(data) - {EXPLICIT_TTS, EXPLICIT_DIALOGUE, IMPLICIT_DIALOGUE})

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from lalm_judge.core.endpoints import CachedChat, Question, ResponseCache, chat_request_key, decode_json
+from lalm_judge.core.files import read_yaml
 from lalm_judge.core.refusals import opens_with_refusal
 from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER, TIE
 from lalm_judge.data.generators import GeneratorConfigError
@@ -74,7 +73,7 @@ class RationalePrompt:
 
     @classmethod
     def load(cls, path: str | Path = PROMPT_PATH) -> RationalePrompt:
-        data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        data = read_yaml(path)
         missing = [
             key for key in ("version", "system", "user", "reask") if not isinstance(data, dict) or key not in data
         ]

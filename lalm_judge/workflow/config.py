@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
-from lalm_judge.core.files import read_yaml
+from lalm_judge.core.files import CONFIG_SCHEMA_PATH, read_schema
 from lalm_judge.core.vocabulary import (
     AUDIO,
     AUDIO_TEXT,
@@ -50,7 +50,7 @@ from lalm_judge.workflow.preference import preference_voices
 COQUI_LICENCE_ENV = "COQUI_TOS_AGREED"
 CALIBRATED_PROMPT = "calibrated"
 
-SCHEMA_PATH = Path(__file__).resolve().parents[2] / "schemas" / "config.schema.yaml"
+SCHEMA_PATH = CONFIG_SCHEMA_PATH  # schemas/config.schema.yaml
 SAFETY = "safety"
 PAIRWISE = "pairwise"
 # The pairwise track's preference-data builder: its own section, so that a run can build data without judging.
@@ -78,7 +78,7 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     """Fill defaults and validate against the JSON schema; errors name the offending key path."""
     # Before the schema, whose messages quote the values they reject: a credential is named by its place only.
     _check_no_secrets(config)
-    schema = read_yaml(schema_path)
+    schema = read_schema(schema_path)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     config = copy.deepcopy(config)
     errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
@@ -134,7 +134,7 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
 def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
     """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
     errors name `key.<path>`."""
-    schema = read_yaml(schema_path)
+    schema = read_schema(schema_path)
     part_schema = schema
     for schema_key in schema_keys:
         part_schema = part_schema[schema_key]

@@ -23,7 +23,7 @@ import jsonschema
 import yaml
 
 from lalm_judge.core.endpoints import endpoint_defaults
-from lalm_judge.core.files import read_yaml
+from lalm_judge.core.files import read_schema
 from lalm_judge.core.vocabulary import AUDIO, Condition, TranscriptSource, condition_cell_error
 from lalm_judge.data import benchmark
 from lalm_judge.data.generators import GeneratorConfigError, build_generator
@@ -105,7 +105,7 @@ def _strict_validator() -> jsonschema.protocols.Validator:
     Schema's rule, which Snakemake's validation follows)."""
     base = jsonschema.Draft202012Validator
     strict = jsonschema.validators.extend(base, type_checker=base.TYPE_CHECKER.redefine("integer", _is_integer))
-    return strict(read_yaml(SCHEMA_PATH))
+    return strict(read_schema(SCHEMA_PATH))
 
 
 def _deepest(error: jsonschema.ValidationError) -> jsonschema.ValidationError:

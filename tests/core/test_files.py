@@ -1,11 +1,19 @@
-"""JSONL reading with line-numbered errors; atomic writes clean up after killed writers."""
+"""JSONL reading with line-numbered errors; atomic writes clean up after killed writers; a schema is parsed once per
+version of its file."""
 
 import os
 import time
 
 import pytest
 
-from lalm_judge.core.files import atomic_directory, jsonl_records, read_file_indexes, write_file_index, write_json
+from lalm_judge.core.files import (
+    atomic_directory,
+    jsonl_records,
+    read_file_indexes,
+    read_schema,
+    write_file_index,
+    write_json,
+)
 
 
 def test_jsonl_records_skip_blank_lines_and_name_the_bad_one(tmp_path):
@@ -53,3 +61,13 @@ def test_file_indexes_list_their_files_in_order_and_are_equal_for_equal_lists(tm
     again = tmp_path / "again.index.json"
     write_file_index(again, ["x/shard0.parquet", "y/shard0.parquet"])
     assert again.read_bytes() == first.read_bytes()
+
+
+def test_a_schema_is_parsed_once_per_version_of_its_file(tmp_path):
+    schema = tmp_path / "schema.yaml"
+    schema.write_text("type: object\nproperties: {a: {default: 1}}\n")
+    first = read_schema(schema)
+    assert first == {"type": "object", "properties": {"a": {"default": 1}}}
+    assert read_schema(schema) is first  # the same document, not parsed again
+    schema.write_text("type: object\nproperties: {a: {default: 22}}\n")  # another size: another version
+    assert read_schema(schema)["properties"]["a"]["default"] == 22
