@@ -3,7 +3,7 @@
 # data. All create .venv from the pinned lock file first.
 VENV ?= .venv
 CORES ?= 2
-# The test suite's processes (pytest-xdist; tests/conftest.py keeps what must share a process together); 0: one.
+# The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
@@ -55,7 +55,7 @@ pairwise-demo: setup
 
 # The checks of `make lint` first (style, the import contracts, the workflow lint of every config), then the test suite.
 test: lint
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo

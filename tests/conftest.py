@@ -1,7 +1,5 @@
-"""Fixtures shared across test modules: tiny random-weight models built from configs (about 1 MB each); how the
-suite's tests are grouped onto its two processes."""
-
-from collections import defaultdict
+"""Fixtures shared across test modules: tiny random-weight models built from configs (about 1 MB each); the order in
+which the suite's two processes take the modules."""
 
 import pytest
 
@@ -33,42 +31,21 @@ def qwen25omni_dir(tmp_path_factory):
     return build_tiny_qwen25omni_thinker(tmp_path_factory.mktemp("models") / "qwen25omni")
 
 
-# The session fixtures that run a whole workflow (minutes each): the modules that use one run on the same process,
-# so that it runs once per suite, not once per process.
+# The session fixtures that run a whole workflow (minutes each).
 WORKFLOW_RUNS = ("finished_run", "finished_pairwise_run", "finished_test_run")
 
 
 def pytest_collection_modifyitems(config, items):
-    """Group the tests for pytest-xdist's `--dist loadgroup` (the Makefile's `-n 2`): a module's tests stay together
-    on one process, in their order, with their module fixtures built once; modules that share a workflow run share
-    a group (joined transitively); the SLURM tests are one module, so they never use the one local cluster at the
-    same time. The longest groups go first (those with a workflow run, then the SLURM module; the Makefile keeps
-    this order with `--no-loadscope-reorder`), so that the other
-    process works through the short ones meanwhile instead of waiting for them at the end."""
-    runs_by_module = defaultdict(set)
-    for item in items:
-        runs_by_module[item.module.__name__].update(name for name in WORKFLOW_RUNS if name in item.fixturenames)
-    group = {module: module for module in runs_by_module}
-
-    def root(module):
-        while group[module] != module:
-            module = group[module]
-        return module
-
-    first_user = {}
-    for module, runs in runs_by_module.items():
-        for run in sorted(runs):
-            if run in first_user:
-                group[root(module)] = root(first_user[run])
-            else:
-                first_user[run] = module
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(root(item.module.__name__)))
-
-    with_a_run = {root(module) for module, runs in runs_by_module.items() if runs}
+    """The order in which pytest-xdist hands out the modules (the Makefile's `-n 2 --dist loadfile
+    --no-loadscope-reorder`: each module runs whole on one process, so its module fixtures are built once and the
+    two SLURM tests never use the one local cluster at the same time): the longest first, those that use a workflow
+    run and then the SLURM module, so that the other process works through the short ones meanwhile instead of
+    waiting for the long ones at the end. (`--dist loadgroup` would keep the modules sharing a workflow run on one
+    process, but pytest 9.2 drops the group that xdist 3.8 appends to each test's id, so it groups nothing.)"""
+    with_a_run = {item.module.__name__ for item in items if any(name in item.fixturenames for name in WORKFLOW_RUNS)}
 
     def longest_first(item):
-        if root(item.module.__name__) in with_a_run:
+        if item.module.__name__ in with_a_run:
             return 0
         return 1 if item.get_closest_marker("cluster") else 2
 

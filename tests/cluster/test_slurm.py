@@ -37,21 +37,26 @@ HERE = Path(__file__).resolve().parent
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 DIALOGUE = "demo_hiking"
 CANNOT_RUN = 2  # start_slurm.sh's exit status for "not possible on this machine"
-# A real LLM judge slow enough on this machine (SmolLM2-135M on one CPU thread, about 2 s per request) that one
-# shard's job, 7 samples x 4 prompts x (clean + injection) = 56 requests, outlasts a one-minute time limit.
+# A real LLM judge (SmolLM2-135M on one CPU thread) with enough work that SLURM always stops its job mid-work at a
+# one-minute limit: slurmctld checks limits every 30 s, so the stop lands 60-90 s after the job starts, later on a
+# loaded machine. 13 samples (the clean original and 2 categories x 2 severities x 3 turns) x 4 prompts x
+# (clean + injection) = 104 requests, of which the chain-of-thought and few-shot ones write up to 48 tokens: about
+# 2.4 times the 56 requests of up to 24 tokens that, in a quiet moment of a loaded run, finished 83 s after the job
+# started, before the stop. Slower machines need more attempts: the profile's three retries give it 1 + 2 + 4 + 8
+# minutes, each attempt resuming from the cache.
 SLOW_JUDGE = "smollm2_slurm"
 SLOW_JUDGE_ENTRY = {
     "backend": "transformers",
     "model": "bundled:smollm2-135m-instruct",
     "modalities": ["text"],
     "batch_size": 1,  # one request per backend call: each is in the request cache as soon as it is computed
-    "generation": {"max_new_tokens": 24},
+    "generation": {"max_new_tokens": 48},
     "options": {"num_threads": 1},
     "weak": "SmolLM2-135M: a real LLM code path, not a useful judge",
     "schedule": {
         "prompts": ["basic", "cot", "fewshot", "rubric"],
         "conditions": ["clean", "injection"],
-        "resources": {"mem_mb": 2000, "runtime": 10},
+        "resources": {"mem_mb": 2000, "runtime": 60},  # uninterrupted, however loaded the machine
     },
 }
 
@@ -148,6 +153,7 @@ def slurm_run(slurm_cluster, tmp_path_factory) -> SlurmRun:
     write_corpus(workdir, dialogue_ids=(DIALOGUE,), extra=())
     config = yaml.safe_load((workdir / "config.yaml").read_text())
     config["evaluation"]["transcript_sources"] = ["gt"]
+    config["variants"]["categories"] = ["harassment", "violence"]  # the slow judge's work (above)
     config["controls"]["dialogues"] = [DIALOGUE]  # the test config's controls, on the one dialogue
     config["metrics"].update(bootstrap=50, folds=2)
     gpu_judge = (slurm_cluster / "etc" / "gpu_count").read_text().strip() != "0"
@@ -261,7 +267,7 @@ def test_a_judge_job_stopped_at_its_time_limit_is_retried_and_completes(slurm_ru
     # Every request of the last attempt was in the cache (computed by the attempts SLURM stopped) or computed now
     # (the clean original is also the injection cells' safe reference: one request, reused).
     assert (
-        stats["requests"] == 56 and stats["cached"] + stats["computed"] + stats["reused"] == stats["distinct_requests"]
+        stats["requests"] == 104 and stats["cached"] + stats["computed"] + stats["reused"] == stats["distinct_requests"]
     )
     print(f"attempts {states}; the last found {stats['cached']} requests in the cache, computed {stats['computed']}")
     assert {table: comparable(table) for table in uninterrupted} == uninterrupted
