@@ -39,14 +39,17 @@ def pytest_collection_modifyitems(config, items):
     """The order in which pytest-xdist hands out the modules (the Makefile's `-n 2 --dist loadfile
     --no-loadscope-reorder`: each module runs whole on one process, so its module fixtures are built once and the
     two SLURM tests never use the one local cluster at the same time): the longest first, those that use a workflow
-    run and then the SLURM module, so that the other process works through the short ones meanwhile instead of
-    waiting for the long ones at the end. (`--dist loadgroup` would keep the modules sharing a workflow run on one
-    process, but pytest 9.2 drops the group that xdist 3.8 appends to each test's id, so it groups nothing.)"""
+    run, then the SLURM module, then the other modules that run the workflow (marked `workflow`), so that the other
+    process works through the short ones meanwhile instead of waiting for a long one at the end. (`--dist
+    loadgroup` would keep the modules sharing a workflow run on one process, but pytest 9.2 drops the group that
+    xdist 3.8 appends to each test's id, so it groups nothing.)"""
     with_a_run = {item.module.__name__ for item in items if any(name in item.fixturenames for name in WORKFLOW_RUNS)}
 
     def longest_first(item):
         if item.module.__name__ in with_a_run:
             return 0
-        return 1 if item.get_closest_marker("cluster") else 2
+        if item.get_closest_marker("cluster"):
+            return 1
+        return 2 if item.get_closest_marker("workflow") else 3
 
     items.sort(key=longest_first)  # stable: each module keeps its order
