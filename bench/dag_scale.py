@@ -6,6 +6,7 @@ resource), measured in the same run, and their ratio.
     .venv/bin/python -m bench.dag_scale --dialogues 100
     .venv/bin/python -m bench.dag_scale --dialogues 100 --noop   # also a no-op rerun (all outputs present), its floor
     .venv/bin/python -m bench.dag_scale --dialogues 100 --profile plan.prof   # cProfile of the project's dry run
+    .venv/bin/python -m bench.dag_scale --dialogues 100 --frozen-floor   # also the floor with the project's gc.freeze()
 Last line: dry_run_s=<float> floor_s=<float> ratio=<float> peak_rss_mb=<float> jobs=<int>
 """
 
@@ -61,6 +62,11 @@ rule make:
 """
 
 
+# The floor with what the project's Snakefile does after its parse (gc.freeze(): the collector stops scanning the
+# objects built so far), for a like-for-like comparison of everything else.
+FROZEN_FLOOR_SNAKEFILE = FLOOR_SNAKEFILE.replace("N = int", "import gc\n\nN = int") + "\ngc.freeze()\n"
+
+
 def snakemake_command(snakefile: Path, workdir: Path, extra: list[str], quiet: bool, profile: str | None) -> list[str]:
     quiet_args = ["--quiet", "rules"] if quiet else []
     runner = ["-m", "cProfile", "-o", profile, "-m", "snakemake"] if profile else ["-m", "snakemake"]
@@ -96,10 +102,10 @@ def dry_run(
     return elapsed, peak_mb, proc.stdout + proc.stderr
 
 
-def floor_run(workdir: Path, jobs: int, quiet: bool = True) -> tuple[float, str]:
+def floor_run(workdir: Path, jobs: int, quiet: bool = True, frozen: bool = False) -> tuple[float, str]:
     """Time one `snakemake -n` of the trivial workflow of `jobs` jobs in `workdir`; (seconds, its output)."""
     snakefile = workdir / "Snakefile"
-    snakefile.write_text(FLOOR_SNAKEFILE)
+    snakefile.write_text(FROZEN_FLOOR_SNAKEFILE if frozen else FLOOR_SNAKEFILE)
     command = [*snakemake_command(snakefile, workdir, [], quiet, None), "--config", f"jobs={jobs}"]
     start = time.perf_counter()
     proc = subprocess.run(command, capture_output=True, text=True)
@@ -142,6 +148,11 @@ def main() -> None:
     parser.add_argument("--noop", action="store_true", help="also time a no-op rerun with every output present")
     parser.add_argument("--repeat", type=int, default=1, help="time each dry run this many times; report the fastest")
     parser.add_argument("--profile", help="write a cProfile of one more project dry run to this file")
+    parser.add_argument(
+        "--frozen-floor",
+        action="store_true",
+        help="also time the floor with gc.freeze() after its parse, as the project does",
+    )
     parser.add_argument("--keep", help="keep the scratch directory here instead of a temporary one")
     args, extra = parser.parse_known_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -151,10 +162,12 @@ def main() -> None:
         config_path.write_text(yaml.safe_dump(synthetic_config(workdir / "corpus")))
         floor_dir = workdir / "floor"
         floor_dir.mkdir(exist_ok=True)
-        runs, floors = [], []
+        runs, floors, frozen_floors = [], [], []
         for _ in range(args.repeat):  # interleaved, so that a change of the machine's load hits both alike
             runs.append(dry_run(workdir, config_path, extra))
             floors.append(floor_run(floor_dir, job_count(runs[-1][2]))[0])
+            if args.frozen_floor:
+                frozen_floors.append(floor_run(floor_dir, job_count(runs[-1][2]), frozen=True)[0])
         elapsed, peak_mb, output = min(runs)
         floor_s = min(floors)
         jobs = job_count(output)
@@ -176,6 +189,8 @@ def main() -> None:
                 f"noop_rerun_s={noop_s:.2f} noop_floor_s={noop_floor_s:.2f} noop_ratio={noop_s / noop_floor_s:.2f} "
                 f"outputs={n_files}"
             )
+    if frozen_floors:
+        print(f"frozen_floor_s={min(frozen_floors):.2f} ratio_to_frozen_floor={elapsed / min(frozen_floors):.2f}")
     print(f"dialogues={args.dialogues} variants={args.dialogues * 6 * 40}")
     print(
         f"dry_run_s={elapsed:.2f} floor_s={floor_s:.2f} ratio={elapsed / floor_s:.2f} peak_rss_mb={peak_mb:.1f} "

@@ -135,7 +135,7 @@ def get_control_tables(wildcards):
     """The TTS control table of a dialogue, when a condition needs re-synthesized turns or injected sentences."""
     if not PLAN.synthesized_controls() or not PLAN.turns(wildcards.dialogue):
         return []
-    if wildcards.dialogue not in PLAN.control_dialogues():
+    if not PLAN.is_control_dialogue(wildcards.dialogue):
         return []
     return [f"results/tts/{wildcards.dialogue}/controls.parquet"]
 
@@ -165,13 +165,26 @@ def get_judge_control_conditions(judge):
 
 
 def get_judge_control_dialogues(judge):
-    """The dialogues a judge's control cells cover (`controls.dialogues`); none without control conditions."""
-    return PLAN.control_dialogues() if get_judge_control_conditions(judge) else []
+    """The dialogues of a judge job's shard that its control cells cover (`controls.dialogues`); none without control
+    conditions. Of the job's shard only: a dialogue added to the controls reruns the one job that scores it, and the
+    param stays as long as a shard however many dialogues the corpus has (docs/benchmarks.md)."""
+    if not get_judge_control_conditions(judge):
+        return []
+    n_shards = PLAN.judge_shard_count(judge)
+    return lambda wildcards: PLAN.control_dialogues(int(wildcards.shard), n_shards)
 
 
 def get_target_turns(wildcards):
     """The turns of a dialogue that get variants: the target turns of its TTS controls."""
     return PLAN.turns(wildcards.dialogue)
+
+
+def all_of(paths):
+    """A long list of inputs given as an input function. In a rule that also reads another rule's outputs
+    (`rules.<name>.output`: the report), Snakemake looks each input path's item up among those dependencies, and a
+    list item is hashed whole once per path it holds (quadratic in the dialogues: about 1 s of the 1,000-dialogue dry
+    run); a function is hashed as itself (docs/benchmarks.md)."""
+    return lambda wildcards: paths
 
 
 def get_manifests():
@@ -353,7 +366,8 @@ def get_emotion_reference():
     return canonical(config["tts"].get("emotion_reference"))
 
 
-def get_tts_conda_env(wildcards):
+def get_tts_conda_env():
+    """The TTS jobs' env, one for the whole run (a string, not a function of the job: Snakemake resolves it once)."""
     engines = {v["engine"] for v in config["tts"]["voices"].values()}
     return "../envs/tts-xtts.yaml" if "xtts" in engines else "../envs/tts.yaml"
 

@@ -24,7 +24,7 @@ rule synthesize_controls:
         mem_mb=get_tts_mem_mb(),
         runtime=60,
     conda:
-        get_tts_conda_env
+        get_tts_conda_env()
     script:
         "../workflow_scripts/synthesize_controls.py"
 

@@ -69,8 +69,8 @@ rule report:
         modality=rules.modality_analysis.output,
         modality_figures=rules.modality_figures.output,
         flow=rules.decision_flow.output.flow,
-        manifests=get_manifests(),
-        asr=get_asr_tables(),
+        manifests=all_of(get_manifests()),
+        asr=all_of(get_asr_tables()),
         accounting="results/summary/audio_accounting.json",
     output:
         site=report(directory("results/report"), htmlindex="index.html", caption="../report/standalone.rst", category="Report"),

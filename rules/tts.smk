@@ -17,6 +17,6 @@ rule synthesize_variants:
         mem_mb=get_tts_mem_mb(),
         runtime=60,
     conda:
-        get_tts_conda_env
+        get_tts_conda_env()
     script:
         "../workflow_scripts/synthesize_variants.py"

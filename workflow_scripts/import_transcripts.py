@@ -1,5 +1,5 @@
 from lalm_judge.core.logs import log_to
-from lalm_judge.data.benchmark import import_transcripts
+from lalm_judge.data.benchmark_tables import import_transcripts
 
 with log_to(snakemake.log[0]):
     import_transcripts(

@@ -1,5 +1,5 @@
 from lalm_judge.core.logs import log_to
-from lalm_judge.data.benchmark import import_turn_variants
+from lalm_judge.data.benchmark_tables import import_turn_variants
 
 with log_to(snakemake.log[0]):
     import_turn_variants(

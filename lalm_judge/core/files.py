@@ -20,10 +20,12 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import polars as pl
 import yaml
+
+if TYPE_CHECKING:
+    import polars as pl
 
 _UMASK = os.umask(0)
 os.umask(_UMASK)
@@ -197,7 +199,13 @@ def read_file_indexes(paths: Iterable[str | os.PathLike]) -> list[str]:
 
 def shard_of(key: str, n_shards: int) -> int:
     """Stable shard of a dialogue or item id: adding one changes exactly one shard."""
-    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16) % n_shards
+    return _shard_hash(key) % n_shards
+
+
+@functools.cache
+def _shard_hash(key: str) -> int:
+    # Once per id: the job sizing tries many shard counts for every dialogue (`workflow.sizing`).
+    return int(hashlib.sha256(key.encode()).hexdigest()[:12], 16)
 
 
 def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
@@ -213,6 +221,9 @@ def package_versions(packages: Iterable[str] = PROVENANCE_PACKAGES) -> str:
 
 def with_provenance(frame: pl.DataFrame, *, config_hash: str, seed: int, **extra: Any) -> pl.DataFrame:
     """Append the provenance columns every output table carries (a column the table has keeps its type)."""
+    # polars is imported where it is used: the workflow's parse (repeated by every job) reads this module, not tables.
+    import polars as pl
+
     columns = {"config_hash": config_hash, "seed": seed, "package_versions": package_versions(), **extra}
     return frame.with_columns(
         (pl.lit(value).cast(frame.schema[name]) if name in frame.schema else pl.lit(value)).alias(name)

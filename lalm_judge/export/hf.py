@@ -37,7 +37,7 @@ from lalm_judge.core.taxonomy import (
     validate_category,
     validate_dialogue_id,
 )
-from lalm_judge.data import benchmark
+from lalm_judge.data import benchmark, benchmark_tables
 from lalm_judge.export.card import CardFacts, SplitInfo, dataset_card
 from lalm_judge.export.features import (
     AudioColumn,
@@ -299,13 +299,13 @@ def import_hf(dataset_dir: str | Path, out_dir: str | Path, *, progress: bool = 
     features = benchmark_features(0)
     total = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
     with atomic_directory(out_dir, marker=benchmark.INDEX) as tmp:
-        writer: benchmark.BenchmarkWriter | None = None
+        writer: benchmark_tables.BenchmarkWriter | None = None
         rows = tqdm(read_rows(files, features), total=total, desc="import samples", unit="sample", disable=not progress)
         for path, row in rows:
             where = f"{path} sample {row['sample_id']!r}"
             _check_sample_id(row, where)
             audio, rate = read_wav_bytes(row["audio"]["bytes"], where)
-            writer = writer or benchmark.BenchmarkWriter(tmp, rate)
+            writer = writer or benchmark_tables.BenchmarkWriter(tmp, rate)
             if rate != writer.sample_rate:
                 raise ExportError(f"{where}: audio at {rate} Hz, the dataset's earlier rows at {writer.sample_rate} Hz")
             bounds = _turn_bounds(row, len(audio), rate, where)

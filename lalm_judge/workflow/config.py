@@ -38,8 +38,6 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.decoding import decoding_problems
-from lalm_judge.pairwise.audit import respoken_voice_error
-from lalm_judge.pairwise.items import read_jsonl_items
 from lalm_judge.workflow.context_length import max_model_len_problems
 from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
@@ -454,6 +452,11 @@ def _pairwise_audit_problems(config: Mapping[str, Any]) -> list[str]:
             "items (pairwise.items.format: jsonl) have; SageLM records bring audio only. Drop them from the conditions"
         )
     elif respoken and items.get("path") and os.path.exists(items["path"]):
+        # Imported here: the item and audit modules read tables (polars), which the workflow's parse does not need
+        # otherwise, and every job parses the workflow again.
+        from lalm_judge.pairwise.audit import respoken_voice_error
+        from lalm_judge.pairwise.items import read_jsonl_items
+
         used = {voice for item in read_jsonl_items(items["path"]) for voice in (r.voice for r in item.responses)}
         problems += [p for p in (respoken_voice_error(c, used, items["voices"]) for c in respoken) if p]
     return problems

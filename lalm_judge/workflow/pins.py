@@ -14,6 +14,9 @@ Local folders, `bundled:` models and API models are not pinnable.
 
 from __future__ import annotations
 
+import ast
+import functools
+import importlib.util
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -55,9 +58,29 @@ def whisper_repository(model: str) -> str | None:
         return None
     if hub_model_id(model):
         return model
-    from faster_whisper.utils import _MODELS  # the names WhisperModel accepts and the repositories behind them
+    return whisper_model_repositories().get(model)
 
-    return _MODELS.get(model)
+
+@functools.cache
+def whisper_model_repositories() -> dict[str, str]:
+    """faster-whisper's `utils._MODELS`: the size names `WhisperModel` accepts and the hub repositories behind them.
+
+    Read from the installed package's source, not imported: importing `faster_whisper` loads CTranslate2, PyAV and
+    the tokenizers (about 0.2 s), and every parse of the workflow (each job's too) asks this. A faster-whisper
+    whose table is no longer a literal is imported after all."""
+    spec = importlib.util.find_spec("faster_whisper")
+    if spec is None or not spec.submodule_search_locations:
+        raise ModuleNotFoundError("faster-whisper is not installed: the ASR stage needs it (requirements.lock)")
+    source = Path(spec.submodule_search_locations[0], "utils.py")
+    for node in ast.parse(source.read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "_MODELS" for t in node.targets):
+            try:
+                return dict(ast.literal_eval(node.value))
+            except ValueError:
+                break
+    from faster_whisper.utils import _MODELS
+
+    return dict(_MODELS)
 
 
 def _voices(config: Mapping[str, Any]) -> Iterator[tuple[tuple[str, ...], Mapping[str, Any]]]:

@@ -141,6 +141,7 @@ class Plan:
         if unknown:
             raise ConfigError(f"controls.dialogues: {unknown} are not dialogues of the corpus")
         self._control_dialogues = [d for d in self.dialogue_ids if chosen is None or d in chosen]
+        self._control_set = set(self._control_dialogues)
         self._longest_turns: list[str] | None = None
         try:
             self.sizing: dict[str, JudgeSizing] = size_judges(
@@ -149,13 +150,19 @@ class Plan:
         except SizingError as err:
             raise ConfigError(str(err)) from err
         self._shards = {n: {d: shard_of(d, n) for d in self.dialogue_ids} for n in self.shard_counts()}
+        # The dialogues of each shard, grouped once: every shard index and judge job asks for its shard's.
+        self._shard_members: dict[int, dict[int, list[str]]] = {}
+        for n, shard_by_dialogue in self._shards.items():
+            members = self._shard_members[n] = {}
+            for dialogue_id, shard in shard_by_dialogue.items():
+                members.setdefault(shard, []).append(dialogue_id)
         if self.needs_babble():
             self._check_babble()
         self._check_emotion_references()
 
     def _dialogue_works(self) -> list[DialogueWork]:
         per_turn = len(self.config["variants"]["categories"]) * len(self.config["variants"]["severities"])
-        controls = set(self._control_dialogues)
+        controls = self._control_set
         return [
             DialogueWork(d.dialogue_id, d.n_turns, len(turns), len(turns) * per_turn, d.dialogue_id in controls)
             for d, turns in zip(self.dialogues, self._turns.values())
@@ -234,11 +241,11 @@ class Plan:
 
     def shard_dialogues(self, shard: int, n_shards: int | None = None) -> list[str]:
         """The dialogues of shard `shard` of `n_shards` (default: the judges' shared count)."""
-        return [d for d, k in self._shards[n_shards or self.n_shards].items() if k == shard]
+        return list(self._shard_members[n_shards or self.n_shards].get(shard, []))
 
     def shards_of(self, n_shards: int) -> list[int]:
         """The shards of `n_shards` that hold at least one dialogue."""
-        return sorted(set(self._shards[n_shards].values()))
+        return sorted(self._shard_members[n_shards])
 
     def shards(self, judge: str | None = None) -> list[int]:
         """The judge's shards that hold at least one dialogue (an empty shard would be an empty job); without a
@@ -285,10 +292,13 @@ class Plan:
     def control_dialogues(self, shard: int | None = None, n_shards: int | None = None) -> list[str]:
         """The dialogues the control conditions are scored on (`controls.dialogues`), of shard `shard` of
         `n_shards`, or all."""
-        dialogues = self._control_dialogues
         if shard is None:
-            return dialogues
-        return [d for d in dialogues if self._shards[n_shards or self.n_shards][d] == shard]
+            return self._control_dialogues
+        controlled = self._control_set
+        return [d for d in self._shard_members[n_shards or self.n_shards].get(shard, []) if d in controlled]
+
+    def is_control_dialogue(self, dialogue_id: str) -> bool:
+        return dialogue_id in self._control_set
 
     def needs_babble(self) -> bool:
         return any(Condition(c).kind == BABBLE for c in self.control_conditions())
@@ -318,7 +328,7 @@ class Plan:
         its speaker: each variant turn (label None: the rewrite's, which is one of the DeepDialogue set), and under
         `tts_control` each target turn of the control dialogues with its corpus label."""
         imported = self.config["variants"]["source"] == IMPORTED
-        controlled = set(self._control_dialogues) if TTS_CONTROL in self.synthesized_controls() else set()
+        controlled = self._control_set if TTS_CONTROL in self.synthesized_controls() else set()
         spoken = []
         for dialogue in self.dialogues:
             for turn in self._turns[dialogue.dialogue_id] if dialogue.speakers else []:

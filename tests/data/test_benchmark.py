@@ -10,7 +10,7 @@ from lalm_judge.audio.waveform import read_audio
 from lalm_judge.core.dialogue import CorpusError, Dialogue, Turn
 from lalm_judge.core.files import read_json, write_json
 from lalm_judge.core.tables import ASR, TTS, VARIANTS
-from lalm_judge.data import benchmark
+from lalm_judge.data import benchmark, benchmark_tables
 from lalm_judge.data.corpus import ingest, list_source_dialogues
 
 RATE = 16000
@@ -50,7 +50,7 @@ def _variant(turn: int, category: str, severity: int) -> dict:
 @pytest.fixture
 def folder(tmp_path):
     """A benchmark of one 2-turn dialogue: hate s2 and s4 at turn 1, hate s4 at turn 0; transcripts of 'tiny'."""
-    writer = benchmark.BenchmarkWriter(tmp_path / "benchmark", RATE)
+    writer = benchmark_tables.BenchmarkWriter(tmp_path / "benchmark", RATE)
     turns = [Turn(i, "AB"[i], f"safe {i}", "happy", 0.6 * i, 0.6 * i + 0.5) for i in range(2)]
     writer.add_original(Dialogue("d", turns, "deepdialogue", "source", RATE), [_tone(8000, 300), _tone(8000, 400)])
     keys = [(1, "hate", 4), (1, "hate", 2), (0, "hate", 4)]
@@ -87,7 +87,7 @@ def test_only_the_turns_with_released_variants_get_import_jobs(tmp_path):
     from lalm_judge.workflow.plan import Plan
     from tests.support.workflow import load_test_config
 
-    writer = benchmark.BenchmarkWriter(tmp_path / "benchmark", RATE)
+    writer = benchmark_tables.BenchmarkWriter(tmp_path / "benchmark", RATE)
     turns = [Turn(i, "ABA"[i], f"safe {i}", "happy", 0.6 * i, 0.6 * i + 0.5) for i in range(3)]
     writer.add_original(
         Dialogue("d", turns, "deepdialogue", "source", RATE), [_tone(8000, 300 + 50 * i) for i in range(3)]
@@ -126,7 +126,7 @@ def test_ingest_copies_the_released_original(folder, tmp_path):
 def test_one_turns_variants_come_in_config_order_with_their_provenance(folder, tmp_path):
     _, dialogue_json = _ingested(folder, tmp_path)
     out = tmp_path / "results"
-    frame = benchmark.import_turn_variants(
+    frame = benchmark_tables.import_turn_variants(
         str(dialogue_json),
         str(folder),
         1,
@@ -147,7 +147,7 @@ def test_one_turns_variants_come_in_config_order_with_their_provenance(folder, t
 def test_turn_zero_has_only_the_variants_the_benchmark_holds(folder, tmp_path):
     _, dialogue_json = _ingested(folder, tmp_path)
     out = tmp_path / "results"
-    frame = benchmark.import_turn_variants(
+    frame = benchmark_tables.import_turn_variants(
         str(dialogue_json), str(folder), 0, ["hate"], [2, 4], str(out / "v.parquet"), str(out / "t.parquet"), str(out)
     )
     assert frame["variant_id"].to_list() == ["d.t0.hate.s4"]
@@ -156,7 +156,7 @@ def test_turn_zero_has_only_the_variants_the_benchmark_holds(folder, tmp_path):
 def test_a_selection_the_benchmark_lacks_is_an_error(folder, tmp_path):
     _, dialogue_json = _ingested(folder, tmp_path)
     with pytest.raises(CorpusError, match=r"variants.severities asks for \[5\].*it has \[2, 4\]"):
-        benchmark.import_turn_variants(
+        benchmark_tables.import_turn_variants(
             str(dialogue_json), str(folder), 0, ["hate"], [4, 5], "v.parquet", "t.parquet", str(tmp_path)
         )
 
@@ -165,11 +165,11 @@ def test_released_transcripts_become_the_asr_table(folder, tmp_path):
     _, dialogue_json = _ingested(folder, tmp_path)
     out = tmp_path / "results"
     tts = out / "tts/d/t1.parquet"
-    benchmark.import_turn_variants(
+    benchmark_tables.import_turn_variants(
         str(dialogue_json), str(folder), 1, ["hate"], [2, 4], str(out / "v.parquet"), str(tts), str(out / "tts/d/t1")
     )
     table = out / "asr/tiny/d.parquet"
-    frame = benchmark.import_transcripts(
+    frame = benchmark_tables.import_transcripts(
         str(dialogue_json), [str(tts)], str(folder), "tiny", str(table), progress=False
     )
     assert frame["sample_id"].to_list() == ["d.original", "d.original", "d.t1.hate.s2", "d.t1.hate.s4"]
@@ -177,7 +177,9 @@ def test_released_transcripts_become_the_asr_table(folder, tmp_path):
     assert frame["wer"][0] == 0.5 and set(frame["asr_model"]) == {"imported"}
     assert ASR.read(table).height == 4
     with pytest.raises(CorpusError, match=r"'asr:base'.*which has \['asr:tiny'\]"):
-        benchmark.import_transcripts(str(dialogue_json), [str(tts)], str(folder), "base", str(table), progress=False)
+        benchmark_tables.import_transcripts(
+            str(dialogue_json), [str(tts)], str(folder), "base", str(table), progress=False
+        )
 
 
 def test_a_newer_format_version_is_refused(folder):
@@ -187,7 +189,7 @@ def test_a_newer_format_version_is_refused(folder):
 
 
 def test_variants_without_their_original_are_an_error(tmp_path):
-    writer = benchmark.BenchmarkWriter(tmp_path, RATE)
+    writer = benchmark_tables.BenchmarkWriter(tmp_path, RATE)
     writer.add_variant(_variant(0, "hate", 2), _tone(1600, 440))
     with pytest.raises(CorpusError, match=r"no safe original \(severity 0\) of \['d'\]"):
         writer.close(source="s")

@@ -26,7 +26,8 @@ from lalm_judge.core.dialogue import CorpusError, Dialogue, Turn
 from lalm_judge.core.files import write_parquet
 from lalm_judge.core.tables import ASR, TTS
 from lalm_judge.core.taxonomy import original_id
-from lalm_judge.data.benchmark import TRANSCRIPTS, read_index, variants_path
+from lalm_judge.data.benchmark import read_index, variants_path
+from lalm_judge.data.benchmark_tables import TRANSCRIPTS
 from lalm_judge.export.features import benchmark_features, card_feature
 from lalm_judge.export.hf import ShardSettings, export_hf, import_hf
 from lalm_judge.export.rows import ExportError

@@ -162,6 +162,20 @@ def test_the_paper_plan_has_the_expected_jobs_per_stage(plan, judge_shards):
     }
 
 
+def test_the_parse_imports_neither_polars_nor_faster_whisper(checkout, licence_accepted, monkeypatch):
+    """Every job parses the workflow again: the parse (config checks, the plan) reads the corpus index and
+    faster-whisper's model names without importing the table library or the ASR engine (about 0.4 s together;
+    docs/benchmarks.md)."""
+    monkeypatch.setenv("PYTHONPROFILEIMPORTTIME", "1")  # each import on stderr: 'import time: self | cumulative | name'
+    result = snakemake(checkout, PAPER, "--list-rules")
+    imported = {
+        line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if line.startswith("import time:")
+    }
+    assert {"lalm_judge.workflow.plan", "lalm_judge.workflow.pins", "lalm_judge.data.benchmark"} <= imported
+    assert "judge_qwen2_audio_7b" in result.stdout
+    assert not {"polars", "faster_whisper", "ctranslate2"} & imported
+
+
 def test_the_plan_holds_only_the_paper_asr_models_and_judges(plan, paper_plan):
     _, jobs = plan
     asr = {Path(job.outputs[0]).parent.name for job in jobs if job.rule == "transcribe_dialogue"}

@@ -227,6 +227,27 @@ def test_adding_a_condition_reruns_one_asr_job_per_dialogue_which_transcribes_on
         assert after == {c: {**counts, "computed": 0, "cached": counts["turns"]} for c, counts in before.items()}
 
 
+def test_adding_a_control_dialogue_reruns_only_the_judge_job_of_its_shard(completed_run):
+    """A judge job's control dialogues are those of its shard: the job of the other control dialogue's shard keeps
+    its params and is not scheduled."""
+    workdir, config = completed_run
+    changed = copy.deepcopy(config)
+    changed["controls"]["dialogues"] = [*config["controls"]["dialogues"], "demo_hiking"]
+    plan = plan_of(workdir, changed)
+    n_shards = plan.judge_shard_count("minilm")
+    shard = shard_of("demo_hiking", n_shards)
+    assert {shard_of(d, n_shards) for d in config["controls"]["dialogues"]} == {1 - shard}, "another shard's job"
+
+    jobs = dry_run(workdir, changed)
+
+    assert outputs_of(jobs, judge_rule("minilm")) == score_dirs(plan, ["minilm"], [shard])
+    assert outputs_of(jobs, "transcribe_conditions") == {"results/asr/whisper_tiny_en/conditions/demo_hiking.parquet"}
+    per_dialogue = {"synthesize_controls", "build_manifest", "transcribe_conditions"}
+    shared = {"audio_accounting", "shard_index", judge_rule("minilm")}
+    assert {job.rule for job in jobs} == per_dialogue | shared | AGGREGATES
+    assert all("demo_hiking" in path for job in jobs if job.rule in per_dialogue for path in job.outputs)
+
+
 def test_adding_a_dialogue_schedules_its_stages_and_its_shard(completed_run):
     workdir, config = completed_run
     records = [json.loads(line) for line in DEMO_CORPUS.read_text().splitlines() if line.strip()]

@@ -10,7 +10,7 @@ import yaml
 
 from lalm_judge.report.html import judges_section
 from lalm_judge.workflow.config import check_config, validate_config
-from lalm_judge.workflow.pins import XTTS_REPOSITORY, hub_models, unpinned_models
+from lalm_judge.workflow.pins import XTTS_REPOSITORY, hub_models, unpinned_models, whisper_model_repositories
 
 ROOT = Path(__file__).resolve().parents[2]
 PAPER = yaml.safe_load((ROOT / "configs" / "paper.yaml").read_text())
@@ -24,6 +24,14 @@ def test_the_paper_config_names_its_judges_whisper_and_xtts_by_branch():
     assert "judges.llama31_8b (meta-llama/Llama-3.1-8B-Instruct@main)" in unpinned
     # API judges are not hub models; 6 local judges, 2 Whisper models, 2 XTTS voices.
     assert len(unpinned) == 10 and not any("gemini" in entry for entry in unpinned)
+
+
+def test_the_whisper_names_are_faster_whispers_own():
+    """Read from the installed faster-whisper's source without importing it: the same table its WhisperModel uses."""
+    from faster_whisper.utils import _MODELS
+
+    assert whisper_model_repositories() == _MODELS
+    assert whisper_model_repositories()["large-v3"] == "Systran/faster-whisper-large-v3"
 
 
 def test_a_commit_pins_a_model():
