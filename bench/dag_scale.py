@@ -165,9 +165,10 @@ def main() -> None:
         runs, floors, frozen_floors = [], [], []
         for _ in range(args.repeat):  # interleaved, so that a change of the machine's load hits both alike
             runs.append(dry_run(workdir, config_path, extra))
-            floors.append(floor_run(floor_dir, job_count(runs[-1][2]))[0])
+            planned = job_count(runs[-1][2])
+            floors.append(floor_run(floor_dir, planned)[0])
             if args.frozen_floor:
-                frozen_floors.append(floor_run(floor_dir, job_count(runs[-1][2]), frozen=True)[0])
+                frozen_floors.append(floor_run(floor_dir, planned, frozen=True)[0])
         elapsed, peak_mb, output = min(runs)
         floor_s = min(floors)
         jobs = job_count(output)

@@ -12,8 +12,8 @@ below:
     <d>/turns/t<i>.wav             its turn clips
     <d>/variants.parquet           one row per variant: the TTS table (`core.tables.TTS`), clips relative to <d>/
     <d>/variants/<variant>.wav     the replaced turn of each variant
-    <d>/transcripts.parquet        the released ASR transcripts (`TRANSCRIPTS`) of each original turn and
-                                   each replaced turn
+    <d>/transcripts.parquet        the released ASR transcripts (`benchmark_tables.TRANSCRIPTS`) of each original
+                                   turn and each replaced turn
 
 The workflow reads it in four places: the plan (`list_dialogues`: the index), ingest (`ingest`: the original's
 dialogue.json and turn clips), the variant stage when `variants.source` is `imported` and the ASR stage for models

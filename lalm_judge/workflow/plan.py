@@ -358,7 +358,7 @@ class Plan:
         """Babble is made of the turns of the other dialogues of a shard: every shard with variants needs two
         dialogues that are long enough to be used."""
         n_shards = self.babble_shard_count()
-        for shard in sorted(set(self._shards[n_shards].values())):
+        for shard in self.shards_of(n_shards):
             usable = [d for d in self.shard_dialogues(shard, n_shards) if self._turns[d]]
             if len(usable) == 1:
                 raise ConfigError(
