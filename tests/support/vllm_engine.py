@@ -1,13 +1,12 @@
-"""A stand-in for what vLLM's V1 `LLM` does with MERaLiON-2's plugin when it starts: the engine core runs in a
-process of its own, started through multiprocessing (vLLM 0.16 `utils/system_utils.py` `get_mp_context`: 'spawn'
-once CUDA is initialized, so the child has only the environment, nothing of the parent's memory), and builds the
-`vllm.logits_processors` entry points there, the plugin's `NoRepeatNGramV1LogitsProcessor(vllm_config, device,
+"""vllm-plugin-meralion2's n-gram processor built as vLLM 0.16 builds it in its engine process: the engine core runs
+in a process of its own, started through multiprocessing (vLLM 0.16 `utils/system_utils.py` `get_mp_context`:
+'spawn' once CUDA is initialized, so the child has only the environment, nothing of the parent's memory), and builds
+the `vllm.logits_processors` entry points there, the plugin's `NoRepeatNGramV1LogitsProcessor(vllm_config, device,
 is_pin_memory)` among them, which reads MERALION_NGRAM_SIZE in its constructor (vllm-plugin-meralion2 0.3.0
-`transformers_utils/no_repeat_logits_processor.py`). The processor is the released plugin's code; what is stood in
-for is vLLM (a CUDA build) and its batch: `update_state` gets one sequence as vLLM's `BatchUpdate.added` carries it,
-(slot, params, prompt token ids, output token ids), and `apply` the next position's logits.
+`transformers_utils/no_repeat_logits_processor.py`). The processor is the released plugin's code, on torch alone (the
+plugin supports vLLM 0.12-0.16, not the CPU twin's 0.32); its batch is given as vLLM's `BatchUpdate.added` carries a
+sequence, (slot, params, prompt token ids, output token ids), and `apply` gets the next position's logits.
 """
-
 from __future__ import annotations
 
 import multiprocessing

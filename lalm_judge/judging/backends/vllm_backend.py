@@ -4,7 +4,9 @@ Prompts are rendered with the model's own Hugging Face chat template and sent as
 (`{"prompt_token_ids": ..., "multi_modal_data": {"audio": [(array, sample_rate), ...]}}`, one audio entry per
 audio item of the request, in order), tokenized without added special tokens: the template writes the BOS token
 itself, and vLLM adds special tokens to text prompts (vLLM 0.32 `renderers/base.py`, `add_special_tokens=True`),
-so a text prompt of Llama-3.1 would start with two BOS tokens. vLLM resamples the audio to the model's rate.
+so a text prompt of Llama-3.1 would start with two BOS tokens. Audio goes to the engine at the rate of the model's
+processor, resampled by the project's resampler as in the transformers backend (vLLM would resample with torchaudio,
+and the two engines would then hear different samples).
 Decoding (`judging.backends.decoding`) is greedy (`temperature=0`) by default; sampled, every request is submitted
 once per seed of `generation.seeds` with that seed in its `SamplingParams` (SageLM's protocol: temperature 0.95,
 top_p 0.7, top_k 50, seeds 42, 123 and 1234).
@@ -58,7 +60,10 @@ vLLM runs only in its GPU environment (`envs/judge-vllm.yaml`: vllm 0.32.0, torc
 MERaLiON-2 needs vllm-plugin-meralion2, whose 0.3.x line supports only vLLM >=0.12,<0.17: it runs in
 `envs/judge-vllm-meralion.yaml` (vllm 0.16.0, transformers 4.57.6); the plugin registers its architecture
 through vLLM's plugin entry point at engine start (no import here). Before the engine starts, the backend sets the
-environment MERaLiON-2's engine needs (`engine_env`: the plugin's n-gram processor off, FlashInfer's compiler).
+environment the engine needs (`engine_start_environment`: FlashInfer's sampler off for every judge, so that no engine
+needs a CUDA compiler to start; for MERaLiON-2 the plugin's n-gram processor off and FlashInfer's compiler and
+libraries), logged in the job's log; the settings that change no answer but are part of how it was computed are in the
+judge's `generation` provenance column (`JudgeSpec.generation_settings`).
 
 A Qwen2.5-Omni checkpoint saved as its thinker alone (a fine-tuned judge such as SageLM: its config.json names
 `Qwen2_5OmniThinkerForConditionalGeneration`) is served from a copy in the full model's layout, the one vLLM's
@@ -71,8 +76,11 @@ import functools
 import logging
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
@@ -113,6 +121,21 @@ def engine_model(spec: JudgeSpec) -> str:
     folder = checkpoints.full_omni_layout(spec.model, spec.revision, None if cache_root is None else Path(cache_root))
     logger.info("judge %s: %s is a Qwen2.5-Omni thinker saved alone; served from %s", spec.name, spec.model, folder)
     return str(folder)
+
+
+def engine_start_environment(spec: JudgeSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The variables the judge's engine process starts with beyond `environ` (this process's): the judge's engine
+    environment (`engine_env.engine_environment`: FlashInfer's sampler off, MERaLiON-2's n-gram size) and, for
+    MERaLiON-2, what FlashInfer's kernel build needs (`engine_env.prepare_flashinfer`: CUDA_HOME, the include and
+    library flags with the `libcuda.so` stubs)."""
+    environ = dict(os.environ if environ is None else environ)
+    start = dict(spec.engine_environment)
+    if spec.capabilities.prompt_format == "meralion":
+        prepared = dict(environ)
+        route, where = prepare_flashinfer(prepared)
+        logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, route, where)
+        start.update({name: value for name, value in prepared.items() if environ.get(name) != value})
+    return start
 
 
 def _merged_text(request: JudgeRequest) -> str:
@@ -208,6 +231,9 @@ class VLLMBackend:
         self.tokenizer = getattr(self.template_owner, "tokenizer", self.template_owner)
         # vLLM runs the model's Hugging Face processor, which cuts audio over its window silently: refuse it.
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, model_type, self.template_owner)
+        # The rate the processor reads audio at (None where the template owner is a tokenizer: MERaLiON, MiniCPM-o).
+        feature_extractor = getattr(self.template_owner, "feature_extractor", None)
+        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
         engine_kwargs: dict[str, Any] = {
             "model": self.model_path,
             "revision": spec.revision,
@@ -219,6 +245,8 @@ class VLLMBackend:
             "seed": 0,
             # Requests of one dialogue share its prompt and transcript prefix; the judge job sends them together.
             "enable_prefix_caching": True,
+            # The engine's statistics (`LLM.get_metrics`: the prefix cache's hits) are logged after each call.
+            "disable_log_stats": False,
         }
         if trust_remote_code:  # vLLM does not default the code revision to `revision`
             engine_kwargs["code_revision"] = spec.revision
@@ -229,10 +257,11 @@ class VLLMBackend:
             engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
         if self.prompt_format == "meralion":
             engine_kwargs["attention_backend"] = "FLASHINFER"
-            logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, *prepare_flashinfer())
         engine_kwargs.update(options.get("engine_kwargs", {}))
         # The engine process (and its workers) inherit the environment as it is when vLLM starts them.
-        os.environ.update(spec.engine_environment)
+        self.start_environment = engine_start_environment(spec)
+        logger.info("judge %s: the engine starts with %s", spec.name, self.start_environment)
+        os.environ.update(self.start_environment)
         self.llm = vllm.LLM(**engine_kwargs)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
@@ -292,8 +321,17 @@ class VLLMBackend:
         text = self.render(request)
         prompt: dict[str, Any] = {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
         if request.audio_items:
-            prompt["multi_modal_data"] = {"audio": list(request.audio_items)}
+            prompt["multi_modal_data"] = {"audio": [self._at_processor_rate(*item) for item in request.audio_items]}
         return prompt
+
+    def _at_processor_rate(self, waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
+        """Audio at the rate the model's processor reads, resampled here as the transformers backend does it
+        (`audio.waveform.resample`), so that both engines hear the same samples (vLLM resamples with torchaudio)."""
+        if self.sampling_rate is None or sample_rate == self.sampling_rate:
+            return waveform, sample_rate
+        from lalm_judge.audio.waveform import resample
+
+        return resample(np.asarray(waveform, dtype=np.float32), sample_rate, self.sampling_rate), self.sampling_rate
 
     def generate(self, requests: list[JudgeRequest]) -> list[JudgeOutput]:
         """One submission: every request once per sample seed (one seed per prompt, so a sample does not depend on
@@ -313,8 +351,38 @@ class VLLMBackend:
         if seeds != (None,):
             for index, output in enumerate(outputs):
                 answers = results[index :: len(requests)]
-                output.extra[SAMPLES] = [{"seed": s, "text": a.outputs[0].text} for s, a in zip(seeds, answers)]
+                output.extra[SAMPLES] = [
+                    {"seed": s, "text": self.answer_text(a.outputs[0])} for s, a in zip(seeds, answers)
+                ]
+        self._log_prefix_cache()
         return outputs
+
+    def answer_text(self, completion: Any) -> str:
+        """The answer as the tokenizer decodes its tokens, special tokens skipped: what the transformers backend
+        writes for the same tokens. (vLLM's own `text` is detokenized incrementally and leaves out an incomplete
+        UTF-8 character at the end of an answer cut at its token limit, where a full decode writes U+FFFD.)"""
+        return self.tokenizer.decode(list(completion.token_ids), skip_special_tokens=True)
+
+    def engine_statistics(self) -> dict[str, int]:
+        """vLLM's own counters of this engine so far (`LLM.get_metrics`): prompt tokens looked up in the prefix cache
+        and those found there."""
+        wanted = {"vllm:prefix_cache_queries": "prefix_cache_queries", "vllm:prefix_cache_hits": "prefix_cache_hits"}
+        counts = dict.fromkeys(wanted.values(), 0)
+        for metric in self.llm.get_metrics():
+            if metric.name in wanted:
+                counts[wanted[metric.name]] += int(getattr(metric, "value", 0))
+        return counts
+
+    def _log_prefix_cache(self) -> None:
+        counts = self.engine_statistics()
+        queried, hits = counts["prefix_cache_queries"], counts["prefix_cache_hits"]
+        logger.info(
+            "judge %s: prefix cache hits %d of %d prompt tokens so far (%.1f %%)",
+            self.spec.name,
+            hits,
+            queried,
+            100.0 * hits / queried if queried else 0.0,
+        )
 
     def _check_context(self, request: JudgeRequest, result: Any) -> None:
         """Refuse an answer the engine's context length may have cut (its prompt, audio tokens included, and the
@@ -358,7 +426,7 @@ class VLLMBackend:
             # logprob_token_ids gives both sides exactly; a top-k list bounds the side it lacks.
             answer = p_safe_from_logprobs(first_position, safe, unsafe, top_k=not self.exact_logprobs)
         return JudgeOutput(
-            text=completion.text,
+            text=self.answer_text(completion),
             latency_s=latency_s,
             n_input_tokens=len(result.prompt_token_ids or []),
             n_output_tokens=len(completion.token_ids),
