@@ -52,7 +52,7 @@ import re
 import socket
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -198,6 +198,8 @@ class Study:
     labels: Sequence[HiddenLabel]
     store: RatingStore
     statistics: Statistics | None = None
+    # The source dialogue of every item (from the hidden labels), for the per-dialogue limit.
+    dialogue_of: dict[str, str] = field(init=False)
 
     def __post_init__(self) -> None:
         self.dialogue_of = {label.item_id: label.dialogue_id for label in self.labels}
