@@ -4,12 +4,16 @@ and severity 0-5) and with each other, and `lalm-judge anchors stats`.
 Every statistic is computed per rater against the generated labels, on the items of that rater that support it
 (its subset: all rated items, the generated-unsafe ones, the generated-safe ones, or those both the generated
 label and the rater call unsafe), and reported with that n, as mean and sd (ddof=1) across the raters for whom it
-is estimable, and for the raters' consensus: an item is unsafe when at least half its raters call it unsafe (a tie
-counts as unsafe, the cautious reading for a safety label); its severity is the median rater severity rounded
-half up, which is > 0 exactly when the consensus calls it unsafe. Krippendorff's alpha rests on the items that at
-least two raters rated (its n). A statistic is `not_estimable` where no item supports it or it is undefined on the
-items that do (e.g. kappa when both label vectors are constant); the entry then says why, with its n. This holds at
-any point of a study: with no overlap between raters yet, alpha is not estimable and the rest is computed.
+is estimable, and for the raters' consensus: an item is unsafe when more than half its raters call it unsafe; an
+item exactly half its raters call unsafe (a tie) counts as `ties` says: unsafe (the default, the cautious reading
+for a safety label), safe, or dropped from the consensus (`drop`); `majority_rule` reports the rule and the number
+of ties. The consensus severity is the median rater severity rounded half up (0 for a tie counted safe), which is
+> 0 exactly when the consensus calls the item unsafe. Krippendorff's alpha rests on the items that at least two
+raters rated (its n); with fewer than `MIN_ALPHA_ITEMS` of them it is `too_few_items` (its value on those items is
+kept, without an interval, and the table says so instead of printing it). A statistic is `not_estimable` where no
+item supports it or it is undefined on the items that do (e.g. kappa when both label vectors are constant); the
+entry then says why, with its n. This holds at any point of a study: with no overlap between raters yet, alpha is
+not estimable and the rest is computed.
 
 Confidence intervals come from a bootstrap over items: each resample draws the items with replacement (the same
 draw for every rater), recomputes every rater's statistic, their mean and the consensus statistic, and
@@ -44,7 +48,12 @@ from lalm_judge.core.tables import RATINGS
 RATING_COLUMNS = RATINGS.columns
 SEVERITY_SCALE = list(range(6))
 DEFAULT_BOOTSTRAP = 1000
-ESTIMABLE, NOT_ESTIMABLE = "ok", "not_estimable"
+ESTIMABLE, NOT_ESTIMABLE, TOO_FEW_ITEMS = "ok", "not_estimable", "too_few_items"
+# Krippendorff's alpha on fewer doubly rated items says little (on 2 items that agree it is 1.000, and most
+# resamples cannot support it): below this many it is reported as too few.
+MIN_ALPHA_ITEMS = 10
+TIE_RULES = ("unsafe", "safe", "drop")
+TIE_WORDS = {"unsafe": "unsafe", "safe": "safe", "drop": "out (dropped)"}
 COUNTED_ROLE = "item"
 
 # The study's Table 1: (statistic, subset it is computed on, printed name, shown as a percentage).
@@ -151,18 +160,28 @@ def label_statistics(unsafe: np.ndarray, severity: np.ndarray, gt_unsafe: np.nda
     }
 
 
-def consensus(ratings: pl.DataFrame) -> pl.DataFrame:
-    """Per sample: majority unsafe (ties unsafe), median severity rounded half up, and the generated labels."""
-    return (
+def consensus(ratings: pl.DataFrame, ties: str = "unsafe") -> pl.DataFrame:
+    """Per sample: majority unsafe (a tie as `ties` says: unsafe, safe, or the sample dropped), median severity
+    rounded half up (0 for a tie counted safe), the generated labels, and whether the sample was a tie."""
+    if ties not in TIE_RULES:
+        raise RatingsInputError(f"ties {ties!r}: one of {', '.join(TIE_RULES)}")
+    share = pl.col("unsafe").mean()
+    tie = share == 0.5
+    frame = (
         ratings.group_by("sample_id")
         .agg(
-            unsafe=(pl.col("unsafe").mean() >= 0.5).cast(pl.Int64),
-            severity=(pl.col("severity").median() + 0.5).floor().cast(pl.Int64),
+            unsafe=((share > 0.5) | (tie & (ties == "unsafe"))).cast(pl.Int64),
+            severity=pl.when(tie & (ties != "unsafe"))
+            .then(0)
+            .otherwise((pl.col("severity").median() + 0.5).floor())
+            .cast(pl.Int64),
             gt_unsafe=pl.col("gt_unsafe").first(),
             gt_severity=pl.col("gt_severity").first(),
+            tie=tie,
         )
         .sort("sample_id")
     )
+    return frame.filter(~pl.col("tie")) if ties == "drop" else frame
 
 
 def _arrays(frame: pl.DataFrame) -> tuple[np.ndarray, ...]:
@@ -316,32 +335,40 @@ def _label_entry(
 def _alpha_entry(value_counts: np.ndarray, level: str, weights: np.ndarray) -> dict[str, object]:
     value = _alpha(value_counts, level)
     pairable = value_counts.sum(axis=1) >= 2
+    n = int(pairable.sum())
+    enough = math.isfinite(value) and n >= MIN_ALPHA_ITEMS
     resampled = np.array([_alpha(np.repeat(value_counts, counts.astype(int), axis=0), level) for counts in weights])
     entry: dict[str, object] = {
         "value": _finite_or_none(value),
-        "status": ESTIMABLE if math.isfinite(value) else NOT_ESTIMABLE,
-        "n": int(pairable.sum()),
+        "status": ESTIMABLE if enough else TOO_FEW_ITEMS if math.isfinite(value) else NOT_ESTIMABLE,
+        "n": n,
         "n_ratings": int(value_counts[pairable].sum()),
-        "ci": _interval(resampled) if math.isfinite(value) else None,
+        "ci": _interval(resampled) if enough else None,
         "bootstrap_unsupported": _unsupported(resampled),
     }
     if not math.isfinite(value):
-        entry["reason"] = _reason(int(pairable.sum()), "items rated by two or more raters")
+        entry["reason"] = _reason(n, "items rated by two or more raters")
+    elif not enough:
+        entry["reason"] = f"only {n} items rated by two or more raters; alpha needs at least {MIN_ALPHA_ITEMS}"
     return entry
 
 
-def anchor_statistics(ratings: pl.DataFrame, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = 0) -> dict[str, object]:
+def anchor_statistics(
+    ratings: pl.DataFrame, n_boot: int = DEFAULT_BOOTSTRAP, seed: int = 0, ties: str = "unsafe"
+) -> dict[str, object]:
     """The anchor statistics as the JSON-ready dict `lalm-judge anchors stats` writes (module docstring).
 
-    `n_boot` bootstrap resamples over items (0: no intervals), drawn with `seed`. Any table that passes
-    `validate_ratings` gives a result, an empty one included: what cannot be estimated says so.
+    `n_boot` bootstrap resamples over items (0: no intervals), drawn with `seed`; `ties`: how the majority counts
+    a tie. Any table that passes `validate_ratings` gives a result, an empty one included: what cannot be
+    estimated says so.
     """
     ratings = validate_ratings(ratings).sort("rater_id", "sample_id")
     raters = ratings["rater_id"].unique(maintain_order=True).to_list()
     samples = sorted(ratings["sample_id"].unique().to_list())
     item_index = {sample: i for i, sample in enumerate(samples)}
     groups = [ratings.filter(pl.col("rater_id") == rater) for rater in raters]
-    majority_frame = consensus(ratings)
+    n_ties = int(consensus(ratings)["tie"].sum())
+    majority_frame = consensus(ratings, ties)
     per_rater = [label_statistics(*_arrays(group)) for group in groups]
     majority = label_statistics(*_arrays(majority_frame))
 
@@ -371,6 +398,7 @@ def anchor_statistics(ratings: pl.DataFrame, n_boot: int = DEFAULT_BOOTSTRAP, se
     summary["n_items"] = len(samples)
     summary["n_ratings"] = ratings.height
     summary["bootstrap"] = {"n_boot": n_boot, "seed": seed, "unit": "item"}
+    summary["majority_rule"] = {"ties": ties, "n_ties": n_ties}
     summary["table1"] = _table1(summary)
     return summary
 
@@ -382,7 +410,8 @@ def _table1(summary: dict[str, object]) -> list[dict[str, object]]:
         entry = summary[name]
         row = {"statistic": name, "label": label, "subset": subset, "percent": percent, "status": entry["status"]}
         if subset == RATERS:
-            row |= {"n_min": entry["n"], "n_max": entry["n"], "mean": entry["value"], "sd": None}
+            value = entry["value"] if entry["status"] == ESTIMABLE else None
+            row |= {"n_min": entry["n"], "n_max": entry["n"], "mean": value, "sd": None}
             row |= {"ci": entry["ci"], "majority": None, "majority_ci": None}
         else:
             row |= {key: entry[key] for key in ("n_min", "n_max", "mean", "sd", "ci", "majority", "majority_ci")}
@@ -404,7 +433,7 @@ def _sizes(row: dict[str, object]) -> str:
 
 def _ci_text(row: dict[str, object], n_boot: int) -> str:
     if row["ci"] is None:
-        return "-" if n_boot == 0 else "not estimable"
+        return "-" if n_boot == 0 or row["status"] == TOO_FEW_ITEMS else "not estimable"
     low, high = (_number(bound, row["percent"]) for bound in row["ci"])
     unsupported = row["bootstrap_unsupported"]
     return f"[{low}, {high}]" + (f" ({unsupported} of {n_boot} resamples unsupported)" if unsupported else "")
@@ -414,9 +443,11 @@ def table1_markdown(summary: dict[str, object]) -> str:
     """The Table 1 rows of `anchor_statistics` as a Markdown table (mean +- sd over raters, 95 % bootstrap CI);
     every subset with its n, and "not estimable" where the items do not support a statistic."""
     n_boot = summary["bootstrap"]["n_boot"]
+    rule = summary["majority_rule"]
     lines = [
         f"{summary['n_raters']} raters, {summary['n_items']} items, {summary['n_ratings']} ratings; "
-        + (f"95 % CIs from {n_boot} bootstrap resamples of items" if n_boot else "no bootstrap"),
+        + (f"95 % CIs from {n_boot} bootstrap resamples of items" if n_boot else "no bootstrap")
+        + f"; majority: {rule['n_ties']} tie(s) counted {TIE_WORDS[rule['ties']]}",
         "",
         "| statistic | subset (n) | raters: mean +- sd | 95 % CI | majority (n) |",
         "|---|---|---|---|---|",
@@ -424,6 +455,8 @@ def table1_markdown(summary: dict[str, object]) -> str:
     for row in summary["table1"]:
         percent = row["percent"]
         value = _number(row["mean"], percent)
+        if row["status"] == TOO_FEW_ITEMS:
+            value = f"too few items ({row['n_min']} rated by 2+, {MIN_ALPHA_ITEMS} needed)"
         if row["sd"] is not None:
             value += f" +- {_number(row['sd'], percent)}"
         majority = "-" if row["subset"] == RATERS else f"{_number(row['majority'], percent)} ({row['n_majority']})"

@@ -9,9 +9,14 @@ attention item passed its check, and the times: `opened_at` (first shown), `star
 rating) and `time_s` (from `started_at` to the rating), so that a page opened long before the rater started does
 not count as rating time.
 
-The rater summary (`rater_summary`) has one row per registered rater: consent, items assigned, rated and
-completed, practice items done, gold and attention pass rates with their n, the median time per item, the share
-heard to the end and the number marked unsure.
+Each row also carries the rater's status (`rater_status`: `active`, or why their assignment was freed), so that
+`anchors stats` can leave out, from a CSV too, the raters who withdrew, returned the study or timed out.
+
+The rater summary (`rater_summary`) has one row per registered rater: status and how they came (registered by the
+owner, or the public link), consent, items assigned, rated and completed, practice items done, gold and attention
+pass rates with their n, the median time per item, the share heard to the end, the number marked unsure, the
+headphone check, the device reported with the consent, and, where study.yaml's quality rules exclude the rater,
+why (`lalm_judge.annotation.quality`).
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ import polars as pl
 
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchError, HiddenLabel, load_labels
 from lalm_judge.annotation.protocol import Protocol, load_protocol
+from lalm_judge.annotation.quality import exclusions
 from lalm_judge.annotation.store import RatingStore
 from lalm_judge.core.tables import RATINGS
 
@@ -45,10 +51,13 @@ EXPORT_COLUMNS = {
     "submitted_at": pl.String,
     "time_s": pl.Float64,
     "n_submissions": pl.Int64,
+    "rater_status": pl.String,
 }
 
 RATER_COLUMNS = {
     "rater_id": pl.String,
+    "status": pl.String,
+    "source": pl.String,
     "consent": pl.String,
     "n_assigned": pl.Int64,
     "n_rated": pl.Int64,
@@ -63,6 +72,14 @@ RATER_COLUMNS = {
     "median_time_s": pl.Float64,
     "heard_to_end_rate": pl.Float64,
     "n_unsure": pl.Int64,
+    "headphones_correct": pl.Int64,
+    "headphones_trials": pl.Int64,
+    "headphones_passed": pl.Int64,
+    "browser": pl.String,
+    "viewport": pl.String,
+    "pointer": pl.String,
+    "excluded": pl.Int64,
+    "exclusion_reasons": pl.String,
 }
 
 
@@ -72,11 +89,14 @@ def _seconds(start: str | None, end: str | None) -> float | None:
     return round((datetime.fromisoformat(end) - datetime.fromisoformat(start)).total_seconds(), 3)
 
 
-def ratings_table(batch: Batch, labels: Sequence[HiddenLabel], store: RatingStore, protocol: Protocol) -> pl.DataFrame:
-    """One row per (rater, rated item), sorted by rater and item (module docstring)."""
+def ratings_table(
+    batch: Batch, labels: Sequence[HiddenLabel], store: RatingStore, protocol: Protocol, rater_id: str | None = None
+) -> pl.DataFrame:
+    """One row per (rater, rated item), sorted by rater and item (module docstring); of one rater, or of all."""
     by_item = {label.item_id: label for label in labels}
+    statuses = store.statuses()
     rows = []
-    for rating in store.ratings():
+    for rating in store.ratings(rater_id):
         label = by_item[rating.item_id]
         passed = protocol.passed(rating.item_id, bool(rating.unsafe), rating.category, rating.severity)
         rows.append(
@@ -103,6 +123,7 @@ def ratings_table(batch: Batch, labels: Sequence[HiddenLabel], store: RatingStor
                 "submitted_at": rating.submitted_at,
                 "time_s": _seconds(rating.started_at, rating.submitted_at),
                 "n_submissions": rating.n_submissions,
+                "rater_status": statuses.get(rating.rater_id),
             }
         )
     return pl.DataFrame(rows, schema=EXPORT_COLUMNS)
@@ -135,6 +156,10 @@ def rater_summary(store: RatingStore, protocol: Protocol, ratings: pl.DataFrame)
     """One row per registered rater (module docstring)."""
     consents = store.consents()
     assignments = store.assignments()
+    info = store.raters_info()
+    devices = store.devices()
+    headphones = store.headphones()
+    excluded = rater_exclusions(store, protocol, ratings)
     rows = []
     for rater_id in store.raters():
         mine = ratings.filter(pl.col("rater_id") == rater_id)
@@ -143,8 +168,12 @@ def rater_summary(store: RatingStore, protocol: Protocol, ratings: pl.DataFrame)
         checks = {role: mine.filter(pl.col("role") == role) for role in ("gold", "attention")}
         counted = main.filter(pl.col("role") == "item")
         heard = main["heard_to_end"].drop_nulls()
+        device = devices.get(rater_id)
+        correct, trials, passed = headphones.get(rater_id, (None, None, None))
         row = {
             "rater_id": rater_id,
+            "status": info[rater_id]["status"],
+            "source": info[rater_id]["source"],
             "consent": {True: "accepted", False: "refused"}.get(consents.get(rater_id), "not answered"),
             "n_assigned": len(assigned),
             "n_rated": main.height,
@@ -153,16 +182,30 @@ def rater_summary(store: RatingStore, protocol: Protocol, ratings: pl.DataFrame)
             "median_time_s": main["time_s"].median() if main.height else None,
             "heard_to_end_rate": heard.mean() if heard.len() else None,
             "n_unsure": int(counted["unsure"].sum()),
+            "headphones_correct": correct,
+            "headphones_trials": trials,
+            "headphones_passed": None if passed is None else int(passed),
+            "browser": device.user_agent if device else None,
+            "viewport": device.viewport if device else None,
+            "pointer": device.pointer if device else None,
+            "excluded": int(rater_id in excluded),
+            "exclusion_reasons": "; ".join(excluded.get(rater_id, [])) or None,
         }
         for role, rated in checks.items():
-            passed = int(rated["check_passed"].sum())
+            passed_checks = int(rated["check_passed"].sum())
             row |= {
-                f"{role}_passed": passed,
+                f"{role}_passed": passed_checks,
                 f"{role}_n": rated.height,
-                f"{role}_pass_rate": _rate(passed, rated.height),
+                f"{role}_pass_rate": _rate(passed_checks, rated.height),
             }
         rows.append(row)
     return pl.DataFrame(rows, schema=RATER_COLUMNS)
+
+
+def rater_exclusions(store: RatingStore, protocol: Protocol, ratings: pl.DataFrame) -> dict[str, list[str]]:
+    """The raters study.yaml's quality rules and their statuses leave out of the statistics, each with why."""
+    failed = frozenset(rater for rater, (_, _, passed) in store.headphones().items() if not passed)
+    return exclusions(ratings, protocol.exclusion, store.statuses(), failed)
 
 
 def rater_lines(summary: pl.DataFrame) -> list[str]:
@@ -175,5 +218,6 @@ def rater_lines(summary: pl.DataFrame) -> list[str]:
             if row[f"{role}_n"]
         )
         line = f"rater {row['rater_id']}: {row['n_rated']}/{row['n_assigned']} items rated (consent {row['consent']})"
-        lines.append(line + (f"; {checks}" if checks else ""))
+        line += f"; {checks}" if checks else ""
+        lines.append(line + (f"; excluded: {row['exclusion_reasons']}" if row["excluded"] else ""))
     return lines

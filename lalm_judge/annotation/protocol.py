@@ -1,16 +1,21 @@
 """The protocol of a listening study: `study.yaml` beside the batch (schema: study.schema.yaml beside this module).
 
-It holds what raters read (title, consent, instructions, a definition and one example per category and severity
-level), the checks (practice items with feedback that do not count, gold items with a known answer and attention
-checks, both mixed among the rated items), the assignment design (`lalm_judge.annotation.assignment`) and the
-completion code and redirect for recruiting platforms. `lalm-judge anchors sample` writes it with the defaults:
-definitions from the taxonomy (`lalm_judge.core.taxonomy`), examples from the offline rewrite bank, and the
-practice, gold and attention items it drew with their generated answers. The app serves raters only its public
-part (`Protocol.public`): check answers stay on the server (practice feedback is sent after the answer).
+It holds what raters read (title, consent with contact, ethics approval, minimum age and withdrawal, instructions,
+a definition and one example per category and severity level, and the debrief shown after the last item), the
+optional headphone check, the checks (practice items with feedback that do not count, gold items with a known
+answer and attention checks, both mixed among the rated items), the quality rules (`lalm_judge.annotation.quality`;
+the share of an item's audio to hear before Save), how the majority treats ties, the assignment design
+(`lalm_judge.annotation.assignment`), the public entry link for crowd platforms, and the completion and
+screen-out codes. `lalm-judge anchors sample` writes it with the defaults: definitions from the taxonomy
+(`lalm_judge.core.taxonomy`), examples from the offline rewrite bank, and the practice, gold and attention items it
+drew with their generated answers. Texts the owner must write (contact, ethics approval) start with `EDIT:` until
+they do, and `serve` warns about each. The app serves raters only its public part (`Protocol.public`): check
+answers stay on the server (practice feedback is sent after the answer).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import secrets
 from collections.abc import Mapping, Sequence
@@ -24,11 +29,13 @@ import yaml
 
 from lalm_judge.annotation.assignment import Design
 from lalm_judge.annotation.batch import Batch, BatchError
+from lalm_judge.annotation.quality import ExclusionRules
 from lalm_judge.core.files import atomic_path, load_yaml, read_yaml
 from lalm_judge.core.taxonomy import CATEGORY_DEFINITIONS, SEVERITY_LEVELS
 from lalm_judge.data.generators.template import TemplateBank, fill_line
 
 PROTOCOL_FILE = "study.yaml"
+DEFAULTS_SOURCE = "defaults (no study.yaml)"
 SCHEMA_PATH = Path(__file__).with_name("study.schema.yaml")
 ROLES = ("item", "practice", "gold", "attention")
 CHECK_ROLES = ("gold", "attention")
@@ -38,12 +45,21 @@ EXAMPLE_TOPIC, EXAMPLE_NAME = "the weekend", "Sam"
 
 DEFAULT_TITLE = "Is this dialogue safe?"
 DEFAULT_CONSENT = """You are invited to rate short spoken dialogues for a study of how people hear harmful speech.
-Some dialogues contain insults, hateful remarks, threats or other unsafe content; none gives instructions for harm.
+Some dialogues contain insults, hateful remarks, threats, sexual remarks or talk of self-harm; none gives
+instructions for harm. If such content could distress you, please do not take part.
 
-Taking part is voluntary. You may stop at any time by closing the page; what you rated until then is kept.
-Your ratings are stored with the identifier in your link, not with your name.
+Your ratings are stored with the identifier in your link, not with your name. With them the study records how long
+you listened, whether you revealed a transcript, and your browser, kind of device and screen size.
 
 Choose "I agree" to take part, or "I do not agree" to leave; your choice is recorded."""
+# Texts only the study owner can write: `serve` warns while they start with this.
+PLACEHOLDER = "EDIT:"
+DEFAULT_CONTACT = f"{PLACEHOLDER} the name and e-mail address of the researcher responsible for this study"
+DEFAULT_ETHICS = f"{PLACEHOLDER} the ethics committee that approved this study, and its reference number"
+DEFAULT_MIN_AGE = 18
+DEFAULT_WITHDRAWAL = """Taking part is voluntary. You may withdraw at any time without giving a reason, with the
+"Withdraw" button at the bottom of every page; your ratings are then not used. Closing the page does not withdraw
+you: the same link brings you back to where you stopped."""
 DEFAULT_INSTRUCTIONS = """You will hear spoken dialogues between two people, one at a time. Listen to each dialogue to
 the end, then say whether it is safe or unsafe. If it is unsafe, choose the kind of harm (the category) and how
 severe it is (1 very mild to 5 severe); the definitions below say what each means, and they stay available while
@@ -54,6 +70,17 @@ a comment if something is worth saying (a problem with the audio, say).
 
 A few practice dialogues come first, each followed by the expected answer; they do not count. Some dialogues
 later on check that the audio is heard to the end: do what they ask."""
+DEFAULT_DEBRIEF = """Thank you for taking part. The dialogues you heard were made for research on detecting harmful
+speech: a computer rewrote some of their turns to hold insults, threats or other harmful remarks, and the voices are
+synthetic. Nothing in them was said about you or by a real person, and none of it reflects the views of the
+researchers.
+
+If something you heard has upset you, take a break and talk to someone you trust. If you are in distress, contact
+a support service or helpline in your country, or the researcher named below."""
+DEFAULT_MIN_LISTENED_SHARE = 0.9
+DEFAULT_TIES = "unsafe"
+DEFAULT_TIMEOUT_MINUTES = 120
+DEFAULT_EXCLUSION = ExclusionRules(max_attention_failures=0, min_heard_to_end=0.5)
 
 
 class ProtocolError(BatchError):
@@ -90,12 +117,32 @@ class Check:
 
 
 @dataclass(frozen=True)
+class HeadphoneCheck:
+    """study.yaml `headphone_check`: `trials` trials of three tones; passed with `min_correct` right."""
+
+    trials: int
+    min_correct: int
+
+
+@dataclass(frozen=True)
+class Recruiting:
+    """study.yaml `recruiting`: the URL parameters of the public entry link (Prolific's names by default), the
+    platform study allowed to join, and the time-out of an unfinished assignment."""
+
+    participant_param: str = "PROLIFIC_PID"
+    study_param: str = "STUDY_ID"
+    session_param: str = "SESSION_ID"
+    study_id: str | None = None
+    timeout_minutes: float | None = DEFAULT_TIMEOUT_MINUTES
+
+
+@dataclass(frozen=True)
 class Protocol:
     """A validated study.yaml (or the defaults, for a batch without one)."""
 
     title: str
     instructions: str
-    consent: Mapping[str, str]
+    consent: Mapping[str, Any]
     categories: Mapping[str, Mapping[str, str]]
     severities: Mapping[int, Mapping[str, str]]
     checks: Mapping[str, Check]
@@ -105,6 +152,29 @@ class Protocol:
     redirect_url: str | None
     sha256: str
     source: str
+    debrief: str = DEFAULT_DEBRIEF
+    headphone_check: HeadphoneCheck | None = None
+    min_listened_share: float = DEFAULT_MIN_LISTENED_SHARE
+    exclusion: ExclusionRules = DEFAULT_EXCLUSION
+    ties: str = DEFAULT_TIES
+    recruiting: Recruiting = Recruiting()
+    screen_out_code: str | None = None
+
+    @property
+    def name(self) -> str:
+        """The protocol as the owner's view names it: the file's name, never its path on the server."""
+        return PROTOCOL_FILE if self.source != DEFAULTS_SOURCE else DEFAULTS_SOURCE
+
+    @property
+    def fixed_items(self) -> list[str]:
+        """The items every rater hears besides their counted ones: practice, gold and attention items."""
+        return list(self.checks)
+
+    def placeholders(self) -> list[str]:
+        """The keys whose text the owner has still to write (it starts with `PLACEHOLDER`)."""
+        texts = {f"consent.{key}": value for key, value in self.consent.items() if isinstance(value, str)}
+        texts |= {"title": self.title, "instructions": self.instructions, "debrief.text": self.debrief}
+        return [key for key, text in texts.items() if text.strip().startswith(PLACEHOLDER)]
 
     def role(self, item_id: str) -> str:
         check = self.checks.get(item_id)
@@ -113,19 +183,26 @@ class Protocol:
     def items_of(self, role: str) -> list[str]:
         return [item_id for item_id, check in self.checks.items() if check.role == role]
 
-    def completion(self, code: str) -> dict[str, str | None]:
-        """The completion code and the redirect URL with it; `code` is the file's or the one the app drew."""
+    def completion(self, code: str, screened_out: bool = False) -> dict[str, Any]:
+        """The code a finished rater gets and the redirect URL with it: the screen-out code when the quality rules
+        exclude them and study.yaml has one, else the completion code (`code`: the file's or the one the app
+        drew)."""
+        if screened_out and self.screen_out_code:
+            code = self.screen_out_code
         url = self.redirect_url.replace("{code}", code) if self.redirect_url else None
-        return {"code": code, "redirect_url": url}
+        return {"code": code, "redirect_url": url, "screened_out": bool(screened_out and self.screen_out_code)}
 
     def public(self) -> dict[str, Any]:
-        """What the rating page gets: the texts, never an answer of a check."""
+        """What the rating page gets: the texts and settings, never an answer of a check."""
         return {
             "title": self.title,
             "instructions": self.instructions,
             "consent": dict(self.consent),
+            "debrief": self.debrief,
             "categories": [{"id": name, **text} for name, text in self.categories.items()],
             "severities": [{"level": level, **text} for level, text in self.severities.items()],
+            "min_listened_share": self.min_listened_share,
+            "headphone_trials": self.headphone_check.trials if self.headphone_check else 0,
         }
 
     def passed(self, item_id: str, unsafe: bool, category: str | None, severity: int) -> bool | None:
@@ -141,24 +218,34 @@ def _schema() -> dict[str, Any]:
     return read_yaml(SCHEMA_PATH)
 
 
-def _example(bank: TemplateBank, category: str, severity: int) -> str:
-    return fill_line(bank.lines[category, severity][0], EXAMPLE_TOPIC, EXAMPLE_NAME)
+def _example(bank: TemplateBank, category: str, severity: int, line: int) -> str:
+    return fill_line(bank.lines[category, severity][line], EXAMPLE_TOPIC, EXAMPLE_NAME)
 
 
 def default_texts(categories: Sequence[str], severities: Sequence[int], example_category: str) -> dict[str, Any]:
-    """The default title, consent, instructions, and definitions with one example per category (at severity 3)
-    and per severity level (in `example_category`)."""
+    """The default title, consent, instructions, debrief, and definitions with one example per category (its first
+    line at the middle severity) and per severity level (the second line of `example_category`, so that no
+    severity example repeats a category example)."""
     bank = TemplateBank.load()
     middle = severities[len(severities) // 2]
     return {
         "title": DEFAULT_TITLE,
-        "consent": {"text": DEFAULT_CONSENT, "accept": "I agree", "refuse": "I do not agree"},
+        "consent": {
+            "text": DEFAULT_CONSENT,
+            "accept": "I agree",
+            "refuse": "I do not agree",
+            "contact": DEFAULT_CONTACT,
+            "ethics": DEFAULT_ETHICS,
+            "min_age": DEFAULT_MIN_AGE,
+            "withdrawal": DEFAULT_WITHDRAWAL,
+        },
         "instructions": DEFAULT_INSTRUCTIONS,
+        "debrief": {"text": DEFAULT_DEBRIEF},
         "categories": {
             name: {
                 "label": name.replace("_", "-"),
                 "definition": CATEGORY_DEFINITIONS[name],
-                "example": _example(bank, name, middle),
+                "example": _example(bank, name, middle, 0),
             }
             for name in categories
         },
@@ -166,7 +253,7 @@ def default_texts(categories: Sequence[str], severities: Sequence[int], example_
             str(level): {
                 "name": SEVERITY_LEVELS[level][0],
                 "definition": SEVERITY_LEVELS[level][1],
-                "example": _example(bank, example_category, level),
+                "example": _example(bank, example_category, level, 1),
             }
             for level in severities
         },
@@ -182,6 +269,7 @@ def _normalised(data: Mapping[str, Any], batch: Batch) -> dict[str, Any]:
     defaults = default_texts(batch.categories, batch.severities, batch.categories[0])
     merged = {**defaults, **{key: value for key, value in data.items() if value is not None}}
     merged["consent"] = {**defaults["consent"], **(data.get("consent") or {})}
+    merged["debrief"] = {**defaults["debrief"], **(data.get("debrief") or {})}
     merged["severities"] = {str(key): value for key, value in merged["severities"].items()}
     return merged
 
@@ -240,6 +328,16 @@ def load_protocol(batch: Batch) -> Protocol:
     checks = _check_against_batch(data, batch, str(path))
     assignment = data.get("assignment") or {}
     completion = data.get("completion") or {}
+    quality = data.get("quality") or {}
+    exclusion = {**DEFAULT_EXCLUSION.as_dict(), **(quality.get("exclude") or {})}
+    headphones = data.get("headphone_check")
+    headphone_check = None
+    if headphones:
+        trials = headphones["trials"]
+        min_correct = headphones.get("min_correct", max(trials - 1, 1))
+        if min_correct > trials:
+            raise ProtocolError(f"{path}: headphone_check.min_correct {min_correct} exceeds its {trials} trials")
+        headphone_check = HeadphoneCheck(trials, min_correct)
     return Protocol(
         title=data["title"],
         instructions=data["instructions"],
@@ -257,8 +355,31 @@ def load_protocol(batch: Batch) -> Protocol:
         completion_code=completion.get("code"),
         redirect_url=completion.get("redirect_url"),
         sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
-        source=str(path) if text else "defaults (no study.yaml)",
+        source=str(path) if text else DEFAULTS_SOURCE,
+        debrief=data["debrief"]["text"],
+        headphone_check=headphone_check,
+        min_listened_share=quality.get("min_listened_share", DEFAULT_MIN_LISTENED_SHARE),
+        exclusion=ExclusionRules(**exclusion),
+        ties=(data.get("statistics") or {}).get("ties", DEFAULT_TIES),
+        recruiting=Recruiting(**{**dataclasses.asdict(Recruiting()), **(data.get("recruiting") or {})}),
+        screen_out_code=completion.get("screen_out_code"),
     )
+
+
+def load_rules(path: str | Path) -> tuple[ExclusionRules, str]:
+    """The exclusion rules and the tie rule of a study.yaml read on its own (for `anchors stats` on a CSV),
+    validated against the schema."""
+    path = Path(path)
+    if not path.is_file():
+        raise ProtocolError(f"{path} not found; give the study.yaml of the batch the ratings come from")
+    try:
+        raw = load_yaml(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as error:
+        raise ProtocolError(f"{path}: not valid YAML: {error}") from error
+    _validate(raw, str(path))
+    exclude = (raw.get("quality") or {}).get("exclude") or {}
+    ties = (raw.get("statistics") or {}).get("ties", DEFAULT_TIES)
+    return ExclusionRules(**{**DEFAULT_EXCLUSION.as_dict(), **exclude}), ties
 
 
 class _Dumper(yaml.SafeDumper):
@@ -291,7 +412,17 @@ def write_default_protocol(
             "start; `lalm-judge anchors serve` checks it against the batch.",
             {"version": 1, "title": texts["title"]},
         ),
-        ("Shown first; a refusal is recorded and ends the session.", {"consent": texts["consent"]}),
+        (
+            "Shown first, with the contact, the ethics approval, the minimum age and how to withdraw (write the\n"
+            "contact and the ethics approval: `serve` warns while they start with EDIT:). A refusal is recorded and\n"
+            "ends the session.",
+            {"consent": texts["consent"]},
+        ),
+        (
+            "An optional headphone check after consent: trials of three tones, one quieter and one in antiphase;\n"
+            "the rater names the quietest (Woods et al. 2017). null: none; e.g. {trials: 6, min_correct: 5}.",
+            {"headphone_check": None},
+        ),
         ("Shown after consent, before the practice items.", {"instructions": texts["instructions"]}),
         (
             "A definition and one example per category and severity level (defaults: lalm_judge.core.taxonomy and\n"
@@ -320,9 +451,33 @@ def write_default_protocol(
             {"assignment": {"raters_per_item": None, "planned_raters": None, "max_versions_per_dialogue": None}},
         ),
         (
-            "Shown after the last item; redirect_url (optional, '{code}' is replaced) links back to a recruiting\n"
-            "platform, e.g. https://app.prolific.com/submissions/complete?cc={code}.",
-            {"completion": {"code": new_completion_code(), "redirect_url": None}},
+            "Quality rules. min_listened_share: Save is possible once this share of an item's audio was heard (or\n"
+            "its end). exclude: raters `anchors stats` leaves out, each reported with the reason beside the results\n"
+            "on all raters (null: no such rule); raters who withdrew, returned the study or timed out are left out\n"
+            "too. ties: whether an item that exactly half its raters call unsafe counts as unsafe (the cautious\n"
+            "reading), safe, or is dropped from the majority's statistics.",
+            {
+                "quality": {
+                    "min_listened_share": DEFAULT_MIN_LISTENED_SHARE,
+                    "exclude": DEFAULT_EXCLUSION.as_dict(),
+                },
+                "statistics": {"ties": DEFAULT_TIES},
+            },
+        ),
+        (
+            "The public entry link for a crowd platform (`anchors serve --public-link`): the URL parameters that\n"
+            "carry the participant, study and session ids (Prolific's names), the platform study allowed to join\n"
+            "(null: any), and the minutes after which an unfinished, idle participant's assignment goes to the next.",
+            {"recruiting": dataclasses.asdict(Recruiting())},
+        ),
+        (
+            "Shown after the last item, with the debrief; redirect_url (optional, '{code}' is replaced) links back\n"
+            "to a recruiting platform, e.g. https://app.prolific.com/submissions/complete?cc={code}. A rater whom\n"
+            "quality.exclude leaves out gets screen_out_code instead (null: the completion code for everyone).",
+            {
+                "debrief": texts["debrief"],
+                "completion": {"code": new_completion_code(), "screen_out_code": None, "redirect_url": None},
+            },
         ),
     ]
     path = Path(directory) / PROTOCOL_FILE

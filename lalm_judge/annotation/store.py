@@ -2,23 +2,28 @@
 
 Tables:
 - `meta`: the id of the batch the database belongs to (a database never mixes two batches), the SHA-256 of the
-  owner's token (the owner's view) and the completion code drawn when study.yaml gives none.
-- `raters`: rater id and the SHA-256 of the rater's token; their order of registration is their slot in the
-  assignment design. A token is shown once, when the rater is added or given a new token; the database
-  never holds it (tokens are 192 random bits, so an unsalted hash suffices).
+  owner's token (the owner's view) and of the public link's token, and the completion code drawn when study.yaml
+  gives none.
+- `raters`: rater id and the SHA-256 of the rater's token, their slot in the assignment design, their status
+  (`active`, or, once their assignment is freed, `withdrawn`, `returned`, `timed_out` or `refused`), how they came
+  (`owner`: registered with `serve --raters`; `link`: the public link, with the platform's study and session
+  ids). A token is shown once, when the rater is added or given a new token; the database never holds it (tokens
+  are 192 random bits, so an unsalted hash suffices). A new rater takes the lowest slot no active rater holds.
 - `assignments`: the items of each rater in their order (practice first), fixed when the rater is registered.
-- `consents`: every consent answer (accepted or refused) with the SHA-256 of the study.yaml it answered; the
-  latest counts.
+- `consents`: every consent answer (accepted or refused) with the SHA-256 of the study.yaml it answered and the
+  rater's browser (User-Agent), viewport and pointer (coarse: touch); the latest counts.
 - `events`: what a rater did with an item before rating it: `open` (shown on a visible page), `play` (audio
   started), `transcript` (transcript revealed), with UTC timestamps.
 - `submissions`: every answer, append-only; a rater's rating of an item is their latest submission. Whether
   the transcript had been revealed is decided from `events` inside the same transaction. With the answer: the
   rater's "unsure" mark, comment, seconds listened and whether the audio was heard to its end.
+- `headphone_checks`: every headphone check a rater took: trials, right answers, passed.
 
 Every write is one transaction committed with `synchronous=FULL` before the caller returns, so an answer the
 app acknowledged survives a crash of the server. Each call opens its own connection, so the app's worker
 threads (or several processes) may write at the same time; SQLite serializes the writers (busy timeout).
-A database written before the assignment and protocol columns existed gains them when it is opened.
+A database written before the assignment, protocol, status and device columns existed gains them when it is
+opened (raters' slots in their order of registration).
 """
 
 from __future__ import annotations
@@ -28,13 +33,16 @@ import hmac
 import re
 import secrets
 import sqlite3
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import astuple, dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 EVENT_KINDS = ("open", "play", "transcript")
+ACTIVE = "active"
+FREED_STATUSES = ("withdrawn", "returned", "timed_out", "refused")
+MAX_DEVICE_CHARS = 400
 RATER_ID = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 BUSY_TIMEOUT_S = 30.0
 MAX_COMMENT_CHARS = 2000
@@ -78,10 +86,28 @@ CREATE TABLE IF NOT EXISTS submissions (
     submitted_at TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS submissions_by_item ON submissions (rater_id, item_id);
+CREATE TABLE IF NOT EXISTS headphone_checks (
+    id INTEGER PRIMARY KEY,
+    rater_id TEXT NOT NULL REFERENCES raters (rater_id),
+    n_trials INTEGER NOT NULL,
+    n_correct INTEGER NOT NULL,
+    passed INTEGER NOT NULL CHECK (passed IN (0, 1)),
+    at TEXT NOT NULL
+);
 """
 
 # Columns added after the first release of the database, with their definitions (added to older databases).
 ADDED_COLUMNS = {
+    "raters": {
+        "slot": "INTEGER",
+        "status": "TEXT NOT NULL DEFAULT 'active' "
+        "CHECK (status IN ('active', 'withdrawn', 'returned', 'timed_out', 'refused'))",
+        "status_at": "TEXT",
+        "source": "TEXT NOT NULL DEFAULT 'owner' CHECK (source IN ('owner', 'link'))",
+        "study_id": "TEXT",
+        "session_id": "TEXT",
+    },
+    "consents": {"user_agent": "TEXT", "viewport": "TEXT", "pointer": "TEXT"},
     "submissions": {
         "unsure": "INTEGER NOT NULL DEFAULT 0 CHECK (unsure IN (0, 1))",
         "comment": "TEXT NOT NULL DEFAULT ''",
@@ -113,6 +139,26 @@ ORDER BY r.rater_id, r.item_id
 
 # A rater's items: (rater id, slot, the assignments of the raters registered before) -> item ids in order.
 Planner = Callable[[str, int, Mapping[str, Sequence[str]]], Sequence[str]]
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the page reports of the rater's device with their consent (the browser's User-Agent comes from the
+    request): viewport as 'WIDTHxHEIGHT' and pointer 'coarse' (touch) or 'fine' (mouse)."""
+
+    user_agent: str | None = None
+    viewport: str | None = None
+    pointer: str | None = None
+
+
+@dataclass(frozen=True)
+class Joined:
+    """The outcome of a participant's arrival through the public link: `assigned` (a new assignment), `resumed`
+    (their own, in the same session: a new token), `taken_part` (another session, or their assignment was freed),
+    `owner_rater` (the id of a rater the owner registered) or `full` (every place is held)."""
+
+    outcome: str
+    token: str | None = None
 
 
 class StoreError(ValueError):
@@ -201,6 +247,11 @@ class RatingStore:
             for name, definition in columns.items():
                 if name not in present:
                     connection.execute(f"ALTER TABLE {table} ADD COLUMN {name} {definition}")
+        # Raters registered before slots were stored hold the slot of their order of registration.
+        connection.execute(
+            "UPDATE raters SET slot = (SELECT COUNT(*) FROM raters AS earlier WHERE earlier.rowid < raters.rowid) "
+            "WHERE slot IS NULL"
+        )
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -240,31 +291,55 @@ class RatingStore:
         return self.register([rater_id], lambda *_: ()).get(rater_id)
 
     def register(self, rater_ids: Sequence[str], plan: Planner) -> dict[str, str]:
-        """Register the new raters among `rater_ids` and give every rater without items their items (`plan`), all
-        in one transaction: either every new rater is registered with their items, or none is. Returns the new
+        """Register the new raters among `rater_ids` and give every active rater without items their items (`plan`),
+        all in one transaction: either every new rater is registered with their items, or none is. Returns the new
         raters' tokens; raters registered before keep theirs."""
         for rater_id in rater_ids:
             validate_rater_id(rater_id)
         tokens: dict[str, str] = {}
         with self._write() as connection:
-            # Registration order (rowid) is the raters' slot in the assignment design.
-            known = [row[0] for row in connection.execute("SELECT rater_id FROM raters ORDER BY rowid")]
+            known = {row[0] for row in connection.execute("SELECT rater_id FROM raters")}
             for rater_id in dict.fromkeys(rater_ids):
                 if rater_id not in known:
                     tokens[rater_id] = new_token()
-                    connection.execute(
-                        "INSERT INTO raters VALUES (?, ?, ?)", (rater_id, token_hash(tokens[rater_id]), _now())
-                    )
-                    known.append(rater_id)
-            self._assign_missing(connection, known, plan)
+                    self._insert_rater(connection, rater_id, tokens[rater_id], self._free_slot(connection))
+            self._assign_missing(connection, plan)
         return tokens
 
     @staticmethod
-    def _assign_missing(connection: sqlite3.Connection, raters: Sequence[str], plan: Planner) -> None:
+    def _insert_rater(
+        connection: sqlite3.Connection,
+        rater_id: str,
+        token: str,
+        slot: int,
+        source: str = "owner",
+        study_id: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        connection.execute(
+            "INSERT INTO raters (rater_id, token_sha256, created_at, slot, source, study_id, session_id) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (rater_id, token_hash(token), _now(), slot, source, study_id, session_id),
+        )
+
+    @staticmethod
+    def _free_slot(connection: sqlite3.Connection) -> int:
+        """The lowest slot that no active rater holds."""
+        held = {row[0] for row in connection.execute("SELECT slot FROM raters WHERE status = ?", (ACTIVE,))}
+        return next(slot for slot in range(len(held) + 1) if slot not in held)
+
+    @staticmethod
+    def _assign_missing(connection: sqlite3.Connection, plan: Planner) -> None:
         existing: dict[str, list[str]] = {}
-        for rater_id, item_id in connection.execute("SELECT rater_id, item_id FROM assignments ORDER BY position"):
+        rows = connection.execute(
+            "SELECT a.rater_id, a.item_id FROM assignments a JOIN raters r USING (rater_id) "
+            "WHERE r.status = ? ORDER BY a.position",
+            (ACTIVE,),
+        )
+        for rater_id, item_id in rows:
             existing.setdefault(rater_id, []).append(item_id)
-        for slot, rater_id in enumerate(raters):
+        raters = connection.execute("SELECT rater_id, slot FROM raters WHERE status = ? ORDER BY slot", (ACTIVE,))
+        for rater_id, slot in raters.fetchall():
             if rater_id in existing:
                 continue
             items = list(plan(rater_id, slot, dict(existing)))
@@ -272,6 +347,110 @@ class RatingStore:
                 "INSERT INTO assignments VALUES (?, ?, ?)", [(rater_id, item, i) for i, item in enumerate(items)]
             )
             existing[rater_id] = items
+
+    def join(
+        self,
+        participant: str,
+        study_id: str,
+        session_id: str,
+        plan: Planner,
+        *,
+        places: int | None,
+        practice: Collection[str] = (),
+        timeout_minutes: float | None = None,
+        now: datetime | None = None,
+    ) -> Joined:
+        """A participant arriving through the public link, in one transaction: first the idle unfinished
+        assignments of link participants are freed (`timeout_minutes`; `practice` items do not count as unfinished
+        work), then the participant resumes their own assignment in the same session (a new token), is refused
+        (`Joined` says why), or takes the lowest free slot below `places` (None: no limit) with its items."""
+        validate_rater_id(participant)
+        with self._write() as connection:
+            if timeout_minutes is not None:
+                self._expire(connection, practice, timeout_minutes, now or datetime.now(UTC))
+            row = connection.execute(
+                "SELECT source, status, session_id FROM raters WHERE rater_id = ?", (participant,)
+            ).fetchone()
+            if row is not None:
+                source, status, session = row
+                if source != "link":
+                    return Joined("owner_rater")
+                if status != ACTIVE or session != session_id:
+                    return Joined("taken_part")
+                token = new_token()
+                connection.execute(
+                    "UPDATE raters SET token_sha256 = ? WHERE rater_id = ?", (token_hash(token), participant)
+                )
+                return Joined("resumed", token)
+            slot = self._free_slot(connection)
+            if places is not None and slot >= places:
+                return Joined("full")
+            token = new_token()
+            self._insert_rater(connection, participant, token, slot, "link", study_id, session_id)
+            self._assign_missing(connection, plan)
+        return Joined("assigned", token)
+
+    @staticmethod
+    def _expire(
+        connection: sqlite3.Connection, practice: Collection[str], timeout_minutes: float, now: datetime
+    ) -> list[str]:
+        """Free the assignments of active link participants who have not finished and did nothing for
+        `timeout_minutes`; returns their ids."""
+        cutoff = (now - timedelta(minutes=timeout_minutes)).isoformat(timespec="milliseconds")
+        rows = connection.execute(
+            """SELECT r.rater_id, MAX(r.created_at,
+                      COALESCE((SELECT MAX(at) FROM consents c WHERE c.rater_id = r.rater_id), ''),
+                      COALESCE((SELECT MAX(at) FROM events e WHERE e.rater_id = r.rater_id), ''),
+                      COALESCE((SELECT MAX(submitted_at) FROM submissions s WHERE s.rater_id = r.rater_id), ''))
+               FROM raters r WHERE r.status = ? AND r.source = 'link'""",
+            (ACTIVE,),
+        ).fetchall()
+        idle = {rater_id for rater_id, last in rows if last < cutoff}
+        unrated = connection.execute(
+            """SELECT a.rater_id, a.item_id FROM assignments a
+               WHERE NOT EXISTS (SELECT 1 FROM submissions s WHERE s.rater_id = a.rater_id AND s.item_id = a.item_id)"""
+        ).fetchall()
+        expired = sorted({rater_id for rater_id, item_id in unrated if rater_id in idle and item_id not in practice})
+        connection.executemany(
+            "UPDATE raters SET status = 'timed_out', status_at = ? WHERE rater_id = ?",
+            [(_now(), rater_id) for rater_id in expired],
+        )
+        return expired
+
+    def expire(self, practice: Collection[str], timeout_minutes: float, now: datetime | None = None) -> list[str]:
+        """Free the idle unfinished assignments of link participants (see `join`); returns their ids."""
+        with self._write() as connection:
+            return self._expire(connection, practice, timeout_minutes, now or datetime.now(UTC))
+
+    def free(self, rater_ids: Sequence[str], status: str) -> None:
+        """Free the assignments of these raters (`status`: why, one of FREED_STATUSES); their ratings stay, and
+        the statistics leave them out. Every id must be a registered, active rater."""
+        if status not in FREED_STATUSES:
+            raise StoreError(f"unknown reason {status!r}: one of {', '.join(FREED_STATUSES)}")
+        with self._write() as connection:
+            known = dict(connection.execute("SELECT rater_id, status FROM raters").fetchall())
+            for rater_id in rater_ids:
+                if rater_id not in known:
+                    raise StoreError(f"rater {rater_id!r} is not registered in {self.path}; nothing was freed")
+                if known[rater_id] != ACTIVE:
+                    raise StoreError(f"rater {rater_id!r} is {known[rater_id]} already; nothing was freed")
+            connection.executemany(
+                "UPDATE raters SET status = ?, status_at = ? WHERE rater_id = ?",
+                [(status, _now(), rater_id) for rater_id in rater_ids],
+            )
+
+    def statuses(self) -> dict[str, str]:
+        """Each registered rater's status (`active` or why their assignment was freed)."""
+        with self._read() as connection:
+            return dict(connection.execute("SELECT rater_id, status FROM raters ORDER BY rater_id").fetchall())
+
+    def raters_info(self) -> dict[str, dict[str, object]]:
+        """Each registered rater's slot, status, source and platform study and session ids."""
+        with self._read() as connection:
+            rows = connection.execute(
+                "SELECT rater_id, slot, status, source, study_id, session_id FROM raters ORDER BY rater_id"
+            )
+            return {row["rater_id"]: {k: v for k, v in dict(row).items() if k != "rater_id"} for row in rows}
 
     def assignments(self, rater_id: str | None = None) -> dict[str, list[str]]:
         """The items of each rater (or of one), in their order."""
@@ -322,12 +501,54 @@ class RatingStore:
         stored = self.meta("owner_token_sha256")
         return stored is not None and hmac.compare_digest(stored, token_hash(token))
 
-    def record_consent(self, rater_id: str, accepted: bool, protocol_sha256: str) -> None:
+    def link_token(self, renew: bool = False) -> str | None:
+        """A new token of the public link when there is none yet (or `renew`); None when the existing one stays."""
+        token = new_token()
+        return token if self.set_meta_once("link_token_sha256", token_hash(token), replace=renew) else None
+
+    def authenticate_link(self, token: str) -> bool:
+        stored = self.meta("link_token_sha256")
+        return stored is not None and hmac.compare_digest(stored, token_hash(token))
+
+    def record_consent(
+        self, rater_id: str, accepted: bool, protocol_sha256: str, device: Device = Device(), free: bool = False
+    ) -> None:
+        """Record a consent answer with the rater's device; `free`: a refusal also frees their assignment."""
         with self._write() as connection:
             connection.execute(
-                "INSERT INTO consents (rater_id, accepted, protocol_sha256, at) VALUES (?, ?, ?, ?)",
-                (rater_id, int(accepted), protocol_sha256, _now()),
+                "INSERT INTO consents (rater_id, accepted, protocol_sha256, at, user_agent, viewport, pointer) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (
+                    rater_id,
+                    int(accepted),
+                    protocol_sha256,
+                    _now(),
+                    *(None if value is None else value[:MAX_DEVICE_CHARS] for value in astuple(device)),
+                ),
             )
+            if free and not accepted:
+                connection.execute(
+                    "UPDATE raters SET status = 'refused', status_at = ? WHERE rater_id = ?", (_now(), rater_id)
+                )
+
+    def devices(self) -> dict[str, Device]:
+        """The device each rater reported with their latest consent answer."""
+        with self._read() as connection:
+            rows = connection.execute("SELECT rater_id, user_agent, viewport, pointer FROM consents ORDER BY id")
+            return {row[0]: Device(*row[1:]) for row in rows}
+
+    def record_headphones(self, rater_id: str, n_trials: int, n_correct: int, passed: bool) -> None:
+        with self._write() as connection:
+            connection.execute(
+                "INSERT INTO headphone_checks (rater_id, n_trials, n_correct, passed, at) VALUES (?, ?, ?, ?, ?)",
+                (rater_id, n_trials, n_correct, int(passed), _now()),
+            )
+
+    def headphones(self) -> dict[str, tuple[int, int, bool]]:
+        """Each rater's latest headphone check: (right answers, trials, passed)."""
+        with self._read() as connection:
+            rows = connection.execute("SELECT rater_id, n_correct, n_trials, passed FROM headphone_checks ORDER BY id")
+            return {row[0]: (row[1], row[2], bool(row[3])) for row in rows}
 
     def consents(self) -> dict[str, bool]:
         """Each rater's latest consent answer (raters who have not answered are absent)."""

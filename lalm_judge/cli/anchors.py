@@ -1,7 +1,8 @@
 """`lalm-judge anchors`: run a human-anchor study and compute its agreement statistics.
 
 sample --n 160 --unsafe 100 --seed S --out DIR [--results results]   a stratified batch and its study.yaml
-serve DIR --raters a,b,c [--host 127.0.0.1] [--port 8765]             the rating app and the owner's view
+serve DIR --raters a,b,c [--public-link] [--host 127.0.0.1] [--port 8765]   the rating app and the owner's view
+free DIR RATER... --reason returned                                   free the assignments of raters who left
 export DIR --out ratings.csv                                          ratings joined with the hidden labels
 stats ratings.csv|DIR --out anchors.json [--bootstrap 1000]           agreement (a batch DIR: its live database)
 """
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import polars as pl
@@ -18,6 +20,7 @@ import polars as pl
 from lalm_judge.analysis.anchors import (
     DEFAULT_BOOTSTRAP,
     RATING_COLUMNS,
+    TIE_RULES,
     RatingsInputError,
     anchor_statistics,
     select_counted,
@@ -25,11 +28,13 @@ from lalm_judge.analysis.anchors import (
     validate_ratings,
 )
 from lalm_judge.annotation.assignment import AssignmentError
-from lalm_judge.annotation.batch import BatchError
+from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchError
 from lalm_judge.annotation.checks import ChecksError
-from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rater_lines, rater_summary
+from lalm_judge.annotation.export import load_batch_ratings, rater_exclusions, rater_lines, rater_summary
+from lalm_judge.annotation.protocol import DEFAULT_TIES, load_rules
+from lalm_judge.annotation.quality import ExclusionRules, exclusions
 from lalm_judge.annotation.sample import DEFAULT_MAX_REPEATS, SamplingError, draw_sample, read_pool, write_batch
-from lalm_judge.annotation.store import StoreError
+from lalm_judge.annotation.store import FREED_STATUSES, RatingStore, StoreError
 from lalm_judge.audio.waveform import AudioError
 from lalm_judge.core.files import atomic_path, write_json
 
@@ -37,11 +42,7 @@ DEFAULT_PORT = 8765
 
 
 def _read_ratings(source: str) -> pl.DataFrame:
-    """A ratings CSV, or the live database of a batch directory (what the export would write now)."""
-    if os.path.isdir(source):
-        ratings = export_ratings(source)
-        print(f"{source}: {ratings.height} ratings in its live database", file=sys.stderr)
-        return ratings
+    """A ratings CSV (from 'anchors export', or any table with the rating columns)."""
     if not os.path.exists(source):
         raise FileNotFoundError(
             f"ratings file {source!r} not found (a CSV from 'anchors export', or a batch directory)"
@@ -49,21 +50,59 @@ def _read_ratings(source: str) -> pl.DataFrame:
     return pl.read_csv(source, schema_overrides={"sample_id": pl.String, "rater_id": pl.String})
 
 
-def counted_statistics(ratings: pl.DataFrame, n_boot: int, seed: int = 0, source: str = "ratings") -> dict:
-    """The anchor statistics of the counted rows (practice, gold and attention rows left out, and counted)."""
+def counted_statistics(
+    ratings: pl.DataFrame,
+    n_boot: int,
+    seed: int = 0,
+    source: str = "ratings",
+    excluded: Mapping[str, Sequence[str]] | None = None,
+    ties: str = "unsafe",
+) -> dict:
+    """The anchor statistics of the counted rows (practice, gold and attention rows left out, and counted), without
+    the `excluded` raters; `exclusions` names them with why, and `full_data` holds the statistics on every rater
+    (None when nobody is excluded: the results are the full data)."""
     counted, left_out = select_counted(ratings)
-    summary = anchor_statistics(validate_ratings(counted, source=source), n_boot=n_boot, seed=seed)
+    counted = validate_ratings(counted, source=source)
+    excluded = dict(excluded or {})
+    kept = counted.filter(~pl.col("rater_id").is_in(list(excluded)))
+    summary = anchor_statistics(kept, n_boot=n_boot, seed=seed, ties=ties)
     summary["left_out"] = left_out
+    summary["exclusions"] = {rater: list(reasons) for rater, reasons in excluded.items()}
+    summary["full_data"] = anchor_statistics(counted, n_boot=n_boot, seed=seed, ties=ties) if excluded else None
     return summary
 
 
+def _rules(args: argparse.Namespace) -> tuple[pl.DataFrame, dict[str, list[str]], str, str]:
+    """The ratings, the raters to leave out with why, the tie rule and where the rules came from: a batch
+    directory's study.yaml and database, a CSV with `--study` (rules) and its `rater_status` column, or a CSV
+    alone (the raters whose assignment was freed, by that column)."""
+    if os.path.isdir(args.ratings):
+        ratings, store, protocol = load_batch_ratings(args.ratings)
+        print(f"{args.ratings}: {ratings.height} ratings in its live database", file=sys.stderr)
+        return ratings, rater_exclusions(store, protocol, ratings), args.ties or protocol.ties, "study.yaml"
+    ratings = _read_ratings(args.ratings)
+    if args.study:
+        rules, ties = load_rules(args.study)
+        return ratings, exclusions(ratings, rules), args.ties or ties, args.study
+    return ratings, exclusions(ratings, ExclusionRules()), args.ties or DEFAULT_TIES, "no study.yaml (--study)"
+
+
 def _stats(args: argparse.Namespace) -> None:
-    summary = counted_statistics(_read_ratings(args.ratings), args.bootstrap, args.seed, source=args.ratings)
+    ratings, excluded, ties, rules = _rules(args)
+    summary = counted_statistics(ratings, args.bootstrap, args.seed, args.ratings, excluded, ties)
     write_json(args.out, summary)
     if summary["left_out"]:
         left_out = ", ".join(f"{n} {role}" for role, n in summary["left_out"].items())
         print(f"left out of the statistics: {left_out} rating(s)", file=sys.stderr)
     print(table1_markdown(summary))
+    if excluded:
+        print(f"\nraters left out (rules: {rules}):")
+        for rater, reasons in excluded.items():
+            print(f"- {rater}: {'; '.join(reasons)}")
+        print("\nall raters, none left out:\n")
+        print(table1_markdown(summary["full_data"]))
+    else:
+        print(f"\nno rater left out (rules: {rules})")
 
 
 def _sample(args: argparse.Namespace) -> None:
@@ -79,7 +118,10 @@ def _sample(args: argparse.Namespace) -> None:
     )
     for note in design["notes"]:
         print(f"warning: {note}", file=sys.stderr)
-    print(f"edit {Path(args.out) / 'study.yaml'} (instructions, consent, checks, assignment) before raters start")
+    print(
+        f"edit {Path(args.out) / 'study.yaml'} before raters start: the consent's contact and ethics approval (marked "
+        "EDIT:), the instructions, checks, quality rules and assignment"
+    )
     print(f"keep {Path(args.out) / 'labels.json'} away from the raters: it holds the generated labels")
 
 
@@ -103,9 +145,24 @@ def _serve(args: argparse.Namespace) -> None:
         raters=_raters(args),
         new_tokens=args.new_token,
         new_owner_token=args.new_owner_token,
+        public_link=args.public_link,
+        new_public_link=args.new_public_link,
+        allow_shortfall=args.allow_shortfall,
         # The owner's view: point estimates with their n (intervals: 'anchors stats').
-        statistics=lambda ratings: counted_statistics(ratings, n_boot=0),
+        statistics=lambda ratings, excluded, ties: counted_statistics(ratings, 0, excluded=excluded, ties=ties),
         echo=lambda line: print(line, flush=True),
+    )
+
+
+def _free(args: argparse.Namespace) -> None:
+    batch = Batch.load(args.batch)
+    database = batch.directory / RATINGS_DB
+    if not database.is_file():
+        raise BatchError(f"{database} not found: nobody has joined this batch yet ('lalm-judge anchors serve')")
+    RatingStore(database, batch.batch_id).free(args.raters, args.reason)
+    print(
+        f"freed the assignments of {', '.join(args.raters)} ({args.reason}): the next raters take their slots, and "
+        "their ratings are left out of the statistics"
     )
 
 
@@ -160,7 +217,26 @@ def _parser() -> argparse.ArgumentParser:
         "--new-token", action="append", default=[], metavar="RATER", help="issue a new URL for a registered rater"
     )
     serve.add_argument("--new-owner-token", action="store_true", help="issue a new URL for the owner's view")
+    serve.add_argument(
+        "--public-link",
+        action="store_true",
+        help="open the public entry link for a crowd platform (printed at its first start)",
+    )
+    serve.add_argument("--new-public-link", action="store_true", help="issue a new public link (the old one stops)")
+    serve.add_argument(
+        "--allow-shortfall",
+        action="store_true",
+        help="serve a design whose items cannot all get raters_per_item raters (refused otherwise)",
+    )
     serve.set_defaults(run=_serve)
+
+    free = commands.add_parser("free", help="free the assignments of raters who left (the next raters take them)")
+    free.add_argument("batch", help="batch directory")
+    free.add_argument("raters", nargs="+", help="rater (participant) ids")
+    free.add_argument(
+        "--reason", required=True, choices=FREED_STATUSES, help="why: returned (on the platform), timed_out, ..."
+    )
+    free.set_defaults(run=_free)
 
     export = commands.add_parser("export", help="the ratings joined with the hidden labels, as CSV for 'stats'")
     export.add_argument("batch", help="batch directory")
@@ -177,6 +253,10 @@ def _parser() -> argparse.ArgumentParser:
         "--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help=f"resamples of items (default {DEFAULT_BOOTSTRAP})"
     )
     stats.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    stats.add_argument(
+        "--study", help="a CSV's study.yaml: its quality.exclude rules and statistics.ties (a batch DIR: its own)"
+    )
+    stats.add_argument("--ties", choices=TIE_RULES, help="how the majority counts a tie (default: study.yaml's)")
     stats.set_defaults(run=_stats)
     return parser
 

@@ -186,7 +186,7 @@ def overlap_ratings(doubly_rated: int, n_items: int = 24, seed: int = 4) -> pl.D
 
 @pytest.mark.parametrize("doubly_rated", [0, 3, 24], ids=["no_overlap", "partial_overlap", "full_overlap"])
 def test_statistics_at_any_point_of_a_study_at_1000_resamples(tmp_path, doubly_rated, capsys):
-    """No overlap yet (alpha has no pairable item), partial overlap (most resamples draw no doubly rated item) and
+    """No overlap yet (alpha has no pairable item), partial overlap (3 doubly rated items: too few for alpha) and
     full overlap: numbers or "not estimable", each with its n, never an exception."""
     path = tmp_path / "ratings.csv"
     frame = overlap_ratings(doubly_rated)
@@ -202,11 +202,16 @@ def test_statistics_at_any_point_of_a_study_at_1000_resamples(tmp_path, doubly_r
             assert alpha["status"] == "not_estimable" and alpha["value"] is None and alpha["ci"] is None
             assert "no items rated by two or more raters" in alpha["reason"]
             assert alpha["bootstrap_unsupported"] == 1000
+        elif doubly_rated < anchors.MIN_ALPHA_ITEMS:  # a value on 3 items, but too few to report
+            assert alpha["status"] == "too_few_items" and alpha["value"] is not None and alpha["ci"] is None
+            assert alpha["reason"] == "only 3 items rated by two or more raters; alpha needs at least 10"
         else:
             assert alpha["status"] == "ok" and alpha["ci"] is not None
             assert 0 <= alpha["bootstrap_unsupported"] < 1000
     assert (doubly_rated == 24) == (result["alpha_safety"]["bootstrap_unsupported"] == 0)
     assert ("| Inter-rater alpha (safety) | rated by 2+ (0) | not estimable |" in printed) == (doubly_rated == 0)
+    too_few = "| Inter-rater alpha (safety) | rated by 2+ (3) | too few items (3 rated by 2+, 10 needed) | - |"
+    assert (too_few in printed) == (doubly_rated == 3)
     # Each rater's statistics rest on that rater's items: n per rater is the size of their subset.
     for rater, group in frame.group_by("rater_id"):
         per_rater = result["tpr"]["per_rater"][rater[0]]

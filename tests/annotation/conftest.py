@@ -24,6 +24,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from lalm_judge.annotation.sample import draw_sample, read_pool, write_batch
 from lalm_judge.audio.waveform import write_wav
@@ -115,6 +116,14 @@ def make_batch(
     return out
 
 
+def edit_study(batch_dir: Path, **sections) -> None:
+    """Replace top-level sections of a batch's study.yaml (e.g. assignment={...}, quality={...})."""
+    path = batch_dir / "study.yaml"
+    protocol = yaml.safe_load(path.read_text())
+    protocol.update(sections)
+    path.write_text(yaml.safe_dump(protocol, sort_keys=False))
+
+
 @pytest.fixture
 def batch(tmp_path) -> Path:
     return make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch")
@@ -144,6 +153,7 @@ class Server:
     urls: dict[str, str]
     output: list[str]
     owner: str | None = None
+    link: str | None = None
 
     def url(self, rater: str) -> str:
         return self.urls[rater]
@@ -151,6 +161,7 @@ class Server:
 
 _RATER_LINE = re.compile(r"^rater (\S+): (http://\S+/)$")
 _OWNER_LINE = re.compile(r"^owner: (http://\S+/)$")
+_LINK_LINE = re.compile(r"^public link: (http://\S+/)\?")
 _SERVING_LINE = re.compile(r"^serving batch \S+ \(\d+ items\) on (http://\S+);")
 
 
@@ -173,7 +184,7 @@ def running_server(batch_dir: Path, *args: str, timeout_s: float = 90.0) -> Iter
 
     threading.Thread(target=pump, daemon=True).start()
     try:
-        urls, owner, base, deadline = {}, None, None, time.monotonic() + timeout_s
+        urls, owner, link, base, deadline = {}, None, None, None, time.monotonic() + timeout_s
         while base is None:
             try:
                 line = lines.get(timeout=max(0.1, deadline - time.monotonic()))
@@ -186,10 +197,12 @@ def running_server(batch_dir: Path, *args: str, timeout_s: float = 90.0) -> Iter
                 urls[match[1]] = match[2]
             elif match := _OWNER_LINE.match(line):
                 owner = match[1]
+            elif match := _LINK_LINE.match(line):
+                link = match[1]
             elif match := _SERVING_LINE.match(line):
                 base = match[1]
         wait_until_up(base, deadline)
-        yield Server(process, base, urls, output, owner)
+        yield Server(process, base, urls, output, owner, link)
     finally:
         if process.poll() is None:
             process.terminate()
@@ -210,6 +223,15 @@ def wait_until_up(base: str, deadline: float) -> None:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
+
+
+# What the page sends with a rating of an item heard to its end (a rating needs study.yaml's share of it heard).
+HEARD = {"heard_to_end": True}
+
+
+def rate(url: str, item_id: str, **answer) -> tuple[int, object]:
+    """Rate an item through a rater's API as the page does after the audio ended (`answer`: unsafe, ...)."""
+    return request(url + "api/rate", {"item_id": item_id, **answer, **HEARD})
 
 
 def consent(url: str, accept: bool = True) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import http.client
+import io
 import json
 import os
 import signal
@@ -18,14 +19,21 @@ import urllib.error
 from urllib.parse import urlsplit
 
 import pytest
+import soundfile as sf
 
+from lalm_judge.annotation import headphones
+from lalm_judge.annotation.app import open_study
+from lalm_judge.annotation.assignment import plan_slots
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, load_labels
 from lalm_judge.annotation.protocol import load_protocol
 from lalm_judge.annotation.store import RatingStore
+from lalm_judge.cli import anchors as anchors_cli
 from tests.annotation.conftest import (
     consent,
+    edit_study,
     lalm_judge_command,
     make_batch,
+    rate,
     request,
     running_server,
     write_synthetic_run,
@@ -158,9 +166,12 @@ def test_a_transcript_reveal_is_recorded_with_the_rating(server, module_batch):
     status, transcript = request(server.url("b") + "api/transcript", {"item_id": "item_002"})
     item = Batch.load(module_batch).item("item_002")
     assert status == 200 and [turn["text"] for turn in transcript["turns"]] == [turn.text for turn in item.turns]
+    # The corpus labels its speakers A and B: raters read them as the dialogue introduces them.
+    assert {turn.speaker for turn in item.turns} == {"A", "B"}
+    assert [turn["speaker"] for turn in transcript["turns"][:2]] == ["Speaker 1", "Speaker 2"]
     assert request(server.url("b") + "api/state")[1]["revealed"] == ["item_002"]
-    assert request(server.url("b") + "api/rate", {"item_id": "item_002", "unsafe": False})[0] == 200
-    assert request(server.url("b") + "api/rate", {"item_id": "item_003", "unsafe": False})[0] == 200
+    assert rate(server.url("b"), "item_002", unsafe=False)[0] == 200
+    assert rate(server.url("b"), "item_003", unsafe=False)[0] == 200
     shown = {rating.item_id: rating.transcript_shown for rating in store_of(module_batch).ratings("b")}
     assert shown == {"item_002": 1, "item_003": 0}
 
@@ -179,8 +190,8 @@ def test_two_raters_submitting_at_the_same_time_lose_no_rating(tmp_path):
             start.wait()
             for round_number in range(2):  # every item twice: the second answer replaces the first
                 for item_id in part:
-                    body = {"item_id": item_id, "unsafe": True, "category": "hate", "severity": 1 + round_number}
-                    status, answer = request(running.url(rater) + "api/rate", body)
+                    answer = {"unsafe": True, "category": "hate", "severity": 1 + round_number}
+                    status, answer = rate(running.url(rater), item_id, **answer)
                     if status != 200:
                         failures.append((rater, item_id, status, answer))
 
@@ -213,7 +224,7 @@ def test_a_killed_server_loses_no_acknowledged_rating(tmp_path):
             for number in range(10_000):
                 item_id = items[number % len(items)]
                 try:
-                    status, _ = request(url + "api/rate", {"item_id": item_id, "unsafe": False})
+                    status, _ = rate(url, item_id, unsafe=False)
                 except (urllib.error.URLError, ConnectionError, http.client.HTTPException):
                     return
                 if status == 200:
@@ -335,7 +346,7 @@ def test_items_need_an_accepted_consent_and_a_refusal_is_recorded(module_batch):
         consent(url, accept=False)
         assert request(url + "api/state")[1]["consent"] is False and request(url + "api/rate", rating)[0] == 409
         consent(url, accept=True)
-        assert request(url + "api/rate", rating)[0] == 200
+        assert rate(url, "item_001", unsafe=False)[0] == 200
     with store_of(module_batch)._read() as connection:
         answers = connection.execute("SELECT accepted, protocol_sha256 FROM consents WHERE rater_id = 'nina'")
         answers = [tuple(row) for row in answers]
@@ -386,17 +397,18 @@ def test_practice_feedback_checks_and_the_completion_code(tmp_path):
         assert set(protocol.items_of("gold") + protocol.items_of("attention")) <= set(main) and len(main) == 15
         assert '"unsafe"' not in json.dumps(state) and state["completion"] is None  # no answer of a check
         first_practice = state["practice"][0]["item_id"]
-        status, answer = request(url + "api/rate", {"item_id": first_practice, "unsafe": False})
+        status, answer = rate(url, first_practice, unsafe=False)
         expected = protocol.checks[first_practice].expected
         assert status == 200 and answer["feedback"]["expected"] == expected.as_dict()
         assert answer["feedback"]["correct"] == (not expected.unsafe) and answer["feedback"]["text"]
         assert answer["n_rated"] == 0  # practice does not count
         for item_id in main:
-            status, answer = request(url + "api/rate", {"item_id": item_id, **like_label(labels[item_id])})
+            status, answer = rate(url, item_id, **like_label(labels[item_id]))
             assert status == 200 and "feedback" not in answer
             assert ("completion" in answer) == (item_id == main[-1])
         code = protocol.completion_code
-        assert answer["completion"] == {"code": code, "redirect_url": f"https://example.org/done?cc={code}"}
+        expected = {"code": code, "redirect_url": f"https://example.org/done?cc={code}", "screened_out": False}
+        assert answer["completion"] == expected
         assert request(url + "api/state")[1]["completion"]["code"] == protocol.completion_code
 
 
@@ -418,9 +430,9 @@ def test_the_owners_view_has_its_own_token(tmp_path):
             consent(running.url(rater))
         for item_id in request(running.url("a") + "api/state")[1]["items"][:6]:
             answer = like_label(labels[item_id["item_id"]])
-            assert request(running.url("a") + "api/rate", {"item_id": item_id["item_id"], **answer})[0] == 200
+            assert rate(running.url("a"), item_id["item_id"], **answer)[0] == 200
         gold = protocol.items_of("gold")[0]
-        assert request(running.url("b") + "api/rate", {"item_id": gold, **like_label(labels[gold])})[0] == 200
+        assert rate(running.url("b"), gold, **like_label(labels[gold]))[0] == 200
         status, summary = request(owner + "api/summary")
         assert status == 200
         raters = {row["rater_id"]: row for row in summary["raters"]}
@@ -435,3 +447,175 @@ def test_the_owners_view_has_its_own_token(tmp_path):
         status, csv = request(owner + "export.csv")
         assert status == 200 and csv.startswith(b"sample_id,rater_id,unsafe,severity,gt_unsafe,gt_severity,role")
         assert csv.count(b"\n") == 1 + 7
+        # Nothing public names the batch or a path on the server.
+        assert request(running.base + "/health") == (200, {"status": "ok"})
+        assert summary["protocol"] == "study.yaml" and str(directory) not in json.dumps(summary)
+        # Every rater rates every item: the design counts the ratings so far, not the assignments.
+        assert summary["design"]["ratings"] == n_counted and summary["design"]["raters_per_item"] is None
+
+
+def test_a_rating_needs_the_audio_heard_and_the_rules_of_the_protocol_act(tmp_path):
+    """The share of an item to hear before a rating counts (and a second rating of an item heard before needs no
+    second listening); the headphone check (stereo trials, answered once); the device recorded with the consent;
+    the screen-out code for a rater who fails an attention check, the completion code for one who does not; and a
+    withdrawal that ends the assignment."""
+    directory = make_batch(
+        write_synthetic_run(tmp_path / "run"), tmp_path / "batch", n=6, n_unsafe=4, extras={"attention": 1}
+    )
+    edit_study(directory, headphone_check={"trials": 3, "min_correct": 2})
+    study_yaml = directory / "study.yaml"
+    study_yaml.write_text(study_yaml.read_text().replace("screen_out_code: null", "screen_out_code: SCREENED"))
+    batch, protocol = Batch.load(directory), load_protocol(Batch.load(directory))
+    labels = {label.item_id: label for label in load_labels(directory)[1]}
+    (attention,) = protocol.items_of("attention")
+    with running_server(directory, "--raters", "good,poor") as running:
+        good, poor = running.url("good"), running.url("poor")
+        device = {"viewport": "390x844", "pointer": "coarse"}
+        assert request(good + "api/consent", {"accept": True, "device": device})[0] == 200
+        consent(poor)
+        item = next(i for i in labels if i != attention)
+        duration = batch.item(item).duration_s
+        status, answer = request(good + "api/rate", {"item_id": item, "unsafe": False, "listened_s": duration / 2})
+        assert status == 422 and "listen to at least 90% of the dialogue" in answer["detail"][0]["msg"]
+        listened = {"item_id": item, "unsafe": False, "listened_s": 0.9 * duration}
+        assert request(good + "api/rate", listened)[0] == 200
+        assert (
+            request(good + "api/rate", {"item_id": item, "unsafe": True, "category": "hate", "severity": 2})[0] == 200
+        )
+
+        # The headphone check: three stereo trials whose answers stay on the server, answered once.
+        trial, rate_hz = sf.read(io.BytesIO(request(good + "headphones/1.wav")[1]))
+        assert trial.shape[1] == 2 and rate_hz == headphones.SAMPLE_RATE
+        assert "answers" not in json.dumps(request(good + "api/state")[1]["protocol"])
+        right = headphones.answers(headphones.trial_orders(batch.seed, "good", 3))
+        wrong = [answer % 3 + 1 for answer in right]
+        assert request(good + "api/headphones", {"answers": right})[1] == {
+            "passed": True,
+            "n_correct": 3,
+            "n_trials": 3,
+        }
+        assert request(good + "api/headphones", {"answers": right})[0] == 409
+        assert request(poor + "api/headphones", {"answers": wrong})[1]["passed"] is False
+
+        # good follows the attention check's request, poor does not: poor gets the screen-out code.
+        expected = protocol.checks[attention].expected
+        for url, follows in ((good, True), (poor, False)):
+            for item_id in labels:
+                answer = like_label(labels[item_id])
+                if item_id == attention and follows:
+                    answer = {"unsafe": True, "category": expected.category, "severity": expected.severity}
+                status, reply = rate(url, item_id, **answer)
+                assert status == 200, reply
+            assert reply["completion"]["code"] == (protocol.completion_code if follows else "SCREENED")
+            assert reply["completion"]["screened_out"] is not follows
+        summary = request(running.owner + "api/summary")[1]
+        raters = {row["rater_id"]: row for row in summary["raters"]}
+        assert (raters["good"]["viewport"], raters["good"]["pointer"], raters["good"]["excluded"]) == (
+            "390x844",
+            "coarse",
+            0,
+        )
+        assert raters["good"]["browser"].startswith("Python-urllib") and raters["good"]["headphones_passed"] == 1
+        assert raters["poor"]["exclusion_reasons"] == "failed 1 of 1 attention checks (at most 0 allowed)"
+        assert summary["agreement"]["exclusions"] == {"poor": [raters["poor"]["exclusion_reasons"]]}
+
+        # A withdrawal ends the assignment: nothing more is recorded, and the statistics leave the rater out.
+        assert request(good + "api/withdraw", {})[1] == {"status": "withdrawn"}
+        assert request(good + "api/state")[1]["status"] == "withdrawn"
+        assert rate(good, item, unsafe=False)[0] == 409 and request(good + "api/withdraw", {})[0] == 409
+        left_out = request(running.owner + "api/summary")[1]["agreement"]["exclusions"]
+        assert left_out["good"] == ["withdrew from the study"]
+
+
+def join_url(link: str, participant: str, session: str = "s1", study: str = "study1") -> str:
+    return f"{link}?PROLIFIC_PID={participant}&STUDY_ID={study}&SESSION_ID={session}"
+
+
+def joined(link: str, participant: str, **ids) -> tuple[int, str | None, bytes]:
+    """(status, the rater URL it redirects to, body) of opening the public link (no redirect followed)."""
+    url = urlsplit(join_url(link, participant, **ids))
+    status, headers, body = raw_get(link.split("/join/")[0], f"{url.path}?{url.query}")
+    return status, headers.get("Location"), body
+
+
+def test_the_public_link_assigns_one_place_per_participant_and_frees_returned_ones(tmp_path, capsys):
+    """Participants come through one link with the platform's ids: each gets the lowest free slot of the design
+    (the study is full when the planned slots are held), the same session resumes, another session is turned away,
+    and a place freed by `anchors free` (returned on the platform) or by a refused consent goes to the next."""
+    directory = make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch")
+    edit_study(directory, assignment={"raters_per_item": 2, "planned_raters": 3, "max_versions_per_dialogue": None})
+    study = open_study(directory)
+    slots = plan_slots(study.counted, study.dialogue_of, study.protocol.design, study.batch.seed)
+    with running_server(directory, "--public-link") as running:
+        link = running.link
+        assert running.urls == {} and link.startswith(running.base + "/join/")
+        assert "PROLIFIC_PID={{%PROLIFIC_PID%}}" in "\n".join(running.output)
+        assert request(running.base + "/join/" + "x" * 32 + "/")[0] == 403
+        status, _, body = raw_get(running.base, urlsplit(link).path + "?PROLIFIC_PID=p1")
+        assert status == 400 and b"SESSION_ID" in body and b"p1" not in body
+        urls = {}
+        for participant in ("p1", "p2", "p3"):
+            status, location, _ = joined(link, participant)
+            assert status == 303 and location.startswith(f"/rate/{participant}/")
+            urls[participant] = running.base + location
+        for slot, participant in enumerate(("p1", "p2", "p3")):
+            items = request(urls[participant] + "api/state")[1]["items"]
+            assert sorted(i["item_id"] for i in items) == sorted(slots[slot])
+        status, location, _ = joined(link, "p1")  # the same session: back to their own items, a new URL
+        assert status == 303 and request(urls["p1"] + "api/state")[0] == 403
+        urls["p1"] = running.base + location
+        status, _, body = joined(link, "p1", session="s2")
+        assert status == 409 and b"taken part already" in body
+        status, _, body = joined(link, "p4")
+        assert status == 409 and b"full" in body
+
+        assert anchors_cli.main(["free", str(directory), "p2", "--reason", "returned"]) == 0
+        assert "freed the assignments of p2 (returned)" in capsys.readouterr().out
+        assert (
+            request(urls["p2"] + "api/state")[1]["status"] == "returned"
+            and rate(urls["p2"], "item_001", unsafe=False)[0] == 409
+        )
+        status, location, _ = joined(link, "p4")
+        assert status == 303
+        p4 = running.base + location
+        assert sorted(i["item_id"] for i in request(p4 + "api/state")[1]["items"]) == sorted(slots[1])
+        consent(p4, accept=False)  # a refusal through the link frees the place again
+        assert request(p4 + "api/state")[1]["status"] == "refused" and joined(link, "p5")[0] == 303
+
+        summary = request(running.owner + "api/summary")[1]
+        statuses = {row["rater_id"]: (row["status"], row["source"]) for row in summary["raters"]}
+        assert statuses == {
+            "p1": ("active", "link"),
+            "p2": ("returned", "link"),
+            "p3": ("active", "link"),
+            "p4": ("refused", "link"),
+            "p5": ("active", "link"),
+        }
+        assert summary["design"]["n_raters"] == 3 and summary["design"]["items_cannot_reach_k"] == 0
+    with store_of(directory)._read() as connection:
+        ids = connection.execute("SELECT study_id, session_id FROM raters WHERE rater_id = 'p5'").fetchone()
+    assert tuple(ids) == ("study1", "s1")
+
+
+def test_a_design_that_cannot_be_met_is_refused_at_serve_or_served_with_a_warning(tmp_path, capsys):
+    """At most one version of a dialogue per rater with 2 raters per item and 2 planned raters: the dialogues with
+    two versions in the batch cannot give both their versions two raters. `serve` says so with the numbers and the
+    nearest feasible settings, registers nobody, and serves it only with --allow-shortfall; the owner's view then
+    says the study cannot finish."""
+    directory = make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch")
+    edit_study(directory, assignment={"raters_per_item": 2, "planned_raters": 2, "max_versions_per_dialogue": 1})
+    study = open_study(directory)
+    feasibility = study.feasibility()
+    assert not feasibility.feasible and feasibility.short > 0
+    assert anchors_cli.main(["serve", str(directory), "--raters", "a,b", "--port", "0"]) == 2
+    error = capsys.readouterr().err
+    assert "study.yaml assignment cannot be met" in error and "pass --allow-shortfall" in error
+    assert f"{feasibility.short} of the {len(study.counted)} counted items would get fewer than 2 raters" in error
+    assert "Nearest feasible settings (each alone): max_versions_per_dialogue: " in error
+    assert store_of(directory).raters() == []
+    with running_server(directory, "--raters", "a,b", "--allow-shortfall") as running:
+        printed = "\n".join(running.output)
+        assert "warning: study.yaml assignment cannot be met" in printed and "(--allow-shortfall)" in printed
+        assert "warning: study.yaml consent.contact still reads 'EDIT: ...'" in printed
+        design = request(running.owner + "api/summary")[1]["design"]
+        assert design["items_cannot_reach_k"] == feasibility.short and design["ratings"] == 0

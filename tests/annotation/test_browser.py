@@ -1,57 +1,75 @@
-"""The rating app in a real headless browser: Debian's chromium driven by playwright (real keyboard events through
-the DevTools protocol, not events dispatched from the page's JavaScript), against the app started as users start
-it. A rater consents, reads the instructions, does a practice item with feedback, rates with shortcuts and with
-Tab + Enter on focused controls, passes a gold item and an attention check, reloads and resumes; the owner follows
-and exports; a study from a real run goes from sample to statistics. axe-core (from the npm registry, injected
-through the DevTools protocol) checks every screen: no serious or critical violation."""
+"""The rating app in a real headless browser: Debian's chromium driven by playwright (real keyboard, mouse and touch
+events through the DevTools protocol, not events dispatched from the page's JavaScript), against the app started as
+users start it, at 1280 x 800 with keyboard and mouse and at 390 x 844 with touch. One study and one server serve
+the module's raters. At 1280 x 800 a rater consents, takes the headphone check, reads the instructions, does a
+practice item with feedback, finds Save waiting until the audio was heard, rates with the mouse and with
+shortcuts that act the same wherever the focus is (after a click on Play, Enter saves), keeps a draft across a
+reload, types shortcut letters into the comment, fails an attention check and gets the screen-out code with the
+debrief; the owner follows and exports. At 390 x 844 a rater taps through, finds Save in view without scrolling
+and looking disabled with its reason, taps a category before "Unsafe" (which selects Unsafe), and withdraws; the
+owner's page fits the phone. A study from a real run goes from sample to statistics. axe-core (from the npm
+registry, injected through the DevTools protocol) checks every screen: no violation at all."""
 
 from __future__ import annotations
 
 import json
-import shutil
-import sqlite3
-import sys
 from pathlib import Path
 
 import polars as pl
 import pytest
 
+from lalm_judge.annotation import headphones
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, load_labels
 from lalm_judge.annotation.protocol import load_protocol
 from lalm_judge.annotation.store import RatingStore
 from lalm_judge.cli import anchors as anchors_cli
 from lalm_judge.core.taxonomy import CATEGORIES
-from tests.annotation.conftest import make_batch, running_server, write_synthetic_run
+from tests.annotation.conftest import edit_study, make_batch, running_server, write_synthetic_run
+from tests.support.axe import axe_source, describe, violations
+from tests.support.browser import launched_chromium
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
-# The Debian wrapper skips --disable-dev-shm-usage when it misreads /dev/shm; pass it ourselves.
-CHROMIUM_ARGS = ["--disable-dev-shm-usage", "--autoplay-policy=no-user-gesture-required"]
 AUDIO_PLAYING = "() => { const a = document.getElementById('audio'); return !a.paused && a.currentTime > 0.3; }"
-# `make setup` installs axe-core (pinned in the Makefile) with npm into the environment.
-AXE = Path(sys.prefix) / "node" / "node_modules" / "axe-core" / "axe.min.js"
+AUDIO_ENDED = "() => document.getElementById('audio').ended"
+EVERY_IMPACT = ("minor", "moderate", "serious", "critical")
+DESKTOP = {"viewport": {"width": 1280, "height": 800}}
+PHONE = {"viewport": {"width": 390, "height": 844}, "has_touch": True, "is_mobile": True}
+# The tests listen at sixteen times the speed, the most chromium plays (the page counts what the audio element
+# played, in its own time).
+PLAYBACK_RATE = 16
+SCREEN_OUT = "SCREENED"
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        pytest.skip("chromium is not installed: 'make setup' installs it as root ('apt-get install chromium')")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as playwright:
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    with launched_chromium() as launched:
         yield launched
-        launched.close()
 
 
 @pytest.fixture(scope="module")
-def axe_source() -> str:
-    if not AXE.is_file():
-        if shutil.which("npm") is None:
-            pytest.skip("npm is not installed, so axe-core is not either: install npm, then run 'make setup'")
-        pytest.fail(f"{AXE} is missing: run 'make setup' (it installs axe-core with npm)")
-    return AXE.read_text(encoding="utf-8")
+def axe() -> str:
+    return axe_source()
+
+
+@pytest.fixture(scope="module")
+def study(tmp_path_factory) -> Path:
+    """A batch with a practice item, a gold item and an attention check, a two-trial headphone check, a screen-out
+    code and a redirect back to a platform."""
+    root = tmp_path_factory.mktemp("browser")
+    extras = {"practice": 1, "gold": 1, "attention": 1}
+    directory = make_batch(write_synthetic_run(root / "run"), root / "batch", n=8, n_unsafe=5, extras=extras)
+    edit_study(directory, headphone_check={"trials": 2})
+    study_yaml = directory / "study.yaml"
+    text = study_yaml.read_text().replace("screen_out_code: null", f"screen_out_code: {SCREEN_OUT}")
+    study_yaml.write_text(text.replace("redirect_url: null", "redirect_url: https://example.org/done?cc={code}"))
+    return directory
+
+
+@pytest.fixture(scope="module")
+def server(study):
+    with running_server(study, "--raters", "ann,pia") as running:
+        yield running
 
 
 # Resolves once the player knows the clip's duration (readyState HAVE_METADATA or later).
@@ -63,10 +81,10 @@ METADATA_LOADED = """() => new Promise((resolve) => {
 
 
 class Session:
-    """One tab, recording page errors, console errors and every URL the page requests."""
+    """One tab (a desktop or a phone), recording page errors, console errors and every URL the page requests."""
 
-    def __init__(self, browser, base: str, axe: str | None = None):
-        self.context = browser.new_context(accept_downloads=True)
+    def __init__(self, browser, base: str, axe: str | None = None, device: dict | None = None):
+        self.context = browser.new_context(accept_downloads=True, **(device or DESKTOP))
         self.page = self.context.new_page()
         self.base, self.axe = base, axe
         self.problems: list[str] = []
@@ -75,9 +93,16 @@ class Session:
         self.page.on("console", lambda m: m.type == "error" and self.problems.append(f"console: {m.text}"))
         self.page.on("request", lambda r: self.requested.append(r.url))
 
-    def open(self, url: str) -> None:
-        self.page.goto(url)
+    def open(self, url: str | None = None) -> None:
+        """Open `url`, or reload the page (None); the audio then plays at PLAYBACK_RATE."""
+        if url is None:
+            self.page.reload()
+        else:
+            self.page.goto(url)
         self.page.wait_for_selector("body[data-ready='true']")
+        audio = "document.getElementById('audio')"
+        rate = f"{audio}.defaultPlaybackRate = {audio}.playbackRate = {PLAYBACK_RATE}"
+        self.page.evaluate(f"() => {{ if ({audio}) {rate}; }}")
 
     def press(self, *keys: str) -> None:
         for key in keys:
@@ -95,6 +120,9 @@ class Session:
     def progress(self) -> str:
         return self.page.inner_text("#progress-text")
 
+    def pressed(self, selector: str) -> bool:
+        return self.page.get_attribute(selector, "aria-pressed") == "true"
+
     def tab_to(self, selector: str, limit: int = 40) -> None:
         """Press Tab until the element matching `selector` has the focus."""
         for _ in range(limit):
@@ -103,14 +131,18 @@ class Session:
                 return
         raise AssertionError(f"Tab never reached {selector}")
 
-    def saved_with(self, *keys: str) -> dict:
-        """Press the keys, the last one saving; returns the saved request's body."""
+    def listen(self, start=None) -> None:
+        """Play the shown item to its end (`start`: how, Space by default)."""
+        (start or (lambda: self.press("Space")))()
+        self.page.wait_for_function(AUDIO_ENDED)
+
+    def saved_with(self, act) -> dict:
+        """Run `act` (which saves); returns the saved request's body once the page moved on."""
         shown = self.item()
-        self.press(*keys[:-1])
         with self.page.expect_response(lambda r: r.url.endswith("/api/rate")) as saved:
-            self.press(keys[-1])
+            act()
         assert saved.value.status == 200, saved.value.text()
-        # The next item, or a practice item's feedback.
+        # The next item, a practice item's feedback, or the end.
         self.page.wait_for_function(
             "(shown) => document.body.dataset.item !== shown || !document.getElementById('feedback').hidden",
             arg=shown,
@@ -126,20 +158,22 @@ class Session:
         return ["u", *arrows, str(severity), "Enter"]
 
     def rate(self, unsafe: bool, category: str | None = None, severity: int | None = None) -> dict:
-        """Rate the shown item with the shortcuts only."""
-        return self.saved_with(*self.keys_for(unsafe, category, severity))
+        """Listen to the shown item, then rate it with the shortcuts only."""
+        keys = self.keys_for(unsafe, category, severity)
+        self.press(*keys[:-1])
+        return self.saved_with(lambda: self.press(keys[-1]))
 
     def accessible(self, where: str) -> None:
-        """axe-core on the page as it is now: no serious or critical violation."""
+        """axe-core on the page as it is now: no violation of any impact."""
         if self.page.evaluate("typeof window.axe") == "undefined":
             self.page.evaluate(self.axe)  # through the DevTools protocol: the page's CSP allows no inline script
-        result = self.page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
-        bad = [
-            f"{v['id']} ({v['impact']}): {[n['target'] for n in v['nodes']]}"
-            for v in result["violations"]
-            if v["impact"] in ("serious", "critical")
-        ]
-        assert bad == [], f"{where}: {bad}"
+        found = violations(self.page, EVERY_IMPACT)
+        assert not found, f"accessibility violations on {where}:\n{describe(found)}"
+
+    def fits(self, where: str) -> None:
+        """Nothing wider than the window: no sideways scrolling."""
+        width = self.page.evaluate("[document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], f"{where}: {width[0]} px wide in a {width[1]} px window"
 
     def close(self) -> None:
         self.context.close()
@@ -158,155 +192,194 @@ def label_answer(label, flip: bool = False) -> dict:
     return {"unsafe": False}
 
 
-def test_a_rater_and_the_owner_through_the_whole_protocol_by_keyboard(tmp_path, browser, axe_source):
-    extras = {"practice": 1, "gold": 1, "attention": 1}
-    directory = make_batch(write_synthetic_run(tmp_path / "run"), tmp_path / "batch", n=8, n_unsafe=5, extras=extras)
-    protocol = load_protocol(Batch.load(directory))
-    labels = {label.item_id: label for label in load_labels(directory)[1]}
+def test_keyboard_and_mouse_at_1280x800(study, server, browser, axe):
+    protocol = load_protocol(Batch.load(study))
+    labels = {label.item_id: label for label in load_labels(study)[1]}
     checks = {item_id: check.expected for item_id, check in protocol.checks.items()}
-    with running_server(directory, "--raters", "ann") as server:
-        ann = Session(browser, server.base, axe_source)
-        ann.open(server.url("ann"))
+    (attention,) = protocol.items_of("attention")
+    ann = Session(browser, server.base, axe)
+    ann.open(server.url("ann"))
 
-        # Consent, then the instructions with every definition, each by Tab + Enter.
-        assert ann.screen() == "consent" and ann.focused() == "consent-title"
-        ann.accessible("consent")
-        ann.tab_to("#accept")
-        ann.press("Enter")
-        ann.page.wait_for_selector("#instructions:not([hidden])")
-        assert ann.page.locator("#instructions dt").count() == len(CATEGORIES) + 5
-        ann.accessible("instructions")
-        ann.tab_to("#start")
-        ann.press("Enter")
+    def answer(item_id: str) -> dict:
+        """The expected answer, except at the attention check, which ann fails (called safe)."""
+        if item_id == attention:
+            return {"unsafe": False}
+        return answer_of(checks[item_id]) if item_id in checks else label_answer(labels[item_id])
 
-        # Practice: audio to the end, a shortcut answer, feedback, Enter on the focused Continue.
-        ann.page.wait_for_selector("#rating:not([hidden])")
-        assert ann.focused() == "item-title" and "Practice dialogue 1 of 1" in ann.page.inner_text("#item-title")
-        practice = ann.item()
-        ann.press("Space")
-        ann.page.wait_for_function("() => document.getElementById('audio').ended")
-        expected = checks[practice]
-        body = ann.rate(**answer_of(expected)) if expected.unsafe else ann.rate(unsafe=False)
-        given = {practice: body}
-        duration = Batch.load(directory).item(practice).duration_s
-        assert body["heard_to_end"] is True and body["listened_s"] == pytest.approx(duration, abs=0.3)
-        ann.page.wait_for_selector("#feedback:not([hidden])")
-        assert "Your answer matches." in ann.page.inner_text("#feedback-text") and ann.focused() == "continue"
-        ann.accessible("practice feedback")
-        ann.press("Enter")
-        ann.page.wait_for_function("(p) => document.body.dataset.item !== p", arg=practice)
-        assert "Practice done" in ann.page.inner_text("#status") and ann.progress() == "0 of 10 dialogues rated"
-        assert ann.focused() == "item-title"
-        ann.accessible("rating")
+    def rate_checks_until_a_counted_item() -> str:
+        while labels[ann.item()].role != "item":
+            ann.listen()
+            ann.rate(**answer(ann.item()))
+        return ann.item()
 
-        # Tab + Enter / Space on focused controls press the control; they never save or play. The player takes two
-        # Tab stops.
-        first = ann.item()
-        saves = []
-        ann.page.on("request", lambda r: r.url.endswith("/api/rate") and saves.append(r.url))
-        stops = []
-        for _ in range(3):
-            ann.press("Tab")
-            stops.append(ann.focused())
-        assert stops == ["play", "restart", "show-transcript"]
-        with ann.page.expect_response(lambda r: r.url.endswith("/api/transcript")):
-            ann.press("Enter")
-        ann.page.wait_for_selector("#transcript:not([hidden]) li")
-        ann.tab_to("#verdicts button[data-unsafe='1']")
-        ann.press("Space")
-        assert ann.page.get_attribute("#verdicts button[data-unsafe='1']", "aria-pressed") == "true"
-        assert ann.page.evaluate("document.getElementById('audio').paused")
-        ann.tab_to("#categories button[data-category='hate']")
-        ann.press("Enter")
-        ann.tab_to("#severities button[data-severity='2']")
-        ann.press("Enter")
-        ann.tab_to("#unsure")
-        ann.press("Space")
-        ann.tab_to("#comment")
-        ann.page.keyboard.type("Quiet at [2]: s u 1")
-        ann.press("Enter")  # a new line in the comment, not a save
-        assert saves == [] and ann.item() == first
-        ann.tab_to("#submit")
-        body = given[first] = ann.saved_with("Enter")
-        assert body | {"listened_s": 0} == {
-            "item_id": first,
-            "unsafe": True,
-            "category": "hate",
-            "severity": 2,
-            "unsure": True,
-            "comment": "Quiet at [2]: s u 1\n",
-            "listened_s": 0,
-            "heard_to_end": False,
-        }
+    # Consent with what a review board expects, then the headphone check and the instructions, by Tab + Enter and
+    # by the mouse.
+    assert ann.screen() == "consent" and ann.focused() == "consent-title"
+    terms = ann.page.locator("#consent-details dt").all_inner_texts()
+    assert terms == ["Age", "Withdrawal", "Contact", "Ethics approval"]
+    ann.accessible("consent")
+    ann.tab_to("#accept")
+    ann.press("Enter")
+    ann.page.wait_for_selector("#headphones:not([hidden])")
+    assert ann.page.get_attribute("#headphones-done", "aria-disabled") == "true"
+    ann.accessible("headphone check")
+    right = headphones.answers(headphones.trial_orders(Batch.load(study).seed, "ann", 2))
+    for trial, tone in enumerate(right, start=1):
+        ann.page.click(f"#trials button[data-trial='{trial}'][data-tone='{tone}']")
+    ann.page.click("#headphones-done")
+    ann.page.wait_for_selector("#instructions:not([hidden])")
+    assert ann.page.inner_text("#headphones-result") == "Headphone check passed (2 of 2)."
+    ann.accessible("instructions")
+    ann.tab_to("#start")
+    ann.press("Enter")
 
-        # An error goes once it is fixed; an unsaved choice left with ] is kept as a draft and comes back.
-        second = ann.item()
-        answer = answer_of(checks[second]) if second in checks else label_answer(labels[second])
-        ann.press("Enter")
-        assert "Choose safe (S) or unsafe (U)" in ann.page.inner_text("#status")
-        keys = ann.keys_for(**answer)
-        ann.press(keys[0])
-        assert ann.page.inner_text("#status") == "" and not ann.page.locator("#status.error").count()
-        ann.press(*keys[1:-1], "]")
-        ann.page.wait_for_function("(s) => document.body.dataset.item !== s", arg=second)
-        assert "kept as a draft" in ann.page.inner_text("#status")
-        ann.press("[")
-        ann.page.wait_for_function("(s) => document.body.dataset.item === s", arg=second)
-        assert "unsaved draft is back" in ann.page.inner_text("#status")
-        verdict = "1" if answer["unsafe"] else "0"
-        assert ann.page.get_attribute(f"#verdicts button[data-unsafe='{verdict}']", "aria-pressed") == "true"
-        given[second] = ann.saved_with("Enter")
+    # Practice: Save waits until the audio was heard; it looks disabled, says why, and Enter says it again.
+    ann.page.wait_for_selector("#rating:not([hidden])")
+    assert ann.focused() == "item-title" and "Practice dialogue 1 of 1" in ann.page.inner_text("#item-title")
+    practice = ann.item()
+    saves = []
+    ann.page.on("request", lambda r: r.url.endswith("/api/rate") and saves.append(r.url))
+    assert ann.page.get_attribute("#submit", "aria-disabled") == "true"
+    assert "listen to at least 90 % of the dialogue first" in ann.page.inner_text("#save-why")
+    ann.press("s", "Enter")
+    assert "listen to at least 90 %" in ann.page.inner_text("#status.error") and saves == []
+    ann.listen()
+    assert ann.page.inner_text("#save-why") == "" and ann.page.get_attribute("#submit", "aria-disabled") is None
+    body = ann.rate(**answer(practice))
+    duration = Batch.load(study).item(practice).duration_s
+    assert body["heard_to_end"] is True and body["listened_s"] == pytest.approx(duration, abs=0.3)
+    ann.page.wait_for_selector("#feedback:not([hidden])")
+    assert "Your answer matches." in ann.page.inner_text("#feedback-text") and ann.focused() == "continue"
+    ann.accessible("practice feedback")
+    ann.press("Enter")
+    ann.page.wait_for_function("(p) => document.body.dataset.item !== p", arg=practice)
+    assert "Practice done" in ann.page.inner_text("#status") and ann.focused() == "item-title"
+    ann.accessible("rating")
 
-        # A reload resumes at the first unrated item, with the progress kept.
-        order = json.loads(ann.page.evaluate("JSON.stringify(sequence.map((i) => i.item_id))"))
-        ann.page.reload()
-        ann.page.wait_for_selector("body[data-ready='true']")
-        rated = {practice, first, second}
-        assert ann.item() == next(i for i in order if i not in rated) and ann.progress() == "2 of 10 dialogues rated"
+    # A click on Play leaves the focus on it; S then Enter still rate and save, as they do wherever the focus is.
+    first = rate_checks_until_a_counted_item()
+    ann.listen(lambda: ann.page.click("#play"))
+    assert ann.focused() == "play"
+    body = ann.saved_with(lambda: ann.press("s", "Enter"))
+    assert body["item_id"] == first and body["unsafe"] is False
 
-        # The rest with shortcuts: the gold item as known, the attention check as its audio asks.
-        while ann.screen() == "rating":
-            item_id = ann.item()
-            answer = answer_of(checks[item_id]) if item_id in checks else label_answer(labels[item_id])
-            given[item_id] = ann.rate(**answer) if answer["unsafe"] else ann.rate(unsafe=False)
-        assert ann.screen() == "done" and ann.page.inner_text("#completion-code") == protocol.completion_code
-        ann.accessible("done")
-        ann.close()
+    # A click on a category before Unsafe selects Unsafe; the draft and the listening survive a reload.
+    second = rate_checks_until_a_counted_item()
+    ann.listen(lambda: ann.page.click("#play"))
+    ann.page.click("#categories button[data-category='hate']")
+    assert ann.pressed("#verdicts button[data-unsafe='1']") and ann.pressed("#categories button[data-category='hate']")
+    ann.press("2")
+    ann.open()  # reload
+    assert ann.item() == second and "unsaved draft is back" in ann.page.inner_text("#status")
+    assert ann.pressed("#verdicts button[data-unsafe='1']") and ann.pressed("#severities button[data-severity='2']")
+    assert ann.page.get_attribute("#submit", "aria-disabled") is None  # heard before the reload
+    body = ann.saved_with(lambda: ann.press("Enter"))
+    assert (body["item_id"], body["category"], body["severity"], body["heard_to_end"]) == (second, "hate", 2, True)
 
-        # The owner's view: progress, checks, agreement with n, and the export button (Tab + Enter).
-        owner = Session(browser, server.base, axe_source)
-        owner.open(server.owner)
-        row = owner.page.locator("#raters tr[data-rater='ann'] td").all_inner_texts()
-        assert row[:4] == ["ann", "accepted", "10 of 10 (done)", "1"]
-        passed = {
-            role: protocol.passed(item, body["unsafe"], body.get("category"), body.get("severity") or 0)
-            for role in ("gold", "attention")
-            for item in protocol.items_of(role)
-            for body in [given[item]]
-        }
-        assert passed == {"gold": True, "attention": True} and row[5:7] == ["1 of 1 (100 %)"] * 2
-        kappa = owner.page.locator("#agreement tr[data-statistic='safety_kappa'] td").all_inner_texts()
-        assert kappa[0] == "Safety kappa" and kappa[1] == "8"
-        alpha = owner.page.locator("#agreement tr[data-statistic='alpha_safety'] td").all_inner_texts()
-        assert alpha[2] == "not estimable"  # one rater: no item has two ratings
-        owner.accessible("owner's view")
-        owner.tab_to("#export")
-        with owner.page.expect_download() as download:
-            owner.press("Enter")
-        exported = pl.read_csv(download.value.path())
-        owner.close()
+    # With the focus on a category button, N marks unsure, T reveals the transcript (speakers named readably) and
+    # Space plays; in the comment field the same keys type; Enter on the focused Previous button saves.
+    third = rate_checks_until_a_counted_item()
+    ann.tab_to("#categories button")
+    ann.press("n")
+    with ann.page.expect_response(lambda r: r.url.endswith("/api/transcript")):
+        ann.press("t")
+    ann.page.wait_for_selector("#transcript:not([hidden]) li")
+    assert ann.page.locator("#transcript li").first.inner_text().startswith("Speaker 1: ")
+    ann.listen()
+    assert not ann.pressed("#categories button[data-category='overall']") and ann.page.is_checked("#unsure")
+    ann.accessible("rating with the transcript")
+    saved_before = len(saves)
+    ann.page.click("#comment")
+    ann.page.keyboard.type("s u 1 [")
+    ann.press("Enter")
+    assert not ann.pressed("#verdicts button[data-unsafe='0']") and ann.item() == third
+    assert len(saves) == saved_before
+    ann.tab_to("#previous")
+    body = ann.saved_with(lambda: ann.press("s", "Enter"))
+    assert (body["item_id"], body["unsafe"], body["unsure"], body["comment"]) == (third, False, True, "s u 1 [\n")
 
-    assert exported.height == 11 and exported["role"].value_counts().height == 4
-    checked = exported.filter(pl.col("role").is_in(["gold", "attention"]))
-    assert dict(zip(checked["role"], checked["check_passed"])) == {role: int(ok) for role, ok in passed.items()}
-    transcript_row = exported.filter(pl.col("item_id") == first).row(0, named=True)
-    assert transcript_row["transcript_shown"] == 1 and transcript_row["unsure"] == 1
-    practice_row = exported.filter(pl.col("role") == "practice").row(0, named=True)
-    assert practice_row["heard_to_end"] == 1 and practice_row["played"] == 1
-    # The first item's start is when it was shown, after consent, instructions and practice.
-    with sqlite3.connect(directory / RATINGS_DB) as connection:
-        consented = connection.execute("SELECT MAX(at) FROM consents").fetchone()[0]
-    assert exported.filter(pl.col("role") != "practice")["opened_at"].min() > consented
+    # The rest with shortcuts; the attention check is failed, so the end shows the screen-out code and the debrief.
+    while ann.screen() == "rating":
+        ann.listen()
+        ann.rate(**answer(ann.item()))
+    assert ann.screen() == "done" and ann.page.inner_text("#completion-code") == SCREEN_OUT
+    assert "did not meet the study's criteria" in ann.page.inner_text("#completion-label")
+    assert ann.page.get_attribute("#redirect", "href") == f"https://example.org/done?cc={SCREEN_OUT}"
+    assert "support service" in ann.page.inner_text("#debrief") and "Contact:" in ann.page.inner_text("#debrief")
+    ann.accessible("done, with the debrief")
+    ann.close()
+
+    # The owner's view: ann's device, the exclusion with its reason, the ratings against the design; the export.
+    owner = Session(browser, server.base, axe)
+    owner.open(server.owner)
+    row = owner.page.locator("#raters tr[data-rater='ann'] td").all_inner_texts()
+    assert row[:4] == ["ann", "active", "accepted", "10 of 10 (done)"] and row[10:12] == ["2 of 2", "1280x800 (mouse)"]
+    assert row[12] == "failed 1 of 1 attention checks (at most 0 allowed)"
+    assert "counted ratings" in owner.page.inner_text("#design-text") and "/" not in owner.page.inner_text("header")
+    owner.accessible("owner's view")
+    with owner.page.expect_download() as download:
+        owner.page.click("#export")
+    exported = pl.read_csv(download.value.path())
+    owner.close()
+    assert set(exported.filter(pl.col("rater_id") == "ann")["rater_status"]) == {"active"}
+    third_row = exported.filter(pl.col("item_id") == third).row(0, named=True)
+    assert third_row["transcript_shown"] == 1 and third_row["unsure"] == 1 and third_row["heard_to_end"] == 1
+
+
+def test_touch_at_390x844(study, server, browser, axe):
+    pia = Session(browser, server.base, axe, PHONE)
+    pia.open(server.url("pia"))
+    pia.fits("consent")
+    pia.page.tap("#accept")
+    pia.page.wait_for_selector("#headphones:not([hidden])")
+    for trial in (1, 2):
+        pia.page.tap(f"#trials button[data-trial='{trial}'][data-tone='1']")
+    pia.page.tap("#headphones-done")
+    pia.page.wait_for_selector("#instructions:not([hidden])")
+    pia.page.tap("#start")
+    pia.page.wait_for_selector("#rating:not([hidden])")
+
+    # Save is in view without scrolling, looks disabled and says why; a tap on it says it again and saves nothing.
+    pia.fits("rating")
+    box = pia.page.locator("#submit").bounding_box()
+    assert pia.page.evaluate("window.scrollY") == 0 and box["y"] >= 0 and box["y"] + box["height"] <= 844
+    style = pia.page.evaluate("getComputedStyle(document.getElementById('submit')).borderTopStyle")
+    assert style == "dashed" and pia.page.is_visible("#save-why")
+    saves = []
+    pia.page.on("request", lambda r: r.url.endswith("/api/rate") and saves.append(r.url))
+    pia.page.tap("#submit", force=True)  # playwright taps only enabled controls unless forced
+    assert "listen to at least 90 %" in pia.page.inner_text("#status") and saves == []
+
+    # A tap on a category first selects Unsafe as well; then Play, a severity and Save, all by touch.
+    pia.page.tap("#categories button[data-category='hate']")
+    assert pia.pressed("#verdicts button[data-unsafe='1']")
+    pia.accessible("rating on a phone")
+    pia.listen(lambda: pia.page.tap("#play"))
+    pia.page.tap("#severities button[data-severity='2']")
+    body = pia.saved_with(lambda: pia.page.tap("#submit"))
+    assert (body["unsafe"], body["category"], body["severity"]) == (True, "hate", 2)
+    pia.page.tap("#continue")
+    pia.page.wait_for_selector("#feedback", state="hidden")
+    box = pia.page.locator("#submit").bounding_box()
+    assert box["y"] >= 0 and box["y"] + box["height"] <= 844  # still in view on the next item
+
+    # Withdrawing: a confirmation, then the end of the assignment with the debrief.
+    pia.page.tap("#withdraw")
+    pia.page.wait_for_selector("#withdraw-confirm:not([hidden])")
+    pia.accessible("withdrawal on a phone")
+    pia.page.tap("#withdraw-yes")
+    pia.page.wait_for_selector("#ended:not([hidden])")
+    assert "Your ratings will not be used" in pia.page.inner_text("#ended-text") and pia.page.is_visible("#debrief")
+    pia.fits("withdrawn")
+    pia.accessible("withdrawn, with the debrief")
+
+    # The owner's page fits the phone too.
+    pia.open(server.owner)
+    pia.fits("owner's view")
+    row = pia.page.locator("#raters tr[data-rater='pia'] td").all_inner_texts()
+    assert row[1] == "withdrew" and row[11] == "390x844 (touch)" and row[12] == "withdrew from the study"
+    pia.accessible("owner's view on a phone")
+    pia.close()
 
 
 def test_a_study_from_sample_to_statistics_in_a_real_browser(finished_test_run, tmp_path, browser, capsys):
@@ -316,6 +389,8 @@ def test_a_study_from_sample_to_statistics_in_a_real_browser(finished_test_run, 
     assert anchors_cli.main([*sample, *checks, "--results", str(finished_test_run)]) == 0
     batch = Batch.load(batch_dir)
     labels = {label.item_id: label for label in load_labels(batch_dir)[1]}
+    # Save at once: listening is not what this test is about (the real clips last seconds each).
+    edit_study(batch_dir, quality={"min_listened_share": 0})
 
     with running_server(batch_dir, "--raters", "ann,ben") as server:
         ann = Session(browser, server.base)

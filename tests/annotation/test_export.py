@@ -14,7 +14,8 @@ from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchError, load_labe
 from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rater_summary
 from lalm_judge.annotation.store import Answer, RatingStore
 from lalm_judge.cli import anchors as anchors_cli
-from tests.annotation.conftest import consent, make_batch, request, running_server, write_synthetic_run
+from tests.annotation.conftest import consent, make_batch, running_server, write_synthetic_run
+from tests.annotation.conftest import rate as rate_item
 
 
 def label_answer(label, flip: bool = False) -> Answer:
@@ -115,10 +116,10 @@ def test_statistics_from_the_live_database_as_the_study_runs(tmp_path, capsys):
     def rate(url: str, items) -> None:
         for item_id in items:
             answer = label_answer(labels[item_id], flip=item_id == "item_003")
-            body = {"item_id": item_id, "unsafe": answer.unsafe}
+            body = {"unsafe": answer.unsafe}
             if answer.unsafe:
                 body |= {"category": answer.category, "severity": answer.severity}
-            assert request(url + "api/rate", body)[0] == 200
+            assert rate_item(url, item_id, **body)[0] == 200
 
     with running_server(directory, "--raters", "a,b") as server:
         for rater in ("a", "b"):

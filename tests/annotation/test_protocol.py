@@ -25,6 +25,27 @@ def test_the_default_protocol_defines_every_category_and_severity_from_the_taxon
         assert (text["name"], text["definition"]) == SEVERITY_LEVELS[level] and text["example"]
     assert protocol.consent["accept"] == "I agree" and protocol.design.raters_per_item is None
     assert protocol.source == str(batch / "study.yaml") and protocol.completion_code
+    # No severity example repeats a category example (the middle severity's used to repeat its category's).
+    examples = {text["example"] for text in protocol.categories.values()}
+    assert not examples & {text["example"] for text in protocol.severities.values()}
+
+
+def test_the_default_protocol_has_what_a_review_board_expects(batch):
+    """Contact, ethics approval, minimum age and withdrawal on the consent page; a debrief after the harmful
+    content; the recorded device named in the consent; quality rules, ties and the public link's settings; and the
+    texts only the owner can write marked for `serve` to warn about."""
+    protocol = load_protocol(Batch.load(batch))
+    consent = protocol.consent
+    assert consent["min_age"] == 18 and "Withdraw" in consent["withdrawal"] and "browser" in consent["text"]
+    assert consent["contact"].startswith("EDIT:") and consent["ethics"].startswith("EDIT:")
+    assert protocol.placeholders() == ["consent.contact", "consent.ethics"]
+    assert "support service" in protocol.debrief and "synthetic" in protocol.debrief
+    assert protocol.headphone_check is None and protocol.min_listened_share == 0.9 and protocol.ties == "unsafe"
+    assert protocol.exclusion.max_attention_failures == 0 and protocol.exclusion.min_heard_to_end == 0.5
+    assert protocol.recruiting.participant_param == "PROLIFIC_PID" and protocol.recruiting.timeout_minutes == 120
+    assert protocol.screen_out_code is None and protocol.name == "study.yaml"
+    edit(batch, lambda d: d["consent"].update(contact="Dr. A. Researcher, a.researcher@example.org"))
+    assert load_protocol(Batch.load(batch)).placeholders() == ["consent.ethics"]
 
 
 def test_raters_read_the_definitions_the_rewrite_generator_writes_to():
@@ -64,6 +85,10 @@ def edit(batch_dir, change) -> None:
         ),
         (lambda d: d.update(completion={"redirect_url": "javascript:alert(1)"}), r"completion.redirect_url: .* match"),
         (lambda d: d.update(assignment={"raters_per_item": 2}), r"give raters_per_item and planned_raters together"),
+        (lambda d: d.update(statistics={"ties": "coin"}), r"statistics.ties: 'coin' is not one of"),
+        (lambda d: d.update(quality={"min_listened_share": 2}), r"quality.min_listened_share: 2 is greater than"),
+        (lambda d: d.update(headphone_check={"trials": 2, "min_correct": 3}), r"min_correct 3 exceeds its 2 trials"),
+        (lambda d: d.update(recruiting={"participant_param": "a b"}), r"recruiting.participant_param: 'a b' does"),
     ],
 )
 def test_a_protocol_that_does_not_fit_is_refused_naming_the_key(batch, change, message):
@@ -117,5 +142,14 @@ def test_practice_gold_and_attention_items_are_drawn_answered_and_spoken(synthet
         assert len(audio) / rate > dialogue_s + 0.8 + 1.0  # the pause and at least a second of speech
     # The page gets the texts and never an answer.
     public = protocol.public()
-    assert set(public) == {"title", "instructions", "consent", "categories", "severities"}
+    assert set(public) == {
+        "title",
+        "instructions",
+        "consent",
+        "debrief",
+        "categories",
+        "severities",
+        "min_listened_share",
+        "headphone_trials",
+    }
     assert all(item_id not in json.dumps(public) for items in roles.values() for item_id in items)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sqlite3
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -103,13 +104,56 @@ def test_a_database_of_the_first_release_gains_the_new_columns(tmp_path):
                 unsafe INTEGER NOT NULL, category TEXT, severity INTEGER NOT NULL, transcript_shown INTEGER NOT NULL,
                 submitted_at TEXT NOT NULL);
             INSERT INTO raters VALUES ('a', 'x', '2026-01-01T00:00:00.000+00:00');
+            INSERT INTO raters VALUES ('b', 'y', '2026-01-01T00:00:00.000+00:00');
             INSERT INTO submissions VALUES (1, 'a', 'item_1', 0, NULL, 0, 0, '2026-01-01T00:00:01.000+00:00');"""
         )
     store = RatingStore(path, "old")
     (rating,) = store.ratings()
     assert (rating.item_id, rating.unsure, rating.comment, rating.listened_s) == ("item_1", 0, "", None)
-    store.register(["a"], lambda rater, slot, before: ["item_1", "item_2"])
-    assert store.assignments() == {"a": ["item_1", "item_2"]}
+    store.register(["a"], lambda rater, slot, before: [f"item_{slot}", "item_9"])
+    assert store.assignments() == {"a": ["item_0", "item_9"], "b": ["item_1", "item_9"]}  # slots in their order
+    assert {rater: (info["slot"], info["status"]) for rater, info in store.raters_info().items()} == {
+        "a": (0, "active"),
+        "b": (1, "active"),
+    }
+
+
+def test_the_public_link_gives_free_slots_once_per_participant_and_frees_idle_ones(store):
+    """Participants take the lowest free slot; the same session resumes with a new token, another session is turned
+    away; a freed assignment's slot goes to the next participant; an idle, unfinished participant times out (a
+    finished one never does), and the practice items do not count as unfinished work."""
+
+    def plan(rater, slot, before):
+        return ["practice", f"item_{slot}"]
+
+    def join(participant, session="s1", **options):
+        return store.join(participant, "study", session, plan, places=2, practice=["practice"], **options)
+
+    first = join("p1")
+    assert first.outcome == "assigned" and store.authenticate("p1", first.token)
+    again = join("p1")
+    assert again.outcome == "resumed" and store.authenticate("p1", again.token)
+    assert not store.authenticate("p1", first.token)
+    assert join("p1", session="s2").outcome == "taken_part"
+    assert join("p2").outcome == "assigned" and join("p3").outcome == "full"
+    store.add_rater("ann")  # raters the owner registers take free slots too, beyond the link's places
+    assert join("ann").outcome == "owner_rater"
+    store.free(["p2"], "returned")
+    assert join("p3").outcome == "assigned" and store.assignments("p3") == {"p3": ["practice", "item_1"]}
+    assert join("p2").outcome == "taken_part"  # their place is gone
+    with pytest.raises(StoreError, match="'p2' is returned already"):
+        store.free(["p2"], "withdrawn")
+    with pytest.raises(StoreError, match="'zed' is not registered"):
+        store.free(["zed"], "returned")
+    # p1 finishes (the practice item needs no rating); p3 rates nothing. Three hours later p4 arrives.
+    store.submit("p1", "item_0", Answer(unsafe=False))
+    later = datetime.now(UTC) + timedelta(hours=3)
+    assert join("p4", timeout_minutes=120, now=later).outcome == "assigned"
+    assert store.statuses() == {"ann": "active", "p1": "active", "p2": "returned", "p3": "timed_out", "p4": "active"}
+    assert store.assignments("p4") == {"p4": ["practice", "item_1"]}  # p3's slot
+    # A consent refusal through the link frees the place as well.
+    store.record_consent("p4", False, "sha", free=True)
+    assert store.statuses()["p4"] == "refused" and join("p5").outcome == "assigned"
 
 
 def test_inconsistent_answers_are_refused_by_the_database(store):

@@ -1,26 +1,38 @@
-// The rating page of lalm-judge's annotation app: consent, instructions, practice with feedback, then one dialogue
-// at a time, rated with buttons or keys. Every call goes to the rater's own base URL (the page's path, which
-// carries rater id and token).
+// The rating page of lalm-judge's annotation app: consent, an optional headphone check, instructions, practice
+// with feedback, then one dialogue at a time, rated with buttons, taps or keys, and the debrief. Every call goes to
+// the rater's own base URL (the page's path, which carries rater id and token).
 //
-// Keys: shortcuts act on the rating, never on a focused control's own keys: on a focused button, link, checkbox
-// or summary, Enter and Space press that control; in the comment field every key types.
+// Keys: on the rating screen every shortcut acts the same wherever the focus is (after a click on Play, Enter
+// saves; it does not press Play again), except in the comment field, where keys type. Every control there has its
+// key, and Tab moves between them for the mouse-free. On the other screens Enter and Space press the focused
+// button. A control that cannot act now is marked aria-disabled (it looks disabled), stays focusable, and
+// pressing it says why. Unsaved choices and the listening so far are kept in the browser's storage, so a reload
+// loses nothing.
 "use strict";
 
 const base = location.pathname.endsWith("/") ? location.pathname : location.pathname + "/";
 const $ = (id) => document.getElementById(id);
-const SCREENS = ["consent", "refused", "instructions", "rating", "done"];
+const SCREENS = ["consent", "refused", "headphones", "instructions", "rating", "done", "withdraw-confirm", "ended"];
 const EMPTY = { unsafe: null, category: null, severity: null, unsure: false, comment: "" };
+const ENDED = {
+  withdrawn: "You have withdrawn from the study. Your ratings will not be used. Thank you for your time.",
+  returned: "You returned this study on the recruiting platform, so your place went to another participant.",
+  timed_out: "Your time for this study ran out, and your place went to another participant. Thank you.",
+  refused: "You chose not to take part. Your choice is recorded, and nothing else will be.",
+};
 
 let state = null; // the server's answer to api/state, updated as ratings are saved
 let sequence = []; // practice items, then the rater's other items
 let position = 0; // index into sequence
 let draft = { ...EMPTY };
-const drafts = {}; // item id -> an unsaved choice kept when the rater moved on
-const listening = {}; // item id -> {seconds, ended}
-let lastTime = null;
+let drafts = {}; // item id -> an unsaved choice kept when the rater moved on (or reloaded)
+let listening = {}; // item id -> {seconds, ended}
+let storageKey = null;
 let playReported = false;
 let saving = false;
 let awaitingFeedback = false;
+let screenBeforeWithdraw = null;
+const trialAnswers = {}; // headphone trial number -> the tone chosen (1-3)
 
 async function api(path, body) {
   const options = body === undefined ? {} : {
@@ -51,12 +63,38 @@ function fail(error) {
 function showScreen(name, focusId) {
   for (const screen of SCREENS) $(screen).hidden = screen !== name;
   document.body.dataset.screen = name;
+  $("debrief").hidden = !["done", "ended"].includes(name);
+  $("keys").hidden = name !== "rating";
+  $("withdraw").hidden = !(state && state.consent === true && state.status === "active") ||
+    ["withdraw-confirm", "ended"].includes(name);
   if (focusId) $(focusId).focus();
 }
 
 function setStatus(text, isError = false) {
   $("status").textContent = text;
   $("status").classList.toggle("error", isError);
+}
+
+function setDisabled(id, reason) {
+  // aria-disabled, not disabled: the control stays focusable and pressing it says why.
+  const control = $(id);
+  if (reason) {
+    control.setAttribute("aria-disabled", "true");
+    control.dataset.why = reason;
+  } else {
+    control.removeAttribute("aria-disabled");
+    delete control.dataset.why;
+  }
+}
+
+// Runs `action` unless the control is disabled; then its reason is said instead.
+function pressed(id, action) {
+  const control = $(id);
+  if (control.getAttribute("aria-disabled") === "true") {
+    setStatus(control.dataset.why, true);
+    return;
+  }
+  action();
 }
 
 function paragraphs(container, text) {
@@ -78,13 +116,25 @@ function definitionList(title, entries) {
     term.textContent = entry.term;
     const definition = document.createElement("dd");
     definition.textContent = entry.definition + " ";
-    const example = document.createElement("span");
-    example.className = "example";
-    example.textContent = `Example: “${entry.example}”`;
-    definition.append(example);
+    if (entry.example) {
+      const example = document.createElement("span");
+      example.className = "example";
+      example.textContent = `Example: “${entry.example}”`;
+      definition.append(example);
+    }
     list.append(term, definition);
   }
   return [heading, list];
+}
+
+function consentDetails(consent) {
+  const entries = [];
+  if (consent.min_age) entries.push({ term: "Age", definition: `You must be at least ${consent.min_age} years old to take part.` });
+  if (consent.withdrawal) entries.push({ term: "Withdrawal", definition: consent.withdrawal });
+  if (consent.contact) entries.push({ term: "Contact", definition: consent.contact });
+  if (consent.ethics) entries.push({ term: "Ethics approval", definition: consent.ethics });
+  const [, list] = definitionList("", entries);
+  $("consent-details").replaceChildren(...list.childNodes);
 }
 
 function buildTexts() {
@@ -92,9 +142,12 @@ function buildTexts() {
   document.title = protocol.title;
   $("title").textContent = protocol.title;
   paragraphs($("consent-text"), protocol.consent.text);
+  consentDetails(protocol.consent);
   $("accept").textContent = protocol.consent.accept;
   $("refuse").textContent = protocol.consent.refuse;
   paragraphs($("instructions-text"), protocol.instructions);
+  paragraphs($("debrief-text"), protocol.debrief);
+  $("debrief-contact").textContent = protocol.consent.contact ? `Contact: ${protocol.consent.contact}` : "";
   const categories = protocol.categories.map((c) => ({ term: c.label, definition: c.definition, example: c.example }));
   const severities = protocol.severities.map((s) => ({
     term: `${s.level} ${s.name}`, definition: s.definition, example: s.example,
@@ -110,6 +163,7 @@ function categoryLabel(category) {
 }
 
 function buildChoices() {
+  // A category or a severity marks the dialogue unsafe, as the keys do.
   for (const entry of state.protocol.categories) {
     const button = document.createElement("button");
     button.type = "button";
@@ -128,6 +182,27 @@ function buildChoices() {
   }
   for (const button of $("verdicts").querySelectorAll("button")) {
     button.addEventListener("click", () => choose({ unsafe: button.dataset.unsafe === "1" }));
+  }
+}
+
+// Drafts and listening survive a reload: they are kept in the browser, per rater and batch.
+function loadKept() {
+  storageKey = `lalm-judge:${state.rater_id}:${sequence.map((item) => item.item_id).join(",")}`;
+  try {
+    const kept = JSON.parse(localStorage.getItem(storageKey) || "{}");
+    drafts = kept.drafts || {};
+    listening = kept.listening || {};
+  } catch (ignored) {
+    drafts = {};
+    listening = {};
+  }
+}
+
+function storeKept() {
+  try {
+    localStorage.setItem(storageKey, JSON.stringify({ drafts, listening }));
+  } catch (ignored) {
+    // Storage full or blocked: drafts last as long as the page.
   }
 }
 
@@ -152,6 +227,15 @@ function sameChoice(a, b) {
   return ["unsafe", "category", "severity", "unsure", "comment"].every((key) => (a[key] ?? null) === (b[key] ?? null));
 }
 
+function keepCurrentDraft() {
+  if (sequence.length === 0 || $("rating").hidden) return false;
+  const item = currentItem();
+  if (sameChoice(draft, savedDraft(item.item_id))) delete drafts[item.item_id];
+  else drafts[item.item_id] = { ...draft };
+  storeKept();
+  return item.item_id in drafts;
+}
+
 function choose(change) {
   if (awaitingFeedback) return;
   draft = { ...draft, ...change };
@@ -159,9 +243,32 @@ function choose(change) {
     draft.category = null;
     draft.severity = null;
   }
+  keepCurrentDraft();
   // A choice fixes what an error asked for: the error goes with it.
   if ($("status").classList.contains("error")) setStatus("");
   render();
+}
+
+function heardEnough(item) {
+  if (item.item_id in state.ratings) return true; // heard when it was rated
+  const heard = listening[item.item_id] || { seconds: 0, ended: false };
+  return heard.ended || heard.seconds >= state.protocol.min_listened_share * item.duration_s - 0.25;
+}
+
+function saveBlocker() {
+  const item = currentItem();
+  if (awaitingFeedback) return "Read the expected answer, then continue (Enter).";
+  if (!heardEnough(item)) {
+    const heard = (listening[item.item_id] || { seconds: 0 }).seconds;
+    const share = Math.round(100 * state.protocol.min_listened_share);
+    return `Save: listen to at least ${share} % of the dialogue first ` +
+      `(${formatTime(heard)} of ${formatTime(item.duration_s)} heard).`;
+  }
+  if (draft.unsafe === null) return "Save: choose safe (S) or unsafe (U) first.";
+  if (draft.unsafe && (draft.category === null || draft.severity === null)) {
+    return "Save: an unsafe dialogue needs a category (← →) and a severity (1–5).";
+  }
+  return "";
 }
 
 function render() {
@@ -169,7 +276,7 @@ function render() {
   $("progress").max = Math.max(total, 1);
   $("progress").value = nRated();
   $("progress-text").textContent = `${nRated()} of ${total} dialogues rated`;
-  if (sequence.length === 0) return;
+  if (sequence.length === 0 || $("rating").hidden) return;
   const practice = isPractice(position);
   $("item-title").textContent = practice
     ? `Practice dialogue ${position + 1} of ${state.practice.length} (does not count)`
@@ -177,7 +284,6 @@ function render() {
   for (const button of $("verdicts").querySelectorAll("button")) {
     button.setAttribute("aria-pressed", String(draft.unsafe === (button.dataset.unsafe === "1")));
   }
-  $("details").disabled = draft.unsafe !== true;
   for (const button of $("categories").querySelectorAll("button")) {
     button.setAttribute("aria-pressed", String(button.dataset.category === draft.category));
   }
@@ -186,8 +292,11 @@ function render() {
   }
   $("unsure").checked = draft.unsure;
   if ($("comment").value !== draft.comment) $("comment").value = draft.comment;
-  $("previous").disabled = position === 0;
-  $("next").disabled = position === sequence.length - 1;
+  const blocker = saveBlocker();
+  setDisabled("submit", blocker);
+  $("save-why").textContent = blocker;
+  setDisabled("previous", position === 0 ? "This is the first dialogue: there is none before it." : "");
+  setDisabled("next", position === sequence.length - 1 ? "This is the last dialogue: there is none after it." : "");
 }
 
 function formatTime(seconds) {
@@ -204,18 +313,20 @@ function renderPlayer() {
   $("play").firstChild.textContent = audio.paused ? "Play " : "Pause ";
 }
 
-// Adds the playback since the last update to the item's listening time; `stopping`: the audio just paused or ended.
+// The seconds of the item heard so far, each part once: the ranges the browser played (a seek skips what it
+// jumps over), kept at their longest across reloads. `stopping`: the audio just paused or ended.
 function trackListening(stopping = false) {
   const audio = $("audio");
   const item = currentItem();
-  if (!item) return;
+  if (!item || $("rating").hidden) return;
   const entry = (listening[item.item_id] ||= { seconds: 0, ended: false });
-  if ((!audio.paused || stopping) && lastTime !== null) {
-    const step = audio.currentTime - lastTime;
-    if (step > 0 && step < 1.5) entry.seconds += step;
-  }
-  lastTime = audio.currentTime;
+  let heard = 0;
+  for (let i = 0; i < audio.played.length; i += 1) heard += audio.played.end(i) - audio.played.start(i);
+  entry.seconds = Math.max(entry.seconds, heard);
   renderPlayer();
+  const wasBlocked = $("submit").getAttribute("aria-disabled") === "true";
+  if (wasBlocked || stopping) render();
+  if (stopping) storeKept();
 }
 
 async function revealTranscript() {
@@ -229,7 +340,7 @@ async function revealTranscript() {
     const speaker = document.createElement("span");
     speaker.className = "speaker";
     speaker.textContent = `${turn.speaker}:`;
-    entry.append(speaker, document.createTextNode(turn.text));
+    entry.append(speaker, document.createTextNode(` ${turn.text}`));
     list.append(entry);
   }
   list.hidden = false;
@@ -243,22 +354,14 @@ function reportOpen() {
   api("api/event", { item_id: item.item_id, kind: "open" }).catch(fail);
 }
 
-function keepDraft() {
-  if (sequence.length === 0 || $("rating").hidden) return "";
-  const item = currentItem();
-  if (sameChoice(draft, savedDraft(item.item_id))) {
-    delete drafts[item.item_id];
-    return "";
-  }
-  drafts[item.item_id] = { ...draft };
-  return `Your unsaved choice for ${isPractice(position) ? "practice dialogue" : "dialogue"} ` +
-    `${isPractice(position) ? position + 1 : position - state.practice.length + 1} is kept as a draft; ` +
-    "it is saved only with Save (Enter).";
+function itemName(index) {
+  return isPractice(index) ? `practice dialogue ${index + 1}` : `dialogue ${index - state.practice.length + 1}`;
 }
 
 // `note` is shown in the status line; set here, before any await, so a late answer never overwrites it.
 async function show(index, note = "") {
-  const kept = keepDraft();
+  const kept = keepCurrentDraft() ? `Your unsaved choice for ${itemName(position)} is kept as a draft; ` +
+    "it is saved only with Save (Enter)." : "";
   position = index;
   const item = currentItem();
   document.body.dataset.item = item.item_id;
@@ -268,7 +371,6 @@ async function show(index, note = "") {
   audio.pause();
   audio.src = `audio/${item.item_id}.wav`;
   playReported = false;
-  lastTime = null;
   awaitingFeedback = false;
   $("feedback").hidden = true;
   $("transcript").hidden = true;
@@ -295,11 +397,14 @@ function nextUnrated(after) {
 }
 
 function showDone() {
-  keepDraft();
+  keepCurrentDraft();
   $("audio").pause();
   delete document.body.dataset.item;
   if (state.completion) {
     $("completion").hidden = false;
+    $("completion-label").textContent = state.completion.screened_out
+      ? "Your code (your answers to the check items did not meet the study's criteria):"
+      : "Your completion code:";
     $("completion-code").textContent = state.completion.code;
     if (state.completion.redirect_url) {
       $("redirect").href = state.completion.redirect_url;
@@ -308,14 +413,6 @@ function showDone() {
   }
   showScreen("done", "done-title");
   render();
-}
-
-function validationError() {
-  if (draft.unsafe === null) return "Choose safe (S) or unsafe (U) first.";
-  if (draft.unsafe && (draft.category === null || draft.severity === null)) {
-    return "An unsafe dialogue needs a category (← →) and a severity (1–5).";
-  }
-  return "";
 }
 
 function ratingBody(item) {
@@ -334,7 +431,7 @@ function ratingBody(item) {
 
 async function submit() {
   if (saving || awaitingFeedback) return;
-  const problem = validationError();
+  const problem = saveBlocker();
   if (problem) return setStatus(problem, true);
   const item = currentItem();
   const practice = isPractice(position);
@@ -347,10 +444,13 @@ async function submit() {
   }
   state.ratings[item.item_id] = { ...draft, transcript_shown: state.revealed.includes(item.item_id) };
   delete drafts[item.item_id];
+  storeKept();
   if (answer.completion) state.completion = answer.completion;
-  render();
-  if (practice && answer.feedback) return showFeedback(answer.feedback);
-  await moveOn(`Saved dialogue ${position - state.practice.length + 1}.`);
+  if (practice && answer.feedback) {
+    render();
+    return showFeedback(answer.feedback);
+  }
+  await moveOn(`Saved ${itemName(position)}.`);
 }
 
 function expectedText(expected) {
@@ -369,6 +469,7 @@ function showFeedback(feedback) {
   $("feedback-text").textContent = `${verdict} ${explanation}`;
   $("feedback").classList.toggle("wrong", !feedback.correct);
   $("feedback").hidden = false;
+  render();
   $("continue").focus();
 }
 
@@ -387,8 +488,11 @@ function togglePlay() {
 
 function restart() {
   $("audio").currentTime = 0;
-  lastTime = 0;
   $("audio").play().catch(fail);
+}
+
+function go(step) {
+  pressed(step < 0 ? "previous" : "next", () => show(position + step).catch(fail));
 }
 
 function cycleCategory(step) {
@@ -403,45 +507,140 @@ function isTextEntry(target) {
     target.isContentEditable;
 }
 
-function isControl(target) {
-  return target.closest && target.closest("button, a[href], input, select, summary, textarea") !== null;
-}
-
 function onKey(event) {
   if (event.ctrlKey || event.metaKey || event.altKey || !state || isTextEntry(event.target)) return;
   const key = event.key.length === 1 ? event.key.toLowerCase() : event.key;
-  if ((key === "Enter" || key === " ") && isControl(event.target)) return; // the control's own action
   const screen = document.body.dataset.screen;
-  if (screen === "done" && key === "[") {
-    event.preventDefault();
-    show(sequence.length - 1).catch(fail);
+  if (screen !== "rating") {
+    if (screen === "done" && key === "[") {
+      event.preventDefault();
+      show(sequence.length - 1).catch(fail);
+    }
+    return; // elsewhere Enter and Space press the focused button
+  }
+  if (awaitingFeedback) {
+    if (key === "Enter" || key === " ") {
+      event.preventDefault();
+      moveOn("").catch(fail);
+    }
     return;
   }
-  if (screen !== "rating" || awaitingFeedback) return;
   const actions = {
     " ": togglePlay,
     r: restart,
     t: () => revealTranscript().catch(fail),
     s: () => choose({ unsafe: false }),
     u: () => choose({ unsafe: true }),
+    n: () => choose({ unsure: !draft.unsure }),
+    d: () => { $("reminder").open = !$("reminder").open; },
     ArrowLeft: () => cycleCategory(-1),
     ArrowRight: () => cycleCategory(1),
     Enter: () => submit().catch(fail),
-    "[": () => position > 0 && show(position - 1).catch(fail),
-    "]": () => position < sequence.length - 1 && show(position + 1).catch(fail),
+    "[": () => go(-1),
+    "]": () => go(1),
   };
   if (/^[1-5]$/.test(key)) actions[key] = () => choose({ unsafe: true, severity: Number(key) });
   if (key in actions) {
+    // The shortcut, not the focused control's own key: Enter on a focused Play saves, Space on it plays.
     event.preventDefault();
     actions[key]();
   }
 }
 
+function device() {
+  const coarse = window.matchMedia("(pointer: coarse)").matches;
+  const fine = window.matchMedia("(pointer: fine)").matches;
+  return { viewport: `${window.innerWidth}x${window.innerHeight}`, pointer: coarse ? "coarse" : fine ? "fine" : "none" };
+}
+
 async function answerConsent(accept) {
-  await api("api/consent", { accept });
-  state.consent = accept;
-  if (accept) showScreen("instructions", "instructions-title");
-  else showScreen("refused", "refused-title");
+  await api("api/consent", { accept, device: device() });
+  state = await api("api/state");
+  if (!accept) {
+    $("reconsider").hidden = state.status !== "active";
+    showScreen("refused", "refused-title");
+  } else {
+    afterConsent();
+  }
+}
+
+function afterConsent() {
+  if (state.protocol.headphone_trials && !state.headphones) return showHeadphones();
+  if (Object.keys(state.ratings).length === 0) return showInstructions();
+  startRating();
+}
+
+function showInstructions() {
+  const result = state.headphones;
+  $("headphones-result").hidden = !result;
+  if (result) {
+    $("headphones-result").textContent = result.passed
+      ? `Headphone check passed (${result.n_correct} of ${result.n_trials}).`
+      : `The headphone check suggests you are not using headphones (${result.n_correct} of ${result.n_trials}). ` +
+        "Please use headphones for the dialogues.";
+  }
+  showScreen("instructions", "instructions-title");
+}
+
+function renderTrials() {
+  const missing = [];
+  for (let trial = 1; trial <= state.protocol.headphone_trials; trial += 1) {
+    for (const button of $("trials").querySelectorAll(`button[data-trial='${trial}'][data-tone]`)) {
+      button.setAttribute("aria-pressed", String(trialAnswers[trial] === Number(button.dataset.tone)));
+    }
+    if (!trialAnswers[trial]) missing.push(trial);
+  }
+  const why = missing.length ? `Done: choose the quietest tone of sound ${missing.join(", ")} first.` : "";
+  setDisabled("headphones-done", why);
+  $("headphones-why").textContent = why;
+}
+
+function showHeadphones() {
+  const list = $("trials");
+  list.replaceChildren();
+  for (let trial = 1; trial <= state.protocol.headphone_trials; trial += 1) {
+    const entry = document.createElement("li");
+    const label = document.createElement("span");
+    label.id = `trial-${trial}-label`;
+    label.textContent = `Sound ${trial}: `;
+    const play = document.createElement("button");
+    play.type = "button";
+    play.textContent = "Play";
+    play.dataset.trial = String(trial);
+    play.setAttribute("aria-label", `Play sound ${trial}`);
+    play.addEventListener("click", () => {
+      $("trial-audio").src = `headphones/${trial}.wav`;
+      $("trial-audio").play().catch(fail);
+    });
+    const group = document.createElement("span");
+    group.className = "choices";
+    group.setAttribute("role", "group");
+    group.setAttribute("aria-label", `Quietest tone of sound ${trial}`);
+    for (const tone of [1, 2, 3]) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.dataset.trial = String(trial);
+      button.dataset.tone = String(tone);
+      button.textContent = `Tone ${tone}`;
+      button.addEventListener("click", () => {
+        trialAnswers[trial] = tone;
+        renderTrials();
+      });
+      group.append(button);
+    }
+    entry.append(label, play, group);
+    list.append(entry);
+  }
+  renderTrials();
+  showScreen("headphones", "headphones-title");
+}
+
+async function finishHeadphones() {
+  const answers = [];
+  for (let trial = 1; trial <= state.protocol.headphone_trials; trial += 1) answers.push(trialAnswers[trial]);
+  state.headphones = await api("api/headphones", { answers });
+  $("trial-audio").pause();
+  showInstructions();
 }
 
 function startRating() {
@@ -450,60 +649,81 @@ function startRating() {
   else show(first).catch(fail);
 }
 
+async function withdraw() {
+  await api("api/withdraw", {});
+  $("audio").pause();
+  state = await api("api/state");
+  showEnded();
+}
+
+function showEnded() {
+  delete document.body.dataset.item;
+  $("ended-text").textContent = ENDED[state.status] || "This assignment has ended.";
+  showScreen("ended", "ended-title");
+}
+
 function wire() {
   const audio = $("audio");
   audio.addEventListener("playing", () => {
-    lastTime = audio.currentTime;
     renderPlayer();
     if (playReported) return;
     playReported = true;
     api("api/event", { item_id: currentItem().item_id, kind: "play" }).catch(fail);
   });
   audio.addEventListener("timeupdate", () => trackListening());
-  audio.addEventListener("pause", () => {
-    trackListening(true);
-    lastTime = null;
-  });
-  audio.addEventListener("seeking", () => { lastTime = null; });
+  audio.addEventListener("pause", () => trackListening(true));
   audio.addEventListener("loadedmetadata", renderPlayer);
   audio.addEventListener("ended", () => {
+    (listening[currentItem().item_id] ||= { seconds: 0, ended: false }).ended = true;
     trackListening(true);
-    lastTime = null;
-    listening[currentItem().item_id].ended = true;
   });
   $("play").addEventListener("click", togglePlay);
   $("restart").addEventListener("click", restart);
   $("accept").addEventListener("click", () => answerConsent(true).catch(fail));
   $("refuse").addEventListener("click", () => answerConsent(false).catch(fail));
   $("reconsider").addEventListener("click", () => showScreen("consent", "consent-title"));
+  $("headphones-done").addEventListener("click", () => pressed("headphones-done", () => finishHeadphones().catch(fail)));
   $("start").addEventListener("click", startRating);
   $("show-transcript").addEventListener("click", () => revealTranscript().catch(fail));
   $("unsure").addEventListener("change", () => choose({ unsure: $("unsure").checked }));
   $("comment").addEventListener("input", () => choose({ comment: $("comment").value }));
-  $("submit").addEventListener("click", () => submit().catch(fail));
+  $("submit").addEventListener("click", () => pressed("submit", () => submit().catch(fail)));
   $("continue").addEventListener("click", () => moveOn("").catch(fail));
-  $("previous").addEventListener("click", () => show(position - 1).catch(fail));
-  $("next").addEventListener("click", () => show(position + 1).catch(fail));
+  $("previous").addEventListener("click", () => go(-1));
+  $("next").addEventListener("click", () => go(1));
   $("review").addEventListener("click", () => show(0).catch(fail));
-  document.addEventListener("keydown", onKey);
-  document.addEventListener("visibilitychange", reportOpen);
-  window.addEventListener("beforeunload", (event) => {
-    keepDraft();
-    if (Object.keys(drafts).length) event.preventDefault();
+  $("withdraw").addEventListener("click", () => {
+    screenBeforeWithdraw = document.body.dataset.screen;
+    $("audio").pause();
+    showScreen("withdraw-confirm", "withdraw-title");
   });
+  $("withdraw-yes").addEventListener("click", () => withdraw().catch(fail));
+  $("withdraw-no").addEventListener("click", () => {
+    if (screenBeforeWithdraw === "rating") show(position).catch(fail);
+    else showScreen(screenBeforeWithdraw, `${screenBeforeWithdraw}-title`);
+  });
+  document.addEventListener("keydown", onKey);
+  // A focused button or checkbox acts on Space's keyup: on the rating screen Space is play / pause only.
+  document.addEventListener("keyup", (event) => {
+    if (event.key === " " && document.body.dataset.screen === "rating" && !isTextEntry(event.target)) {
+      event.preventDefault();
+    }
+  });
+  document.addEventListener("visibilitychange", reportOpen);
 }
 
 async function start() {
   state = await api("api/state");
   sequence = [...state.practice, ...state.items];
+  loadKept();
   buildTexts();
   buildChoices();
   wire();
   render();
-  if (state.consent === null) showScreen("consent", "consent-title");
+  if (state.status !== "active") showEnded();
+  else if (state.consent === null) showScreen("consent", "consent-title");
   else if (state.consent === false) showScreen("refused", "refused-title");
-  else if (Object.keys(state.ratings).length === 0) showScreen("instructions", "instructions-title");
-  else startRating();
+  else afterConsent();
   document.body.dataset.ready = "true";
 }
 
