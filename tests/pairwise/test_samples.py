@@ -1,8 +1,10 @@
-"""Several sampled answers per request: the majority verdict and sample agreement by hand, and the judge stage
-recording every sample of a sampled tiny random-weight Qwen2-Audio (three seeds) in its prediction rows."""
+"""Several sampled answers per request: the majority verdict and sample agreement by hand, truncated samples that
+do not vote, and the judge stage recording every sample of a sampled tiny random-weight Qwen2-Audio (three seeds)
+in its prediction rows."""
 
 import json
 
+import polars as pl
 import pytest
 import torch
 
@@ -45,6 +47,25 @@ def test_sample_columns_map_the_swapped_samples_back():
     assert sample_columns([], []) == {"n_samples": 1, "samples": None}
 
 
+def test_truncated_samples_do_not_vote_and_all_truncated_gives_no_majority():
+    """The first sample's answer is the request's, so it has the request's finish reason unless it records its own;
+    a cut answer whose verdict line is complete keeps its verdict (parsing's rule)."""
+    forward = [
+        {"seed": 1, "text": "2"},  # the request was cut: no verdict
+        {"seed": 2, "text": "1", "finish_reason": "length"},
+        {"seed": 3, "text": "1\nbecause it", "finish_reason": "length"},  # the verdict line ended before the cut
+    ]
+    swapped = [{"seed": s, "text": "2", "finish_reason": "length"} for s in (1, 2, 3)]
+    columns = sample_columns(forward, swapped, "sagelm", finish_reasons=("length", "length"))
+    assert [s["verdict"] for s in json.loads(columns["samples"])] == [None, None, "1"]
+    assert (columns["verdict_majority"], columns["sample_agreement"]) == ("1", pytest.approx(1 / 3))
+    assert (columns["verdict_majority_swapped"], columns["sample_agreement_swapped"]) == (None, 0.0)
+    assert [s["finish_reason"] for s in json.loads(columns["samples"])] == ["length", "length", "length"]
+    # The same answers finished: every one votes.
+    finished = sample_columns([{k: v for k, v in s.items() if k != "finish_reason"} for s in forward], swapped)
+    assert (finished["verdict_majority"], finished["sample_agreement"]) == ("1", pytest.approx(2 / 3))
+
+
 def test_a_sampled_judge_records_every_sample_and_its_majority(items, qwen2audio_dir):  # noqa: F811
     spec = JudgeSpec(
         name="sampled",
@@ -60,13 +81,13 @@ def test_a_sampled_judge_records_every_sample_and_its_majority(items, qwen2audio
         samples = json.loads(row["samples"])
         assert row["n_samples"] == 3 and [s["seed"] for s in samples] == [42, 123, 1234]
         assert row["prediction"] == samples[0]["answer"] and row["prediction_swapped"] == samples[0]["answer_swapped"]
-        verdicts = [parse_verdict(s["answer"]).label for s in samples]
+        # The first sample is the request's answer, read with the request's finish reason, as the row's verdict is.
+        assert samples[0]["finish_reason"] == row["finish_reason"] and samples[0]["verdict"] == row["verdict"]
+        verdicts = [parse_verdict(s["answer"], "sagelm", s["finish_reason"]).label for s in samples]
         assert [s["verdict"] for s in samples] == verdicts
         assert (row["verdict_majority"], row["sample_agreement"]) == majority_verdict(verdicts)
-        back = [parse_swapped_verdict(s["answer_swapped"]).label for s in samples]
+        back = [parse_swapped_verdict(s["answer_swapped"], "sagelm", s["finish_reason_swapped"]).label for s in samples]
         assert row["verdict_majority_swapped"] == majority_verdict(back)[0]
     # The metrics read the majority verdict beside the first seed's.
-    import polars as pl
-
     document = compute_pairwise_metrics(pl.DataFrame(rows), PairwiseMetricSettings(n_boot=50))
     assert {"accuracy_majority", "agreement_majority", "sample_agreement"} <= set(document["overall"])
