@@ -6,8 +6,10 @@ outside the workflow.
   (`--missing-audio fail`, the default, as in the workflow), excluded or kept flagged, and always reported once.
 - `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
   its `dataset_info.json`.
-- `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
-  item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
+- `metrics PREDICTIONS --out FILE.json [--items ITEMS.parquet]`: accuracy, agreement, swap consistency and parse
+  failures with item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration, a sampled
+  judge's per-seed values and their mean (docs/metrics.md); with the item table of imported SageLM records, also
+  the `sagelm_compatible` evaluation (SageLM's scripts' record handling) beside the default one.
 - `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
   cells whose accuracy interval lies wholly above chance and the cells the surface-cue audit flags, in words, then
   the audit's verdict on every cell and condition with its interval (docs/metrics.md, "Pairwise audit").
@@ -49,6 +51,7 @@ from lalm_judge.pairwise.metrics import (
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
 from lalm_judge.pairwise.sagelm import export_sagelm, import_sagelm
+from lalm_judge.pairwise.sagelm_eval import SAGELM_COMPATIBLE
 from lalm_judge.workflow.config import load_training_section
 
 FORMATS = (SAGELM,)
@@ -96,6 +99,11 @@ def _parser() -> argparse.ArgumentParser:
         type=int,
         default=DEFAULT_MIN_ITEMS,
         help=f"items a value needs for an interval; below it 'not_estimable' (default {DEFAULT_MIN_ITEMS})",
+    )
+    metrics.add_argument(
+        "--items",
+        help="the item table of imported SageLM records the predictions were judged on: adds the sagelm_compatible "
+        "evaluation (its scripts' record handling) beside the default one",
     )
     findings = commands.add_parser("findings", help="print the findings of a pairwise run's metrics stage")
     findings.add_argument(
@@ -185,11 +193,18 @@ def main(argv: list[str]) -> int:
         settings = PairwiseMetricSettings(
             n_boot=args.bootstrap, seed=args.seed, duration_bins=args.duration_bins, min_items=args.min_items
         )
-        document = run_pairwise_metrics(args.predictions, args.out, settings)
+        document = run_pairwise_metrics(args.predictions, args.out, settings, args.items)
     except (ItemError, PairwiseMetricsError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     overall = document["overall"]
     accuracy, agreement = overall["accuracy"]["value"], overall["agreement"]["value"]
     print(f"{args.out}: n={overall['n']} accuracy={accuracy} agreement={agreement}")
+    compatible = document.get(SAGELM_COMPATIBLE)
+    if compatible:
+        counted = compatible.get("overall", {}).get("accuracy", {}).get("value")
+        print(
+            f"{SAGELM_COMPATIBLE}: {compatible['n_counted']} of {compatible['n_rows']} rows counted as SageLM's "
+            f"scripts count them ({compatible['n_dropped']} under no aspect) accuracy={counted}"
+        )
     return 0

@@ -32,7 +32,8 @@ STYLE_FORMAT_COLUMNS = (
     "character/explicit_dialogue",
     "emotion/implicit",
 )
-METRICS = ("agreement", "accuracy")
+# The single-answer metrics, and for a sampled judge the mean over its seeds (SageLM's protocol).
+METRICS = ("agreement", "accuracy", "agreement_seed_mean", "accuracy_seed_mean")
 ANSWER_CHARS = 400
 
 
