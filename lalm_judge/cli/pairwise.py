@@ -10,9 +10,10 @@ outside the workflow.
   failures with item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration, a sampled
   judge's per-seed values and their mean (docs/metrics.md); with the item table of imported SageLM records, also
   the `sagelm_compatible` evaluation (SageLM's scripts' record handling) beside the default one.
-- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
-  cells whose accuracy interval lies wholly above chance and the cells the surface-cue audit flags, in words, then
-  the audit's verdict on every cell and condition with its interval (docs/metrics.md, "Pairwise audit").
+- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): each family
+  of tests with its size and correction, the judge cells whose accuracy lies above chance and the length baseline
+  and the cells the surface-cue audit flags, in words, then the audit's verdict on every cell and condition with
+  its interval and adjusted p-value (docs/metrics.md, "Findings and their families", "Pairwise audit").
 - `train --config FILE [--method sft|grpo] [--resume]`: train a pairwise judge from the `training` section of FILE
   (a run config, or a file with only that section; docs/training.md) by rationale SFT or by GRPO with SageLM's
   accuracy + format reward: its stages in order, each from the previous one's
@@ -31,6 +32,7 @@ import polars as pl
 
 from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS
 from lalm_judge.pairwise.audit_metrics import audit_verdict_line
+from lalm_judge.pairwise.families import family_summary
 from lalm_judge.pairwise.items import (
     DEFAULT_MISSING_AUDIO,
     MISSING_AUDIO_POLICIES,
@@ -149,9 +151,15 @@ def _train(args: argparse.Namespace) -> int:
 
 def _findings(metrics_dir: str) -> int:
     stage = read_pairwise_stage(metrics_dir)
-    if stage.findings.height == 0:
-        print("No judge cell's accuracy interval lies wholly above chance, and the audit flags none, in this run.")
-    for finding in stage.findings.iter_rows(named=True):
+    for sentence in family_summary(stage.findings):
+        print(f"Family: {sentence}")
+    claimed = stage.findings.filter(pl.col("finding"))
+    if claimed.height == 0:
+        print(
+            "No judge cell's accuracy lies above both chance and the length baseline after its family's correction, "
+            "and the audit flags none, in this run."
+        )
+    for finding in claimed.iter_rows(named=True):
         print(f"Finding: {finding_sentence(finding)}")
     for row in stage.audit.filter(pl.col("flagged").is_not_null()).iter_rows(named=True):
         print(f"Audit: {audit_verdict_line(row)}")

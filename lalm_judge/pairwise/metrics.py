@@ -18,6 +18,8 @@ Per row, with f the forward verdict, b the swapped verdict mapped back and c = c
   the seeds (`accuracy_seed_mean`, `agreement_seed_mean`: SageLM's protocol), accuracy_majority and
   agreement_majority of the majority verdict over the readable samples, parse_failure_rate_majority (no readable
   sample, so no majority) and sample_agreement, the share of samples that give the majority verdict;
+- with both responses' durations: length_baseline_accuracy and length_baseline_agreement of 'the longer response
+  wins' on the same rows (`longer_response`).
 Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
 `agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects), per bin of
 combined duration, and in SageLM's splits (`split_groups`): the semantic and the acoustic aspects apart
@@ -29,8 +31,10 @@ and their differences can be paired (`compare_cells`). Minimum support
 (`lalm_judge.analysis.support`): a value resting on fewer than `min_items` items has the status
 `not_estimable` and no interval.
 
-With the item table of SageLM records, the `sagelm_compatible` evaluation (`lalm_judge.pairwise.sagelm_eval`:
-SageLM's scripts' record handling) is computed beside the default one.
+Findings (`accuracy_findings`): each (cell, group) with enough items is one hypothesis of the findings family,
+tested against chance and the length baseline (paired) and claimed under Benjamini-Hochberg
+(`lalm_judge.pairwise.families`). With the item table of SageLM records, the `sagelm_compatible` evaluation
+(`lalm_judge.pairwise.sagelm_eval`: SageLM's scripts' record handling) is computed beside the default one.
 """
 
 from __future__ import annotations
@@ -60,9 +64,19 @@ from lalm_judge.core.tables import (
     PAIRWISE_STATUSES,
     TableError,
 )
-from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS, aspect_dimension, pairwise_mode
+from lalm_judge.core.vocabulary import (
+    ACOUSTIC_STYLES,
+    IMPLICIT,
+    RESPONSE_1,
+    RESPONSE_2,
+    TIE,
+    VERDICTS,
+    aspect_dimension,
+    pairwise_mode,
+)
 from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_findings, audit_sentence, audit_table
 from lalm_judge.pairwise.consistency import contradicts
+from lalm_judge.pairwise.families import BENJAMINI_HOCHBERG, GREATER, adjust, bootstrap_p_value
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
     VERDICT_READING_COLUMNS,
@@ -98,6 +112,8 @@ SAMPLE_METRICS = (
     "agreement_seed_mean",
 )
 SEED_METRICS = ("accuracy", "agreement")
+# 'The longer response wins' (full audio durations), on the same rows: what a judge must beat to be a finding.
+LENGTH_BASELINE_METRICS = ("length_baseline_accuracy", "length_baseline_agreement")
 # Averaged over aspects as SageLM averages its aspects (those a cell has).
 ASPECT_MEAN_METRICS = ("accuracy", "agreement", "accuracy_seed_mean", "agreement_seed_mean")
 DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
@@ -185,6 +201,8 @@ def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl
         "duration_s": pl.Float64,
         "task_format": pl.String,
         "style": pl.String,
+        "response1_duration_s": pl.Float64,
+        "response2_duration_s": pl.Float64,
         "n_samples": pl.Int64,
         "samples": pl.String,
     }
@@ -257,9 +275,33 @@ def _sample_indicators(frame: pl.DataFrame) -> tuple[tuple[str, ...], np.ndarray
     return names, np.asarray(values, dtype=float).reshape(len(rows), len(names))
 
 
+def _length_indicators(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: accuracy and agreement of 'the longer response wins' (`longer_response`)."""
+    rows = frame.select("label", "response1_duration_s", "response2_duration_s").iter_rows()
+    verdicts = [(label, longer_response(first, second)) for label, first, second in rows]
+    return np.array([[float(v == label), agreement(v, label)] for label, v in verdicts], dtype=float).reshape(
+        frame.height, len(LENGTH_BASELINE_METRICS)
+    )
+
+
+def longer_response(first_s: float | None, second_s: float | None) -> str | None:
+    """The length baseline's verdict: the response with the longer full audio wins, equal lengths tie; None when
+    either length is unknown."""
+    if first_s is None or second_s is None or math.isnan(first_s) or math.isnan(second_s):
+        return None
+    return RESPONSE_1 if first_s > second_s else RESPONSE_2 if first_s < second_s else TIE
+
+
+def _has_lengths(frame: pl.DataFrame) -> bool:
+    return {"response1_duration_s", "response2_duration_s"} <= set(frame.columns)
+
+
 def row_indicators(frame: pl.DataFrame) -> RowIndicators:
     indicators = _order_indicators(frame)
     names, blocks = list(indicators.names), [indicators.values]
+    if _has_lengths(frame):
+        names += LENGTH_BASELINE_METRICS
+        blocks.append(_length_indicators(frame))
     if _is_sampled(frame):
         sample_names, sample_values = _sample_indicators(frame)
         names += sample_names
@@ -854,51 +896,111 @@ def chance_accuracy(label_counts: Mapping[str, int]) -> float:
     return max(UNIFORM_GUESS, max(label_counts.values()) / total) if total else UNIFORM_GUESS
 
 
+FINDINGS_FAMILY = "pairwise findings"
+FINDINGS_CORRECTION = BENJAMINI_HOCHBERG
+
+
+def _finding_groups(cell: CellEstimates) -> list[tuple[str, str, GroupEstimate]]:
+    groups = [("overall", "all", cell.overall)]
+    groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
+    return groups + [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
+
+
+def _hypothesis(
+    keys: Mapping[str, Any], cell: CellEstimates, scope: str, group: str, estimate: GroupEstimate
+) -> dict[str, Any] | None:
+    """One (cell, group)'s test row, or None when it cannot be tested (too few items, no resample). H0: the
+    accuracy is at most chance or at most the length baseline's on the same rows; its p-value is the larger of the
+    two one-sided bootstrap p-values (the claim needs both), the baseline's from the paired resamples."""
+    settings = cell.settings
+    column = cell.names.index("accuracy")
+    boot = estimate.boot[:, column]
+    interval = _interval(estimate.point[column], boot, settings, estimate.n_items)
+    if interval["status"] != ESTIMATED:
+        return None
+    chance = chance_accuracy(estimate.label_counts)
+    p_values = [bootstrap_p_value(boot, chance, GREATER)]
+    row = {
+        **{key: keys[key] for key in CELL_KEYS},
+        "mode": pairwise_mode(keys["modality"], keys["transcript_source"]),
+        "scope": scope,
+        "group": group,
+        "accuracy": interval["value"],
+        "measure": "accuracy",
+        "value": interval["value"],
+        "ci_low": interval["ci_low"],
+        "ci_high": interval["ci_high"],
+        "chance": chance,
+        "n": estimate.n,
+        "n_items": estimate.n_items,
+    }
+    if LENGTH_BASELINE_METRICS[0] in cell.names:
+        baseline = cell.names.index(LENGTH_BASELINE_METRICS[0])
+        difference_boot = boot - estimate.boot[:, baseline]
+        difference = _interval(
+            estimate.point[column] - estimate.point[baseline], difference_boot, settings, estimate.n_items
+        )
+        row.update(
+            length_baseline=_value(estimate.point[baseline]),
+            difference=difference["value"],
+            difference_ci_low=difference["ci_low"],
+            difference_ci_high=difference["ci_high"],
+        )
+        p_values.append(bootstrap_p_value(difference_boot, 0.0, GREATER))
+    if any(p is None for p in p_values):
+        return None
+    return {**row, "p_value": max(p_values)}  # type: ignore[type-var]
+
+
 def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
-    """Findings rows (`core.tables.PAIRWISE_FINDINGS`): every (cell, group) of the overall, dimension and aspect
-    scopes whose single-order accuracy interval lies wholly above chance (`chance_accuracy`), best first."""
-    rows = []
-    for keys, cell in cells:
-        column = cell.names.index("accuracy")
-        groups = [("overall", "all", cell.overall)]
-        groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
-        groups += [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
-        for scope, group, estimate in groups:
-            interval = _interval(estimate.point[column], estimate.boot[:, column], cell.settings, estimate.n_items)
-            chance = chance_accuracy(estimate.label_counts)
-            if interval["ci_low"] is None or interval["ci_low"] <= chance:
-                continue
-            mode = pairwise_mode(keys["modality"], keys["transcript_source"])
-            rows.append(
-                {
-                    **{key: keys[key] for key in CELL_KEYS},
-                    "mode": mode,
-                    "scope": scope,
-                    "group": group,
-                    "accuracy": interval["value"],
-                    "measure": "accuracy",
-                    "value": interval["value"],
-                    "ci_low": interval["ci_low"],
-                    "ci_high": interval["ci_high"],
-                    "chance": chance,
-                    "n": estimate.n,
-                    "n_items": estimate.n_items,
-                }
-            )
-    return sorted(rows, key=lambda r: (r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"]))
+    """Findings rows (`core.tables.PAIRWISE_FINDINGS`) of the findings family: every (cell, group) of the overall,
+    dimension and aspect scopes with enough items, tested against chance (`chance_accuracy`) and the length
+    baseline, the p-values Benjamini-Hochberg-adjusted across the family; a finding where the adjusted p-value is
+    at most the one-sided tail of the intervals, (1 - level) / 2. Findings first, best first."""
+    rows = [
+        row
+        for keys, cell in cells
+        for scope, group, estimate in _finding_groups(cell)
+        if (row := _hypothesis(keys, cell, scope, group, estimate)) is not None
+    ]
+    adjusted = adjust([row["p_value"] for row in rows], FINDINGS_CORRECTION)
+    for row, p in zip(rows, adjusted):
+        row.update(
+            p_adjusted=float(p),
+            family=FINDINGS_FAMILY,
+            family_size=len(rows),
+            correction=FINDINGS_CORRECTION,
+            finding=bool(p <= (1 - cells[0][1].settings.level) / 2),
+        )
+    return sorted(
+        rows, key=lambda r: (not r["finding"], r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"])
+    )
+
+
+def _family_words(finding: Mapping[str, Any]) -> str:
+    name = "Benjamini-Hochberg" if finding["correction"] == BENJAMINI_HOCHBERG else str(finding["correction"])
+    return f"{name}-adjusted p {finding['p_adjusted']:.3g} among {finding['family_size']} {finding['family']}"
 
 
 def finding_sentence(finding: Mapping[str, Any]) -> str:
-    """One finding in words."""
+    """One finding in words: what it beats (chance and the length baseline on the same rows) and its family."""
     if finding["scope"] == "audit":
         return audit_sentence(finding)
     where = "all its verdicts" if finding["group"] == "all" else f"its {finding['group'].replace('_', ' ')} verdicts"
     if finding["scope"] == DIMENSION:
         where = f"its verdicts on the {finding['group']} aspects"
+    if finding.get("length_baseline") is None:
+        baseline = "; no length baseline (the table has no response durations)"
+    else:
+        baseline = (
+            f", and above 'the longer response wins', right on {finding['length_baseline']:.0%} of the same rows "
+            f"(difference {finding['difference']:+.0%}, 95 % interval {finding['difference_ci_low']:+.0%} to "
+            f"{finding['difference_ci_high']:+.0%})"
+        )
     return (
         f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt, "
         f"{finding['mode'].replace('_', ' ')}) is right on {finding['accuracy']:.0%} of {where} "
         f"(95 % interval {finding['ci_low']:.0%} to {finding['ci_high']:.0%}, {finding['n']} verdicts on "
         f"{finding['n_items']} items): above chance, {finding['chance']:.0%} (the better of a uniform guess among "
-        "1, 2 and Tie and always giving the most frequent label)."
+        f"1, 2 and Tie and always giving the most frequent label){baseline}; {_family_words(finding)}."
     )
