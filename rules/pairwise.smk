@@ -128,6 +128,7 @@ rule pairwise_metrics:
     input:
         predictions=get_pairwise_predictions(),
         audit=get_pairwise_audit_predictions(),
+        item_table="results/pairwise/items.parquet",
     output:
         table=report("results/pairwise/metrics/metrics.parquet", caption="../report/table_pairwise.rst", category="Pairwise"),
         document="results/pairwise/metrics/metrics.json",
@@ -135,6 +136,7 @@ rule pairwise_metrics:
         statuses="results/pairwise/metrics/statuses.parquet",
         findings="results/pairwise/metrics/findings.parquet",
         audit="results/pairwise/metrics/audit.parquet",
+        sagelm_compatible="results/pairwise/metrics/metrics_sagelm_compatible.parquet",
     log:
         "logs/pairwise/metrics.log",
     params:

@@ -14,4 +14,5 @@ with log_to(snakemake.log[0]):
             min_items=snakemake.params.min_items,
         ),
         audit_paths=list(snakemake.input.audit),
+        items_path=snakemake.input.item_table,
     )

@@ -6,11 +6,14 @@ outside the workflow.
   (`--missing-audio fail`, the default, as in the workflow), excluded or kept flagged, and always reported once.
 - `export --format sagelm ITEMS.parquet --out DIR [--name NAME]`: the items as LLaMA-Factory records and
   its `dataset_info.json`.
-- `metrics PREDICTIONS --out FILE.json`: accuracy, agreement, swap consistency and parse failures with
-  item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration (docs/metrics.md).
-- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): the judge
-  cells whose accuracy interval lies wholly above chance and the cells the surface-cue audit flags, in words, then
-  the audit's verdict on every cell and condition with its interval (docs/metrics.md, "Pairwise audit").
+- `metrics PREDICTIONS --out FILE.json [--items ITEMS.parquet]`: accuracy, agreement, swap consistency and parse
+  failures with item-level bootstrap intervals, per aspect, overall, in SageLM's splits and by duration, a sampled
+  judge's per-seed values and their mean (docs/metrics.md); with the item table of imported SageLM records, also
+  the `sagelm_compatible` evaluation (SageLM's scripts' record handling) beside the default one.
+- `findings [METRICS_DIR]`: the findings of a run's metrics stage (default `results/pairwise/metrics`): each family
+  of tests with its size and correction, the judge cells whose accuracy lies above chance and the length baseline
+  and the cells the surface-cue audit flags, in words, then the audit's verdict on every cell and condition with
+  its interval and adjusted p-value (docs/metrics.md, "Findings and their families", "Pairwise audit").
 - `train --config FILE [--method sft|grpo] [--resume]`: train a pairwise judge from the `training` section of FILE
   (a run config, or a file with only that section; docs/training.md) by rationale SFT or by GRPO with SageLM's
   accuracy + format reward: its stages in order, each from the previous one's
@@ -29,6 +32,7 @@ import polars as pl
 
 from lalm_judge.analysis.support import DEFAULT_MIN_ITEMS
 from lalm_judge.pairwise.audit_metrics import audit_verdict_line
+from lalm_judge.pairwise.families import family_summary
 from lalm_judge.pairwise.items import (
     DEFAULT_MISSING_AUDIO,
     MISSING_AUDIO_POLICIES,
@@ -49,6 +53,7 @@ from lalm_judge.pairwise.metrics import (
 )
 from lalm_judge.pairwise.sagelm import FORMAT as SAGELM
 from lalm_judge.pairwise.sagelm import export_sagelm, import_sagelm
+from lalm_judge.pairwise.sagelm_eval import SAGELM_COMPATIBLE
 from lalm_judge.workflow.config import load_training_section
 
 FORMATS = (SAGELM,)
@@ -97,6 +102,11 @@ def _parser() -> argparse.ArgumentParser:
         default=DEFAULT_MIN_ITEMS,
         help=f"items a value needs for an interval; below it 'not_estimable' (default {DEFAULT_MIN_ITEMS})",
     )
+    metrics.add_argument(
+        "--items",
+        help="the item table of imported SageLM records the predictions were judged on: adds the sagelm_compatible "
+        "evaluation (its scripts' record handling) beside the default one",
+    )
     findings = commands.add_parser("findings", help="print the findings of a pairwise run's metrics stage")
     findings.add_argument(
         "metrics_dir", nargs="?", default="results/pairwise/metrics", help="the metrics stage's folder"
@@ -141,9 +151,15 @@ def _train(args: argparse.Namespace) -> int:
 
 def _findings(metrics_dir: str) -> int:
     stage = read_pairwise_stage(metrics_dir)
-    if stage.findings.height == 0:
-        print("No judge cell's accuracy interval lies wholly above chance, and the audit flags none, in this run.")
-    for finding in stage.findings.iter_rows(named=True):
+    for sentence in family_summary(stage.findings):
+        print(f"Family: {sentence}")
+    claimed = stage.findings.filter(pl.col("finding"))
+    if claimed.height == 0:
+        print(
+            "No judge cell's accuracy lies above both chance and the length baseline after its family's correction, "
+            "and the audit flags none, in this run."
+        )
+    for finding in claimed.iter_rows(named=True):
         print(f"Finding: {finding_sentence(finding)}")
     for row in stage.audit.filter(pl.col("flagged").is_not_null()).iter_rows(named=True):
         print(f"Audit: {audit_verdict_line(row)}")
@@ -185,11 +201,18 @@ def main(argv: list[str]) -> int:
         settings = PairwiseMetricSettings(
             n_boot=args.bootstrap, seed=args.seed, duration_bins=args.duration_bins, min_items=args.min_items
         )
-        document = run_pairwise_metrics(args.predictions, args.out, settings)
+        document = run_pairwise_metrics(args.predictions, args.out, settings, args.items)
     except (ItemError, PairwiseMetricsError, ValueError, FileNotFoundError) as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     overall = document["overall"]
     accuracy, agreement = overall["accuracy"]["value"], overall["agreement"]["value"]
     print(f"{args.out}: n={overall['n']} accuracy={accuracy} agreement={agreement}")
+    compatible = document.get(SAGELM_COMPATIBLE)
+    if compatible:
+        counted = compatible.get("overall", {}).get("accuracy", {}).get("value")
+        print(
+            f"{SAGELM_COMPATIBLE}: {compatible['n_counted']} of {compatible['n_rows']} rows counted as SageLM's "
+            f"scripts count them ({compatible['n_dropped']} under no aspect) accuracy={counted}"
+        )
     return 0

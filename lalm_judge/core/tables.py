@@ -449,9 +449,12 @@ PAIRWISE_METRICS = TableSchema(
     },
 )
 
-# Pairwise metrics stage: the (judge cell, group) whose single-order accuracy interval lies wholly above chance
-# (`chance`: the better of a uniform guess and always giving the group's most frequent label); scope 'overall'
-# (group 'all'), 'dimension' (semantic, acoustic) or 'aspect'.
+# Pairwise metrics stage: every hypothesis of the two families of tests (lalm_judge.pairwise.families), `finding`
+# true for the claimed ones. Family 'pairwise findings': each (judge cell, group) of scope 'overall' (group 'all'),
+# 'dimension' (semantic, acoustic) or 'aspect' with enough items, its single-order accuracy tested against chance
+# (`chance`: the better of a uniform guess and always giving the group's most frequent label) and against the
+# length baseline on the same rows (`length_baseline`: 'the longer response wins'; `difference` = accuracy minus
+# it, with its paired interval), Benjamini-Hochberg across the family.
 PAIRWISE_FINDINGS = TableSchema(
     "pairwise finding",
     {
@@ -462,18 +465,31 @@ PAIRWISE_FINDINGS = TableSchema(
         "chance": pl.Float64,
         "n": pl.Int64,
         "n_items": pl.Int64,
-        # Scope 'audit' (group = the audit condition): a cell flagged by the pairwise audit, its headline measure
-        # (cue_preference, or tie_share on identical pairs), the value (ci_low, ci_high its interval) and whether
-        # the cue preference holds with the changed response shown first and second.
+        # Scope 'audit' (group = the audit condition), family 'pairwise audit flags': a cell and condition of the
+        # pairwise audit, its headline measure (cue_preference, or tie_share on identical pairs), the value
+        # (ci_low, ci_high its interval) and whether the cue preference holds with the changed response shown
+        # first and second; Holm across the family.
         "measure": pl.String,
         "value": pl.Float64,
         "survives_swap": pl.Boolean,
+        "length_baseline": pl.Float64,
+        "difference": pl.Float64,
+        "difference_ci_low": pl.Float64,
+        "difference_ci_high": pl.Float64,
+        # The hypothesis' bootstrap p-value, adjusted across its family (name, size, correction).
+        "p_value": pl.Float64,
+        "p_adjusted": pl.Float64,
+        "family": pl.String,
+        "family_size": pl.Int64,
+        "correction": pl.String,
+        "finding": pl.Boolean,
     },
 )
 
 # Pairwise metrics stage: the audit measures (lalm_judge.pairwise.audit_metrics) per judge cell, audit condition
-# and measure (cue_preference, cue_preference_first, cue_preference_second, flip_rate, tie_share); `flagged` and
-# `survives_swap` on the headline measure only (cue_preference; tie_share on identical pairs), null elsewhere.
+# and measure (cue_preference, cue_preference_first, cue_preference_second, flip_rate, tie_share); the p-value,
+# its Holm adjustment across the run's (cell, condition) family and its size, `flagged` and `survives_swap` on the
+# headline measure only (cue_preference; tie_share on identical pairs), null elsewhere.
 PAIRWISE_AUDIT = TableSchema(
     "pairwise audit",
     {
@@ -481,6 +497,9 @@ PAIRWISE_AUDIT = TableSchema(
         "condition": pl.String,
         "measure": pl.String,
         **_PAIRWISE_ESTIMATE,
+        "p_value": pl.Float64,
+        "p_adjusted": pl.Float64,
+        "family_size": pl.Int64,
         "flagged": pl.Boolean,
         "survives_swap": pl.Boolean,
     },

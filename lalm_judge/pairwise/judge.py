@@ -272,7 +272,11 @@ def _row(
         "rationale_swapped": back.rationale,
         "task_format": row["task_format"],
         "style": row["style"],
-        **sample_columns(*[output.extra.get(SAMPLES, []) for output in outputs] or [[], []]),
+        **sample_columns(
+            *[output.extra.get(SAMPLES, []) for output in outputs] or [[], []],
+            rule=cell.verdict_rule,
+            finish_reasons=(outputs[0].finish_reason, outputs[1].finish_reason) if outputs else (None, None),
+        ),
         "duration_s": None if None in durations else float(sum(durations)),
         "response1_duration_s": durations[0],
         "response2_duration_s": durations[1],

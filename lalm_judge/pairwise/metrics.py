@@ -13,8 +13,13 @@ Per row, with f the forward verdict, b the swapped verdict mapped back and c = c
 - parse_failure_rate = [f unreadable]; parse_failure_rate_swapped = [b unreadable];
 - swap_consistency = [f and b readable and f == b];
 - accuracy_combined, agreement_combined: as above with c (unreadable when either order is);
-- with several samples per request (`n_samples` > 1): accuracy_majority and agreement_majority of the majority
-  verdict over the samples, and sample_agreement, the share of samples that give it (`pairwise.samples`).
+- with several samples per request (a `samples` record per row, `pairwise.samples`), every sample re-read with
+  its finish reason: accuracy and agreement of each seed's answers (`accuracy_seed_42`, ...) and their mean over
+  the seeds (`accuracy_seed_mean`, `agreement_seed_mean`: SageLM's protocol), accuracy_majority and
+  agreement_majority of the majority verdict over the readable samples, parse_failure_rate_majority (no readable
+  sample, so no majority) and sample_agreement, the share of samples that give the majority verdict;
+- with both responses' durations: length_baseline_accuracy and length_baseline_agreement of 'the longer response
+  wins' on the same rows (`longer_response`).
 Each is a mean over rows, reported per aspect, overall (pooled over rows; plus `accuracy_aspect_mean` and
 `agreement_aspect_mean`, the mean of the aspects' values as SageLM averages its aspects), per bin of
 combined duration, and in SageLM's splits (`split_groups`): the semantic and the acoustic aspects apart
@@ -25,6 +30,11 @@ over the sorted item ids, shared by every group, so cells judged on the same ite
 and their differences can be paired (`compare_cells`). Minimum support
 (`lalm_judge.analysis.support`): a value resting on fewer than `min_items` items has the status
 `not_estimable` and no interval.
+
+Findings (`accuracy_findings`): each (cell, group) with enough items is one hypothesis of the findings family,
+tested against chance and the length baseline (paired) and claimed under Benjamini-Hochberg
+(`lalm_judge.pairwise.families`). With the item table of SageLM records, the `sagelm_compatible` evaluation
+(`lalm_judge.pairwise.sagelm_eval`: SageLM's scripts' record handling) is computed beside the default one.
 """
 
 from __future__ import annotations
@@ -47,23 +57,37 @@ from lalm_judge.core.tables import (
     PAIRWISE_AUDIT,
     PAIRWISE_COMPARISONS,
     PAIRWISE_FINDINGS,
+    PAIRWISE_ITEMS,
     PAIRWISE_METRIC_INPUT,
     PAIRWISE_METRICS,
     PAIRWISE_PREDICTIONS,
     PAIRWISE_STATUSES,
     TableError,
 )
-from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS, aspect_dimension, pairwise_mode
+from lalm_judge.core.vocabulary import (
+    ACOUSTIC_STYLES,
+    IMPLICIT,
+    RESPONSE_1,
+    RESPONSE_2,
+    TIE,
+    VERDICTS,
+    aspect_dimension,
+    pairwise_mode,
+)
 from lalm_judge.pairwise.audit_metrics import AuditSettings, audit_findings, audit_sentence, audit_table
 from lalm_judge.pairwise.consistency import contradicts
+from lalm_judge.pairwise.families import BENJAMINI_HOCHBERG, GREATER, adjust, bootstrap_p_value
 from lalm_judge.pairwise.parsing import (
     DEFAULT_VERDICT_RULE,
     VERDICT_READING_COLUMNS,
     agreement,
     combine_verdicts,
+    majority_verdict,
     normalize_label,
+    row_sample_verdicts,
     row_verdicts,
 )
+from lalm_judge.pairwise.sagelm_eval import SAGELM_COMPATIBLE, sagelm_compatible_view
 
 SINGLE_ORDER_METRICS = ("accuracy", "agreement", "parse_failure_rate")
 BOTH_ORDER_METRICS = (
@@ -76,10 +100,22 @@ BOTH_ORDER_METRICS = (
 # (`lalm_judge.pairwise.consistency`); their ratio is the contradiction rate among determined rationales.
 RATIONALE_METRICS = ("rationale_contradiction", "rationale_determined")
 RATIONALE_RATE = "rationale_contradiction_rate"
-# Judges with several samples per request (`pairwise.samples`): the majority verdict's accuracy and agreement
-# (single order) and the mean share of samples that give it.
-SAMPLE_METRICS = ("accuracy_majority", "agreement_majority", "sample_agreement")
-ASPECT_MEAN_METRICS = ("accuracy", "agreement")
+# Judges with several samples per request (`pairwise.samples`), single order: the majority verdict's accuracy and
+# agreement, the mean share of samples that give it, the share of rows without a readable sample (no majority),
+# and SageLM's protocol: each seed's accuracy and agreement (`seed_metric`) and their mean over the seeds.
+SAMPLE_METRICS = (
+    "accuracy_majority",
+    "agreement_majority",
+    "sample_agreement",
+    "parse_failure_rate_majority",
+    "accuracy_seed_mean",
+    "agreement_seed_mean",
+)
+SEED_METRICS = ("accuracy", "agreement")
+# 'The longer response wins' (full audio durations), on the same rows: what a judge must beat to be a finding.
+LENGTH_BASELINE_METRICS = ("length_baseline_accuracy", "length_baseline_agreement")
+# Averaged over aspects as SageLM averages its aspects (those a cell has).
+ASPECT_MEAN_METRICS = ("accuracy", "agreement", "accuracy_seed_mean", "agreement_seed_mean")
 DEFAULT_DURATION_BINS = (0.0, 10.0, 20.0, 30.0, 40.0, 60.0, 80.0)
 CELL_KEYS = ("judge", "modality", "transcript_source", "prompt")
 UNKNOWN_DURATION = "unknown"
@@ -165,9 +201,10 @@ def validate_predictions(frame: pl.DataFrame, source: str = "predictions") -> pl
         "duration_s": pl.Float64,
         "task_format": pl.String,
         "style": pl.String,
+        "response1_duration_s": pl.Float64,
+        "response2_duration_s": pl.Float64,
         "n_samples": pl.Int64,
-        "verdict_majority": pl.String,
-        "sample_agreement": pl.Float64,
+        "samples": pl.String,
     }
     return frame.with_columns(pl.col(c).cast(t) for c, t in optional.items() if c in frame.columns)
 
@@ -192,23 +229,84 @@ class RowIndicators:
 
 
 def _is_sampled(frame: pl.DataFrame) -> bool:
-    return "verdict_majority" in frame.columns and "n_samples" in frame.columns and (frame["n_samples"].max() or 1) > 1
+    return "samples" in frame.columns and frame["samples"].drop_nulls().len() > 0
 
 
-def _sample_indicators(frame: pl.DataFrame) -> np.ndarray:
-    """Per row: the majority verdict right, its agreement with the label, and the samples' agreement."""
-    rows = frame.select("label", "verdict_majority", "sample_agreement").iter_rows()
-    return np.array(
-        [[float(m == label), agreement(m, label), float(share or 0.0)] for label, m, share in rows], dtype=float
-    ).reshape(frame.height, len(SAMPLE_METRICS))
+def seed_metric(metric: str, seed: object) -> str:
+    """The name of one seed's value of `metric` ('accuracy_seed_42')."""
+    return f"{metric}_seed_{seed}"
+
+
+def _sample_indicators(frame: pl.DataFrame) -> tuple[tuple[str, ...], np.ndarray]:
+    """Names and per-row values of the sample metrics (`SAMPLE_METRICS`, then accuracy and agreement of each seed):
+    every sample re-read from the row's record (`parsing.row_sample_verdicts`, so a truncated sample has no
+    verdict and does not vote). A row without samples (skipped for its length) has no verdict from any seed."""
+    columns = [c for c in ("item_id", "aspect", "label", "samples", *VERDICT_READING_COLUMNS) if c in frame.columns]
+    rows = list(frame.select(columns).iter_rows(named=True))
+    readings = [row_sample_verdicts(row) for row in rows]
+    seeds = next((tuple(sample.seed for sample in reading) for reading in readings if reading), ())
+    if not seeds:
+        return (), np.zeros((len(rows), 0))
+    per_seed = tuple(seed_metric(m, seed) for seed in seeds for m in SEED_METRICS)
+    values = []
+    for row, reading in zip(rows, readings):
+        found = tuple(sample.seed for sample in reading)
+        if reading and found != seeds:
+            raise PairwiseMetricsError(
+                f"item {row['item_id']!r} ({row['aspect']}) has samples of the seeds {list(found)}, the cell's other "
+                f"rows of {list(seeds)}; one judge cell is sampled with one list of seeds"
+            )
+        verdicts = [sample.verdict.label for sample in reading] or [None] * len(seeds)
+        label = row["label"]
+        majority, share = majority_verdict(verdicts)
+        seed_values = [[float(v == label), agreement(v, label)] for v in verdicts]
+        seed_mean = np.mean(seed_values, axis=0)
+        values.append(
+            [
+                float(majority == label),
+                agreement(majority, label),
+                share or 0.0,
+                float(majority is None),
+                *seed_mean,
+                *(x for pair in seed_values for x in pair),
+            ]
+        )
+    names = SAMPLE_METRICS + per_seed
+    return names, np.asarray(values, dtype=float).reshape(len(rows), len(names))
+
+
+def _length_indicators(frame: pl.DataFrame) -> np.ndarray:
+    """Per row: accuracy and agreement of 'the longer response wins' (`longer_response`)."""
+    rows = frame.select("label", "response1_duration_s", "response2_duration_s").iter_rows()
+    verdicts = [(label, longer_response(first, second)) for label, first, second in rows]
+    return np.array([[float(v == label), agreement(v, label)] for label, v in verdicts], dtype=float).reshape(
+        frame.height, len(LENGTH_BASELINE_METRICS)
+    )
+
+
+def longer_response(first_s: float | None, second_s: float | None) -> str | None:
+    """The length baseline's verdict: the response with the longer full audio wins, equal lengths tie; None when
+    either length is unknown."""
+    if first_s is None or second_s is None or math.isnan(first_s) or math.isnan(second_s):
+        return None
+    return RESPONSE_1 if first_s > second_s else RESPONSE_2 if first_s < second_s else TIE
+
+
+def _has_lengths(frame: pl.DataFrame) -> bool:
+    return {"response1_duration_s", "response2_duration_s"} <= set(frame.columns)
 
 
 def row_indicators(frame: pl.DataFrame) -> RowIndicators:
     indicators = _order_indicators(frame)
-    if not _is_sampled(frame):
-        return indicators
-    values = np.hstack([indicators.values, _sample_indicators(frame)])
-    return RowIndicators(indicators.names + SAMPLE_METRICS, values, indicators.forward, indicators.labels)
+    names, blocks = list(indicators.names), [indicators.values]
+    if _has_lengths(frame):
+        names += LENGTH_BASELINE_METRICS
+        blocks.append(_length_indicators(frame))
+    if _is_sampled(frame):
+        sample_names, sample_values = _sample_indicators(frame)
+        names += sample_names
+        blocks.append(sample_values)
+    return RowIndicators(tuple(names), np.hstack(blocks), indicators.forward, indicators.labels)
 
 
 def _order_indicators(frame: pl.DataFrame) -> RowIndicators:
@@ -317,11 +415,16 @@ class CellEstimates:
     # scope (SPLIT_SCOPES) -> group -> estimate; scopes without any row are absent.
     splits: dict[str, dict[str, GroupEstimate]] = field(default_factory=dict)
 
+    @property
+    def mean_metrics(self) -> tuple[str, ...]:
+        """The metrics of `ASPECT_MEAN_METRICS` this cell has, in that order."""
+        return tuple(name for name in ASPECT_MEAN_METRICS if name in self.names)
+
     def aspect_means(self, aspects: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """(point, boot) of the mean over aspects (all, or `aspects`) of `ASPECT_MEAN_METRICS`, as SageLM averages
-        its aspects."""
+        """(point, boot) of the mean over aspects (all, or `aspects`) of `mean_metrics`, as SageLM averages its
+        aspects."""
         chosen = [self.aspects[a] for a in (self.aspects if aspects is None else aspects) if a in self.aspects]
-        columns = [self.names.index(name) for name in ASPECT_MEAN_METRICS]
+        columns = [self.names.index(name) for name in self.mean_metrics]
         points = np.array([estimate.point[columns] for estimate in chosen])
         boots = np.stack([estimate.boot[:, columns] for estimate in chosen])
         with np.errstate(all="ignore"):
@@ -417,7 +520,7 @@ def metrics_document(cell: CellEstimates) -> dict[str, Any]:
     settings = cell.settings
     overall = _record(cell.names, cell.overall, settings)
     mean_point, mean_boot = cell.aspect_means()
-    for column, name in enumerate(ASPECT_MEAN_METRICS):
+    for column, name in enumerate(cell.mean_metrics):
         overall[f"{name}_aspect_mean"] = _interval(
             mean_point[column], mean_boot[:, column], settings, cell.overall.n_items
         )
@@ -446,7 +549,7 @@ def _split_records(cell: CellEstimates) -> dict[str, dict[str, Any]]:
     for dimension, record in records.get(DIMENSION, {}).items():
         mean_point, mean_boot = cell.aspect_means(dimension_aspects(cell, dimension))
         n_items = cell.splits[DIMENSION][dimension].n_items
-        for column, name in enumerate(ASPECT_MEAN_METRICS):
+        for column, name in enumerate(cell.mean_metrics):
             record[f"{name}_{ASPECT_MEAN}"] = _interval(mean_point[column], mean_boot[:, column], settings, n_items)
     return records
 
@@ -477,7 +580,7 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
 
     def add_mean(scope: str, group: str, aspects: Sequence[str] | None, counted: GroupEstimate) -> None:
         mean_point, mean_boot = cell.aspect_means(aspects)
-        for column, name in enumerate(ASPECT_MEAN_METRICS):
+        for column, name in enumerate(cell.mean_metrics):
             interval = _interval(mean_point[column], mean_boot[:, column], settings, counted.n_items)
             rows.append(
                 {
@@ -507,22 +610,54 @@ def metrics_rows(cell: CellEstimates, keys: Mapping[str, Any]) -> list[dict[str,
     return rows
 
 
-def compute_pairwise_metrics(frame: pl.DataFrame, settings: PairwiseMetricSettings) -> dict[str, Any]:
-    """The metrics document of one judge cell's predictions (any table satisfying the input contract)."""
+def has_sagelm_records(items: pl.DataFrame | None) -> bool:
+    """Whether an item table holds SageLM records (their stored instructions), which SageLM's scripts can count."""
+    return items is not None and items["source_instruction"].drop_nulls().len() > 0
+
+
+def sagelm_compatible_estimates(
+    predictions: pl.DataFrame, items: pl.DataFrame, settings: PairwiseMetricSettings
+) -> tuple[CellEstimates | None, dict[str, Any]]:
+    """One cell's estimates in the `sagelm_compatible` evaluation (`sagelm_eval`) of its validated predictions, and
+    its document: what the scripts count and leave out, and the metrics (none when they count no row)."""
+    view = sagelm_compatible_view(predictions, items)
+    cell = estimate_cell(view.frame, settings) if view.frame.height else None
+    return cell, {**view.summary(), **(metrics_document(cell) if cell is not None else {})}
+
+
+def compute_pairwise_metrics(
+    frame: pl.DataFrame, settings: PairwiseMetricSettings, items: pl.DataFrame | None = None
+) -> dict[str, Any]:
+    """The metrics document of one judge cell's predictions (any table satisfying the input contract); with the
+    item table of SageLM records they were judged on, the `sagelm_compatible` evaluation beside it."""
     cells = cells_of(frame)
     if len(cells) > 1:
         shown = "; ".join(", ".join(f"{k}={v}" for k, v in cell.items()) for cell in cells[:5])
         raise PairwiseMetricsError(
             f"the predictions hold {len(cells)} judge cells ({shown}); give the predictions of one cell"
         )
-    return metrics_document(estimate_cell(validate_predictions(frame), settings))
+    validated = validate_predictions(frame)
+    document = metrics_document(estimate_cell(validated, settings))
+    if items is not None:
+        if not has_sagelm_records(items):
+            raise PairwiseMetricsError(
+                "the item table holds no SageLM records (no stored instructions): the sagelm_compatible evaluation "
+                "counts SageLM's records as its scripts do; import them with `lalm-judge pairwise import`"
+            )
+        document[SAGELM_COMPATIBLE] = sagelm_compatible_estimates(validated, items, settings)[1]
+    return document
 
 
 def run_pairwise_metrics(
-    predictions_path: str | os.PathLike, out_path: str | os.PathLike, settings: PairwiseMetricSettings
+    predictions_path: str | os.PathLike,
+    out_path: str | os.PathLike,
+    settings: PairwiseMetricSettings,
+    items_path: str | os.PathLike | None = None,
 ) -> dict[str, Any]:
-    """`lalm-judge pairwise metrics`: read a predictions file, write the metrics JSON, return it."""
-    document = compute_pairwise_metrics(read_predictions(predictions_path), settings)
+    """`lalm-judge pairwise metrics`: read a predictions file (and the item table, for the `sagelm_compatible`
+    evaluation), write the metrics JSON, return it."""
+    items = None if items_path is None else PAIRWISE_ITEMS.read(items_path)
+    document = compute_pairwise_metrics(read_predictions(predictions_path), settings, items)
     write_json(out_path, document)
     return document
 
@@ -571,6 +706,8 @@ class PairwiseStageTables:
     findings: pl.DataFrame
     # The pairwise audit (`pairwise.conditions`; lalm_judge.pairwise.audit_metrics), empty without conditions.
     audit: pl.DataFrame = field(default_factory=PAIRWISE_AUDIT.empty)
+    # The metrics in SageLM's scripts' record handling (`sagelm_eval`), for the rows of SageLM records.
+    sagelm_compatible: pl.DataFrame = field(default_factory=PAIRWISE_METRICS.empty)
 
 
 def cell_label(keys: Mapping[str, Any]) -> str:
@@ -656,17 +793,25 @@ def compute_pairwise_stage(
     predictions: Sequence[pl.DataFrame],
     settings: PairwiseMetricSettings,
     audit_predictions: Sequence[pl.DataFrame] = (),
+    items: pl.DataFrame | None = None,
 ) -> PairwiseStageTables:
     """Every table of the metrics stage from the judge stage's prediction tables (one per cell, and one per cell
-    and audit condition)."""
-    cells, metric_rows, documents, statuses = [], [], [], []
+    and audit condition); with the item table, also the `sagelm_compatible` evaluation of the rows of SageLM
+    records."""
+    cells, metric_rows, documents, statuses, compatible_rows = [], [], [], [], []
+    records = items if has_sagelm_records(items) else None
     for frame in predictions:
         (keys,) = cells_of(frame)
-        cell = estimate_cell(validate_predictions(frame, f"predictions of {cell_label(keys)}"), settings)
+        validated = validate_predictions(frame, f"predictions of {cell_label(keys)}")
+        cell = estimate_cell(validated, settings)
         cells.append((keys, cell))
         metric_rows += metrics_rows(cell, keys)
         mode = pairwise_mode(keys["modality"], keys["transcript_source"])
-        documents.append({**keys, "mode": mode, "verdict_rule": verdict_rule(frame), **metrics_document(cell)})
+        document = {**keys, "mode": mode, "verdict_rule": verdict_rule(frame), **metrics_document(cell)}
+        if records is not None:
+            compatible, document[SAGELM_COMPATIBLE] = sagelm_compatible_estimates(validated, records, settings)
+            compatible_rows += metrics_rows(compatible, keys) if compatible is not None else []
+        documents.append(document)
         statuses += status_rows(frame, keys)
     clean_by_cell = {tuple(keys[k] for k in CELL_KEYS): frame for (keys, _), frame in zip(cells, predictions)}
     audit_settings = AuditSettings(settings.n_boot, settings.seed, settings.level, settings.min_items)
@@ -678,6 +823,7 @@ def compute_pairwise_stage(
         statuses=PAIRWISE_STATUSES.frame(statuses),
         findings=PAIRWISE_FINDINGS.frame(accuracy_findings(cells) + audit_findings(audit)),
         audit=audit,
+        sagelm_compatible=PAIRWISE_METRICS.frame(compatible_rows),
     )
 
 
@@ -687,6 +833,7 @@ STAGE_FILES = {
     "statuses": "statuses.parquet",
     "findings": "findings.parquet",
     "audit": "audit.parquet",
+    "sagelm_compatible": "metrics_sagelm_compatible.parquet",
 }
 DOCUMENT_FILE = "metrics.json"
 
@@ -696,13 +843,17 @@ def run_pairwise_stage(
     out_dir: str | os.PathLike,
     settings: PairwiseMetricSettings,
     audit_paths: Sequence[str | os.PathLike] = (),
+    items_path: str | os.PathLike | None = None,
 ) -> PairwiseStageTables:
-    """Read the prediction tables (clean, and of the audit conditions), write the tables of `STAGE_FILES` and
-    metrics.json."""
+    """Read the prediction tables (clean, and of the audit conditions) and the item table they were judged on,
+    write the tables of `STAGE_FILES` and metrics.json."""
     if not prediction_paths:
         raise PairwiseMetricsError("no pairwise prediction tables given")
     read = PAIRWISE_PREDICTIONS.read
-    tables = compute_pairwise_stage([read(p) for p in prediction_paths], settings, [read(p) for p in audit_paths])
+    items = None if items_path is None else PAIRWISE_ITEMS.read(items_path)
+    tables = compute_pairwise_stage(
+        [read(p) for p in prediction_paths], settings, [read(p) for p in audit_paths], items
+    )
     config_hash = stable_hash(settings.as_dict())
     out_dir = Path(out_dir)
     for name, file_name in STAGE_FILES.items():
@@ -724,7 +875,13 @@ def read_pairwise_stage(metrics_dir: str | os.PathLike) -> PairwiseStageTables:
         frames[name] = pl.read_parquet(path)
     documents = json.loads((metrics_dir / DOCUMENT_FILE).read_text(encoding="utf-8"))["cells"]
     return PairwiseStageTables(
-        frames["metrics"], documents, frames["comparisons"], frames["statuses"], frames["findings"], frames["audit"]
+        frames["metrics"],
+        documents,
+        frames["comparisons"],
+        frames["statuses"],
+        frames["findings"],
+        frames["audit"],
+        frames["sagelm_compatible"],
     )
 
 
@@ -739,51 +896,111 @@ def chance_accuracy(label_counts: Mapping[str, int]) -> float:
     return max(UNIFORM_GUESS, max(label_counts.values()) / total) if total else UNIFORM_GUESS
 
 
+FINDINGS_FAMILY = "pairwise findings"
+FINDINGS_CORRECTION = BENJAMINI_HOCHBERG
+
+
+def _finding_groups(cell: CellEstimates) -> list[tuple[str, str, GroupEstimate]]:
+    groups = [("overall", "all", cell.overall)]
+    groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
+    return groups + [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
+
+
+def _hypothesis(
+    keys: Mapping[str, Any], cell: CellEstimates, scope: str, group: str, estimate: GroupEstimate
+) -> dict[str, Any] | None:
+    """One (cell, group)'s test row, or None when it cannot be tested (too few items, no resample). H0: the
+    accuracy is at most chance or at most the length baseline's on the same rows; its p-value is the larger of the
+    two one-sided bootstrap p-values (the claim needs both), the baseline's from the paired resamples."""
+    settings = cell.settings
+    column = cell.names.index("accuracy")
+    boot = estimate.boot[:, column]
+    interval = _interval(estimate.point[column], boot, settings, estimate.n_items)
+    if interval["status"] != ESTIMATED:
+        return None
+    chance = chance_accuracy(estimate.label_counts)
+    p_values = [bootstrap_p_value(boot, chance, GREATER)]
+    row = {
+        **{key: keys[key] for key in CELL_KEYS},
+        "mode": pairwise_mode(keys["modality"], keys["transcript_source"]),
+        "scope": scope,
+        "group": group,
+        "accuracy": interval["value"],
+        "measure": "accuracy",
+        "value": interval["value"],
+        "ci_low": interval["ci_low"],
+        "ci_high": interval["ci_high"],
+        "chance": chance,
+        "n": estimate.n,
+        "n_items": estimate.n_items,
+    }
+    if LENGTH_BASELINE_METRICS[0] in cell.names:
+        baseline = cell.names.index(LENGTH_BASELINE_METRICS[0])
+        difference_boot = boot - estimate.boot[:, baseline]
+        difference = _interval(
+            estimate.point[column] - estimate.point[baseline], difference_boot, settings, estimate.n_items
+        )
+        row.update(
+            length_baseline=_value(estimate.point[baseline]),
+            difference=difference["value"],
+            difference_ci_low=difference["ci_low"],
+            difference_ci_high=difference["ci_high"],
+        )
+        p_values.append(bootstrap_p_value(difference_boot, 0.0, GREATER))
+    if any(p is None for p in p_values):
+        return None
+    return {**row, "p_value": max(p_values)}  # type: ignore[type-var]
+
+
 def accuracy_findings(cells: Sequence[tuple[Mapping[str, Any], CellEstimates]]) -> list[dict[str, Any]]:
-    """Findings rows (`core.tables.PAIRWISE_FINDINGS`): every (cell, group) of the overall, dimension and aspect
-    scopes whose single-order accuracy interval lies wholly above chance (`chance_accuracy`), best first."""
-    rows = []
-    for keys, cell in cells:
-        column = cell.names.index("accuracy")
-        groups = [("overall", "all", cell.overall)]
-        groups += [(DIMENSION, group, estimate) for group, estimate in cell.splits.get(DIMENSION, {}).items()]
-        groups += [("aspect", aspect, estimate) for aspect, estimate in cell.aspects.items()]
-        for scope, group, estimate in groups:
-            interval = _interval(estimate.point[column], estimate.boot[:, column], cell.settings, estimate.n_items)
-            chance = chance_accuracy(estimate.label_counts)
-            if interval["ci_low"] is None or interval["ci_low"] <= chance:
-                continue
-            mode = pairwise_mode(keys["modality"], keys["transcript_source"])
-            rows.append(
-                {
-                    **{key: keys[key] for key in CELL_KEYS},
-                    "mode": mode,
-                    "scope": scope,
-                    "group": group,
-                    "accuracy": interval["value"],
-                    "measure": "accuracy",
-                    "value": interval["value"],
-                    "ci_low": interval["ci_low"],
-                    "ci_high": interval["ci_high"],
-                    "chance": chance,
-                    "n": estimate.n,
-                    "n_items": estimate.n_items,
-                }
-            )
-    return sorted(rows, key=lambda r: (r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"]))
+    """Findings rows (`core.tables.PAIRWISE_FINDINGS`) of the findings family: every (cell, group) of the overall,
+    dimension and aspect scopes with enough items, tested against chance (`chance_accuracy`) and the length
+    baseline, the p-values Benjamini-Hochberg-adjusted across the family; a finding where the adjusted p-value is
+    at most the one-sided tail of the intervals, (1 - level) / 2. Findings first, best first."""
+    rows = [
+        row
+        for keys, cell in cells
+        for scope, group, estimate in _finding_groups(cell)
+        if (row := _hypothesis(keys, cell, scope, group, estimate)) is not None
+    ]
+    adjusted = adjust([row["p_value"] for row in rows], FINDINGS_CORRECTION)
+    for row, p in zip(rows, adjusted):
+        row.update(
+            p_adjusted=float(p),
+            family=FINDINGS_FAMILY,
+            family_size=len(rows),
+            correction=FINDINGS_CORRECTION,
+            finding=bool(p <= (1 - cells[0][1].settings.level) / 2),
+        )
+    return sorted(
+        rows, key=lambda r: (not r["finding"], r["scope"] != "overall", -r["ci_low"], cell_label(r), r["group"])
+    )
+
+
+def _family_words(finding: Mapping[str, Any]) -> str:
+    name = "Benjamini-Hochberg" if finding["correction"] == BENJAMINI_HOCHBERG else str(finding["correction"])
+    return f"{name}-adjusted p {finding['p_adjusted']:.3g} among {finding['family_size']} {finding['family']}"
 
 
 def finding_sentence(finding: Mapping[str, Any]) -> str:
-    """One finding in words."""
+    """One finding in words: what it beats (chance and the length baseline on the same rows) and its family."""
     if finding["scope"] == "audit":
         return audit_sentence(finding)
     where = "all its verdicts" if finding["group"] == "all" else f"its {finding['group'].replace('_', ' ')} verdicts"
     if finding["scope"] == DIMENSION:
         where = f"its verdicts on the {finding['group']} aspects"
+    if finding.get("length_baseline") is None:
+        baseline = "; no length baseline (the table has no response durations)"
+    else:
+        baseline = (
+            f", and above 'the longer response wins', right on {finding['length_baseline']:.0%} of the same rows "
+            f"(difference {finding['difference']:+.0%}, 95 % interval {finding['difference_ci_low']:+.0%} to "
+            f"{finding['difference_ci_high']:+.0%})"
+        )
     return (
         f"{finding['judge']} ({finding['modality']}, {finding['transcript_source']}, {finding['prompt']} prompt, "
         f"{finding['mode'].replace('_', ' ')}) is right on {finding['accuracy']:.0%} of {where} "
         f"(95 % interval {finding['ci_low']:.0%} to {finding['ci_high']:.0%}, {finding['n']} verdicts on "
         f"{finding['n_items']} items): above chance, {finding['chance']:.0%} (the better of a uniform guess among "
-        "1, 2 and Tie and always giving the most frequent label)."
+        f"1, 2 and Tie and always giving the most frequent label){baseline}; {_family_words(finding)}."
     )

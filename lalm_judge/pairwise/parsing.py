@@ -48,12 +48,19 @@ votes +1 (response 1), -1 (response 2) or 0 (Tie); the sum decides (> 0: `1`, < 
 agreeing orders keep their label, a win against a Tie keeps the win, and opposite wins (the judge followed
 the position, not the response) become `Tie`. A combined verdict needs both orders: if either failed, the
 combined status is that failure (the forward order's first).
+
+Several samples per request (a judge with `generation.seeds`, `lalm_judge.pairwise.samples`): each sample is read
+as an answer is, with the rule and its own completion status (`sample_finish_reasons`), and the majority verdict
+is the one most readable samples give (`majority_verdict`; the same signed votes break a tie in counts). A sample
+without a verdict does not vote; with none readable there is no majority verdict.
 """
 
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping
+from collections import Counter
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,14 +236,67 @@ def row_verdicts(row: Mapping[str, Any]) -> tuple[ParsedVerdict, ParsedVerdict |
 _VOTE = {RESPONSE_1: 1, RESPONSE_2: -1, TIE: 0}
 
 
+def _signed_winner(verdicts: Sequence[str]) -> str:
+    total = sum(_VOTE[verdict] for verdict in verdicts)
+    return RESPONSE_1 if total > 0 else RESPONSE_2 if total < 0 else TIE
+
+
 def combine_verdicts(forward: ParsedVerdict, swapped_back: ParsedVerdict) -> tuple[str | None, ParseStatus]:
     """(label, status) of both orders; `swapped_back` is the swapped order's verdict already mapped back
     (`swap_verdict`). Signed votes summed; a failed order fails the combination (module docstring)."""
     for verdict in (forward, swapped_back):
         if not verdict.ok:
             return None, verdict.status
-    total = _VOTE[forward.label] + _VOTE[swapped_back.label]  # type: ignore[index]
-    return (RESPONSE_1 if total > 0 else RESPONSE_2 if total < 0 else TIE), ParseStatus.OK
+    return _signed_winner([forward.label, swapped_back.label]), ParseStatus.OK  # type: ignore[list-item]
+
+
+def majority_verdict(verdicts: Sequence[str | None]) -> tuple[str | None, float | None]:
+    """(majority verdict, sample agreement) of the samples' verdicts (None = no verdict, which does not vote):
+    the verdict most readable samples give, a tie in counts broken by the signed votes; the agreement is the
+    share of all samples giving it. (None, None) without samples, (None, 0.0) when none is readable."""
+    if not verdicts:
+        return None, None
+    counts = Counter(v for v in verdicts if v is not None)
+    if not counts:
+        return None, 0.0
+    top = max(counts.values())
+    leaders = [verdict for verdict, count in counts.items() if count == top]
+    return (leaders[0] if len(leaders) == 1 else _signed_winner(leaders)), top / len(verdicts)
+
+
+def sample_finish_reasons(
+    samples: Sequence[Mapping[str, Any]], request_finish_reason: str | None, key: str = "finish_reason"
+) -> list[str | None]:
+    """Each sample's finish reason: its own (`key`) where recorded; the first sample's answer is the request's,
+    so without its own it has the request's."""
+    reasons = [sample.get(key) for sample in samples]
+    if reasons and reasons[0] is None:
+        reasons[0] = request_finish_reason
+    return reasons
+
+
+@dataclass(frozen=True)
+class SampleVerdict:
+    """One sample's seed and its forward verdict."""
+
+    seed: int | None
+    verdict: ParsedVerdict
+
+
+def row_sample_verdicts(row: Mapping[str, Any]) -> list[SampleVerdict]:
+    """The forward verdict of every sample of one predictions row (its `samples` JSON as the judge stage writes
+    it; [] without one), read afresh with the row's `verdict_rule` and each sample's finish reason (the first
+    sample's: the row's `finish_reason` when the record has none), so a cut sample never votes."""
+    text = row.get("samples")
+    if not text:
+        return []
+    samples = json.loads(text)
+    rule = row.get("verdict_rule") or DEFAULT_VERDICT_RULE
+    reasons = sample_finish_reasons(samples, row.get("finish_reason"))
+    return [
+        SampleVerdict(sample.get("seed"), parse_verdict(sample.get("answer"), rule, reason))
+        for sample, reason in zip(samples, reasons)
+    ]
 
 
 def agreement(prediction: str | None, label: str) -> float:

@@ -47,8 +47,9 @@ import polars as pl
 from lalm_judge.core.files import stable_hash, write_json
 from lalm_judge.core.tables import PAIRWISE_ITEMS
 from lalm_judge.core.taxonomy import slug
-from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, EXPLICIT_DIALOGUE, EXPLICIT_TTS, IMPLICIT, VERDICTS
+from lalm_judge.core.vocabulary import ACOUSTIC_STYLES, IMPLICIT, VERDICTS
 from lalm_judge.pairwise.items import ASPECTS, ItemError, ItemSummary, check_unique_rows, with_durations
+from lalm_judge.pairwise.sagelm_eval import IMPLICIT_EMOTION_FOLDER, format_by_file_names
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,6 @@ RECORDS_LAYOUT, README_LAYOUT = "records", "readme"
 # Acoustic aspect words -> slug; semantic aspects keep their words (they are slugs already).
 _ACOUSTIC_SLUGS = {text: aspect for aspect, text in ASPECTS.items() if aspect != "implicit_emotion" and " " in text}
 SAGELM_ASPECT_TEXTS = tuple(dict.fromkeys(ASPECTS.values()))
-IMPLICIT_EMOTION_FOLDER = "Implicit-Emotion"
 # The dataset_info.json entry LLaMA-Factory needs for an alpaca file with audios.
 DATASET_COLUMNS = {"prompt": "instruction", "query": "input", "response": "output", "audios": "audios"}
 
@@ -153,15 +153,11 @@ def task_format_of(aspect: str, audios: Sequence[str]) -> str | None:
     """SageLM's task format of an acoustic record, by its evaluation script's rule: implicit emotion by its folder;
     otherwise the file names read `<source>-<instruction id>-<response id>-...`, and two responses with the same
     response id speak the same text (explicit TTS) while different ones answer the question differently (explicit
-    dialogue). None for semantic aspects and for names outside that pattern."""
+    dialogue; `sagelm_eval.format_by_file_names`). None for semantic aspects and for names outside that pattern.
+    Unlike the script, the mixed aspect is split by the same rule."""
     if aspect == "implicit_emotion":
         return IMPLICIT
-    if aspect not in ACOUSTIC_STYLES:
-        return None
-    parts = [Path(audio).name.split("-") for audio in audios]
-    if any(len(part) < 3 for part in parts) or parts[0][1] != parts[1][1]:
-        return None
-    return EXPLICIT_TTS if parts[0][2] == parts[1][2] else EXPLICIT_DIALOGUE
+    return format_by_file_names(audios) if aspect in ACOUSTIC_STYLES else None
 
 
 def contained_path(path: str, where: str) -> str:

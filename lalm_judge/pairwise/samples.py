@@ -1,73 +1,73 @@
 """Several sampled answers per request (a judge with `generation.seeds`): their verdicts, the majority verdict and
-how much the samples agree. Pure functions on answers: the judge stage records their result in each prediction
-row (`sample_columns`).
+how much the samples agree, recorded by the judge stage in each prediction row (`sample_columns`).
+
+Each sample is read as the row's answers are: with the cell's verdict rule and the sample's completion status
+(`finish_reason`), so a sample cut at the token limit before its verdict line ended, or withheld by a filter, has
+no verdict and does not vote. A sample's status is its own `finish_reason` where the backend records one per
+sample; the first sample's answer is the request's answer, so without its own it has the request's
+(`parsing.sample_finish_reasons`).
 
 The majority verdict of n samples is the verdict most of the readable samples give; when two or more verdicts are
 given equally often, their signed votes decide (1 counts +1, 2 counts -1, Tie 0; a positive sum is 1, a negative
 one 2, zero Tie), as the two presentation orders are combined (`parsing.combine_verdicts`). With no readable
-sample there is no majority verdict. The sample agreement is the share of all n samples (unreadable ones
-included) that give the most frequent verdict: 1 when every sample says the same, 1/3 for three different
-verdicts, 1/2 for two against two.
+sample (every answer truncated, say) there is no majority verdict. The sample agreement is the share of all n
+samples (unreadable ones included) that give the most frequent verdict: 1 when every sample says the same, 1/3 for
+three different verdicts, 1/2 for two against two, 0 with none readable (`parsing.majority_verdict`). The metrics
+read every sample back from the record (`parsing.row_sample_verdicts`).
 """
 
 from __future__ import annotations
 
 import json
-from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from lalm_judge.core.vocabulary import RESPONSE_1, RESPONSE_2, TIE
-from lalm_judge.pairwise.parsing import ParsedVerdict, parse_swapped_verdict, parse_verdict
+from lalm_judge.pairwise.parsing import (
+    DEFAULT_VERDICT_RULE,
+    majority_verdict,
+    parse_swapped_verdict,
+    parse_verdict,
+    sample_finish_reasons,
+)
 
-_VOTE = {RESPONSE_1: 1, RESPONSE_2: -1, TIE: 0}
-
-
-def majority_verdict(verdicts: Sequence[str | None]) -> tuple[str | None, float | None]:
-    """(majority verdict, sample agreement) of the samples' verdicts (None = unreadable); (None, None) without
-    samples, (None, 0.0) when none is readable."""
-    if not verdicts:
-        return None, None
-    counts = Counter(v for v in verdicts if v is not None)
-    if not counts:
-        return None, 0.0
-    top = max(counts.values())
-    leaders = [verdict for verdict, count in counts.items() if count == top]
-    if len(leaders) == 1:
-        winner = leaders[0]
-    else:
-        total = sum(_VOTE[verdict] for verdict in leaders)
-        winner = RESPONSE_1 if total > 0 else RESPONSE_2 if total < 0 else TIE
-    return winner, top / len(verdicts)
+__all__ = ["majority_verdict", "sample_columns"]
 
 
-def _order(samples: Sequence[Mapping[str, Any]], parse: Callable[[str | None], ParsedVerdict]) -> dict[str, Any]:
-    verdicts = [parse(sample["text"]).label for sample in samples]
-    majority, agreement = majority_verdict(verdicts)
-    return {"verdicts": verdicts, "majority": majority, "agreement": agreement}
-
-
-def sample_columns(forward: Sequence[Mapping[str, Any]], swapped: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The prediction row's sample columns from each order's samples (`[{"seed", "text"}]`, as the backends give
-    them in `JudgeOutput.extra["samples"]`; empty for a judge that answers once)."""
+def sample_columns(
+    forward: Sequence[Mapping[str, Any]],
+    swapped: Sequence[Mapping[str, Any]],
+    rule: str = DEFAULT_VERDICT_RULE,
+    finish_reasons: tuple[str | None, str | None] = (None, None),
+) -> dict[str, Any]:
+    """The prediction row's sample columns from each order's samples (`[{"seed", "text"[, "finish_reason"]}]`, as
+    the backends give them in `JudgeOutput.extra["samples"]`; empty for a judge that answers once), read with the
+    cell's verdict `rule`; `finish_reasons` are the two requests' (forward, swapped)."""
     if not forward and not swapped:
         return {"n_samples": 1, "samples": None}
-    ahead, back = _order(forward, parse_verdict), _order(swapped, parse_swapped_verdict)
+    reasons = sample_finish_reasons(forward, finish_reasons[0]), sample_finish_reasons(swapped, finish_reasons[1])
+    ahead = [parse_verdict(s["text"], rule, reason).label for s, reason in zip(forward, reasons[0])]
+    back = [parse_swapped_verdict(s["text"], rule, reason).label for s, reason in zip(swapped, reasons[1])]
     record = [
         {
             "seed": first["seed"],
             "answer": first["text"],
             "answer_swapped": second["text"],
+            "finish_reason": reason,
+            "finish_reason_swapped": reason_swapped,
             "verdict": verdict,
             "verdict_swapped": verdict_swapped,
         }
-        for first, second, verdict, verdict_swapped in zip(forward, swapped, ahead["verdicts"], back["verdicts"])
+        for first, second, reason, reason_swapped, verdict, verdict_swapped in zip(
+            forward, swapped, *reasons, ahead, back
+        )
     ]
+    majority, agreement = majority_verdict(ahead)
+    majority_swapped, agreement_swapped = majority_verdict(back)
     return {
         "n_samples": len(forward),
         "samples": json.dumps(record, ensure_ascii=False),
-        "verdict_majority": ahead["majority"],
-        "verdict_majority_swapped": back["majority"],
-        "sample_agreement": ahead["agreement"],
-        "sample_agreement_swapped": back["agreement"],
+        "verdict_majority": majority,
+        "verdict_majority_swapped": majority_swapped,
+        "sample_agreement": agreement,
+        "sample_agreement_swapped": agreement_swapped,
     }

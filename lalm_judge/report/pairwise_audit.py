@@ -1,7 +1,8 @@
 """The pairwise report's audit section: per judge cell and audit condition the cue preference (the shift in the
 probability of choosing the changed response), its value with the changed response shown first and second, the
 flip rate, the Tie share (on identical pairs the only right verdict), each with its 95 % interval, a verdict per
-row (flagged when the headline interval excludes its no-effect value) and one figure of the headline measures.
+row (flagged when the headline test rejects its no-effect value after Holm's correction over the run's cells and
+conditions) with its adjusted p-value, and one figure of the headline measures.
 Read from the metrics stage's audit table (`lalm_judge.pairwise.audit_metrics`); empty without conditions."""
 
 from __future__ import annotations
@@ -49,12 +50,15 @@ def audit_display(audit: pl.DataFrame) -> pl.DataFrame:
         )
         row[record["measure"]] = interval_text(record["value"], record["ci_low"], record["ci_high"], record["status"])
         if record["flagged"] is not None:
-            row.update(verdict=audit_verdict(record), n=str(record["n"]), n_items=str(record["n_items"]))
-    columns = ["cell", "condition", "verdict", "n", "n_items", *[name for name, _ in SHOWN]]
+            adjusted = MISSING if record["p_adjusted"] is None else f"{record['p_adjusted']:.3g}"
+            row.update(
+                verdict=audit_verdict(record), p_holm=adjusted, n=str(record["n"]), n_items=str(record["n_items"])
+            )
+    columns = ["cell", "condition", "verdict", "p_holm", "n", "n_items", *[name for name, _ in SHOWN]]
     frame = pl.DataFrame(
         [{c: row.get(c, MISSING) for c in columns} for row in rows.values()], schema=dict.fromkeys(columns, pl.String)
     )
-    return frame.rename(dict(SHOWN))
+    return frame.rename({**dict(SHOWN), "p_holm": "Holm-adjusted p"})
 
 
 def plot_audit(audit: pl.DataFrame, stem: str | os.PathLike) -> list[Path]:
@@ -91,9 +95,11 @@ def audit_section(audit: pl.DataFrame, figure: str | None) -> str:
         "silence, faster, repeated, another voice, or the same clip as both responses), once response 1 and once "
         "response 2, each judged in both orders. Cue preference: the shift in the probability of choosing the "
         "changed response against the clean verdicts of the same items and orders (0 = no effect); flagged when its "
-        "95 % interval excludes 0, surviving the swap when it does so with the changed response shown first and "
-        "shown second. On identical pairs Tie is the only right verdict: flagged when the Tie share's interval "
-        "excludes 1. Intervals: bootstrap over items (docs/metrics.md, Pairwise audit)."
+        "bootstrap test rejects 0 at 5 % after Holm's correction over every cell and condition of the run (one "
+        "family), surviving the swap when its intervals with the changed response shown first and shown second "
+        "both exclude 0. On identical pairs Tie is the only right verdict: flagged when the test rejects a Tie "
+        "share of 1 (the share among readable answers; a cell without any has no readable verdict). Intervals and "
+        "tests: bootstrap over items (docs/metrics.md, Pairwise audit)."
     )
     if audit.height == 0:
         return section(*NAVIGATION_ENTRY, intro, paragraph("This run has no audit conditions (pairwise.conditions)."))

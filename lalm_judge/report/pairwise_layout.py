@@ -17,9 +17,10 @@ from typing import Any
 import polars as pl
 
 from lalm_judge.core.vocabulary import SEMANTIC_ASPECTS, TASK_FORMATS
+from lalm_judge.pairwise.families import family_summary
 from lalm_judge.pairwise.metrics import ASPECT_MEAN, DIMENSION, STYLE_FORMAT, TASK_FORMAT, finding_sentence
 from lalm_judge.report.html import html_table, paragraph
-from lalm_judge.report.tables import MISSING
+from lalm_judge.report.tables import MISSING, interval_text
 
 # SageLM's column order (its evaluation scripts print them so).
 ACOUSTIC_COLUMNS = ("emotion", "gender", "character", "implicit_emotion", "gender_emotion")
@@ -32,7 +33,8 @@ STYLE_FORMAT_COLUMNS = (
     "character/explicit_dialogue",
     "emotion/implicit",
 )
-METRICS = ("agreement", "accuracy")
+# The single-answer metrics, and for a sampled judge the mean over its seeds (SageLM's protocol).
+METRICS = ("agreement", "accuracy", "agreement_seed_mean", "accuracy_seed_mean")
 ANSWER_CHARS = 400
 
 
@@ -88,21 +90,64 @@ def format_table(metrics: pl.DataFrame) -> pl.DataFrame:
     return layout_table(metrics, [*columns, *((STYLE_FORMAT, group, group) for group in STYLE_FORMAT_COLUMNS)])
 
 
+def hypotheses_table(findings: pl.DataFrame) -> pl.DataFrame:
+    """Every tested hypothesis of the findings family: the cell, group, accuracy, chance, length baseline, the
+    difference from it, both p-values and whether it is claimed."""
+    part = findings.filter(pl.col("scope") != "audit")
+    if part.height == 0:
+        return pl.DataFrame(schema={"cell": pl.String})
+    return part.select(
+        pl.concat_str([pl.col(k) for k in ("judge", "modality", "transcript_source", "prompt")], separator=" · ").alias(
+            "cell"
+        ),
+        "scope",
+        "group",
+        pl.struct("accuracy", "ci_low", "ci_high")
+        .map_elements(lambda r: interval_text(r["accuracy"], r["ci_low"], r["ci_high"]), return_dtype=pl.String)
+        .alias("accuracy"),
+        "chance",
+        pl.col("length_baseline").alias("longer wins"),
+        pl.struct("difference", "difference_ci_low", "difference_ci_high")
+        .map_elements(
+            lambda r: interval_text(r["difference"], r["difference_ci_low"], r["difference_ci_high"]),
+            return_dtype=pl.String,
+        )
+        .alias("accuracy - longer wins"),
+        pl.col("p_value").alias("p"),
+        pl.col("p_adjusted").alias("adjusted p"),
+        pl.col("finding").replace_strict({True: "finding", False: "-"}, return_dtype=pl.String).alias("claimed"),
+    )
+
+
 def findings_html(findings: pl.DataFrame, weak: Mapping[str, str]) -> str:
-    """The findings as sentences, with a caveat for each weak demo judge among them."""
+    """The findings as sentences, with a caveat for each weak demo judge among them, each family of tests stated,
+    and every tested hypothesis in a table."""
     if findings.height == 0:
         return paragraph(
-            "No judge cell's accuracy interval lies wholly above chance on these items: nothing here shows a judge "
-            "that judges (chance: the better of a uniform guess among 1, 2 and Tie and always giving the most "
-            "frequent label)."
+            "No hypothesis could be tested: every group rests on fewer items than the minimum support, and the run has "
+            "no audit condition."
         )
-    items = "".join(f"<li>{html.escape(finding_sentence(row))}</li>" for row in findings.iter_rows(named=True))
+    claimed = findings.filter(pl.col("finding"))
+    families = paragraph(" ".join(family_summary(findings)))
+    table = (
+        f'<details class="hypotheses"><summary>Every hypothesis tested</summary>'
+        f"{html_table(hypotheses_table(findings))}</details>"
+    )
+    if claimed.height == 0:
+        none = paragraph(
+            "No judge cell's accuracy lies above both chance and the length baseline after the correction for its "
+            "family, and the audit flags none: nothing here shows a judge that judges (chance: the better of a "
+            "uniform guess among 1, 2 and Tie and always giving the most frequent label; length baseline: the "
+            "longer response wins, on the same rows)."
+        )
+        return families + none + table
+    items = "".join(f"<li>{html.escape(finding_sentence(row))}</li>" for row in claimed.iter_rows(named=True))
     caveats = [
         paragraph(f"{judge} is a weak demo judge: {weak[judge]}.")
-        for judge in dict.fromkeys(findings["judge"].to_list())
+        for judge in dict.fromkeys(claimed["judge"].to_list())
         if judge in weak
     ]
-    return f"<ul>{items}</ul>" + "".join(caveats)
+    return families + f"<ul>{items}</ul>" + "".join(caveats) + table
 
 
 def _excerpt(text: str | None) -> str:

@@ -274,3 +274,37 @@ def test_sagelm_splits_by_dimension_task_format_and_style_against_a_hand_count()
     bare = compute_pairwise_metrics(split_predictions().drop("task_format", "style"), SETTINGS)["splits"]
     assert set(bare["task_format"]) == {"implicit"}
     assert set(bare["style"]) == {"emotion", "gender", "character", "mixed"}
+
+
+def test_a_judge_that_picks_the_longer_response_is_no_finding_however_far_above_chance():
+    """Labels follow length on 24 of 30 items; a judge answering 'the longer one' is right exactly where the length
+    baseline is: far above chance, no better than the baseline on the same rows, so no finding. A judge right
+    everywhere beats both."""
+    from lalm_judge.pairwise.metrics import accuracy_findings, longer_response
+
+    assert [longer_response(*d) for d in ((3.0, 1.0), (1.0, 3.0), (2.0, 2.0), (None, 1.0))] == ["1", "2", "Tie", None]
+    rows = []
+    for item in range(30):
+        first, second = (5.0, 2.0) if item % 2 else (2.0, 5.0)
+        longer = longer_response(first, second)
+        label = longer if item < 24 else ("2" if longer == "1" else "1")
+        rows.append((f"i{item:02d}", label, longer, first, second))
+    frame = pl.DataFrame(
+        rows, schema=["item_id", "label", "longer", "response1_duration_s", "response2_duration_s"], orient="row"
+    )
+    settings = PairwiseMetricSettings(n_boot=300, seed=0)
+    cells = []
+    for judge, answers in (("lengthy", pl.col("longer")), ("right", pl.col("label"))):
+        table = frame.with_columns(aspect=pl.lit("helpfulness"), prediction=answers).drop("longer")
+        keys = {"judge": judge, "modality": "audio", "transcript_source": "none", "prompt": "sagelm"}
+        cells.append((keys, estimate_cell(validate_predictions(table), settings)))
+    found = {(r["judge"], r["scope"]): r for r in accuracy_findings(cells)}
+    lengthy = found[("lengthy", "overall")]
+    assert lengthy["accuracy"] == pytest.approx(0.8) and lengthy["ci_low"] > lengthy["chance"]  # above chance
+    assert (lengthy["length_baseline"], lengthy["difference"], lengthy["finding"]) == (pytest.approx(0.8), 0.0, False)
+    right = found[("right", "overall")]
+    assert right["finding"] is True and right["difference"] == pytest.approx(0.2) and right["family_size"] == 6
+    values = compute_pairwise_metrics(
+        frame.with_columns(aspect=pl.lit("helpfulness"), prediction=pl.col("longer")), settings
+    )
+    assert values["overall"]["length_baseline_accuracy"]["value"] == pytest.approx(0.8)

@@ -1,5 +1,6 @@
-"""The pairwise report from pairwise metric tables: its sections, the audio-native against cascade comparison,
-the duration figure, and the weak-judge warning."""
+"""The pairwise report from pairwise metric tables: its sections, the findings beside the length baseline with
+their family stated, the audio-native against cascade comparison, the duration figure, and the weak-judge
+warning."""
 
 import json
 import re
@@ -33,6 +34,9 @@ def predictions(judge, modality, source, forward, swapped, rule="sagelm"):
                 "verdict_combined_status": "ok",
                 "verdict_rule": rule,
                 "duration_s": 4.0 * (index // 2 + 1),
+                # The first response is the longer one of items 0 and 1, the second of item 2.
+                "response1_duration_s": 3.0 if index < 4 else 1.0,
+                "response2_duration_s": 1.0 if index < 4 else 3.0,
                 "long_audio_action": "truncated" if index == 0 else "none",
             }
         )
@@ -100,11 +104,23 @@ def test_report_sections_figure_and_weak_judges(stage):
         prediction_paths=[stage / "native.parquet", stage / "cascade.parquet"],
     )
     page = index.read_text()
-    # The findings, generated: the always-right cell is above chance (labels 1, 2, Tie, 1, 2, 1: half are 1).
+    # The findings, generated: the always-right cell is above chance (labels 1, 2, Tie, 1, 2, 1: half are 1) and
+    # above 'the longer response wins' (1, 1, 1, 1, 2, 2: right on rows 0, 3 and 4).
     findings = read_pairwise_stage(stage / "metrics").findings
-    assert findings.filter(pl.col("scope") == "overall")["judge"].to_list() == ["omni"]
-    assert findings.filter(pl.col("scope") == "overall")["chance"].item() == pytest.approx(0.5)
+    claimed = findings.filter(pl.col("finding") & (pl.col("scope") == "overall"))
+    assert claimed["judge"].to_list() == ["omni"] and claimed["chance"].item() == pytest.approx(0.5)
+    assert (claimed["length_baseline"].item(), claimed["difference"].item()) == pytest.approx((0.5, 0.5))
+    # Every (cell, group) with enough items is a hypothesis of one family: 2 cells x (all, semantic, 2 aspects).
+    assert set(findings["family_size"]) == {8} and set(findings["correction"]) == {"benjamini-hochberg"}
+    assert findings.filter(pl.col("judge") == "cascade")["finding"].sum() == 0
     assert "omni (audio, none, sagelm prompt, audio native) is right on 100% of all its verdicts" in page
+    assert "and above &#x27;the longer response wins&#x27;, right on 50% of the same rows (difference +50%" in page
+    # On its three helpfulness rows the baseline is right twice: 100 % against 67 % on three items is no finding.
+    helpfulness = findings.filter((pl.col("judge") == "omni") & (pl.col("group") == "helpfulness")).row(0, named=True)
+    assert (helpfulness["accuracy"], helpfulness["finding"]) == (1.0, False)
+    assert helpfulness["length_baseline"] == pytest.approx(2 / 3) and helpfulness["difference_ci_low"] == 0.0
+    family = "pairwise findings: 8 hypotheses tested, false-discovery rate controlled by Benjamini-Hochberg"
+    assert f"{family}; 2 claimed" in page and '<details class="hypotheses">' in page
     # SageLM's semantic table in percent, and the answers of every item in both orders.
     assert "<h3>Semantic aspects</h3>" in page and "100.0 [100.0, 100.0]" in page
     assert "<summary>cascade · text-asr:whisper · sagelm: " in page and page.count("<details>") == 2
