@@ -29,7 +29,6 @@ agreement so far, with n) and `GET export.csv` (the export of `lalm-judge anchor
 
 from __future__ import annotations
 
-import io
 import math
 import random
 import re
@@ -53,6 +52,7 @@ from lalm_judge.annotation.assignment import assign, design_summary
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchItem, HiddenLabel, load_labels
 from lalm_judge.annotation.protocol import Protocol, load_protocol, new_completion_code
 from lalm_judge.annotation.store import MAX_COMMENT_CHARS, Answer, RatingStore, StoreError, validate_rater_id
+from lalm_judge.core.spreadsheets import csv_bytes
 
 MAX_BODY_BYTES = 16 * 1024
 MAX_LISTENED_S = 24 * 3600.0
@@ -377,10 +377,8 @@ def _owner_router(study: Study) -> APIRouter:
     @router.get("/export.csv")
     def export_csv() -> Response:
         ratings = exporting.ratings_table(study.batch, study.labels, study.store, study.protocol)
-        buffer = io.BytesIO()
-        ratings.write_csv(buffer)
         headers = {"Content-Disposition": f'attachment; filename="ratings-{study.batch.batch_id}.csv"'}
-        return Response(buffer.getvalue(), media_type="text/csv", headers=headers)
+        return Response(csv_bytes(ratings), media_type="text/csv", headers=headers)
 
     return router
 

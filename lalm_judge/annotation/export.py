@@ -12,6 +12,9 @@ not count as rating time.
 The rater summary (`rater_summary`) has one row per registered rater: consent, items assigned, rated and
 completed, practice items done, gold and attention pass rates with their n, the median time per item, the share
 heard to the end and the number marked unsure.
+
+Both tables, and the app's `export.csv`, are written as CSV by `lalm_judge.core.spreadsheets`: a comment or any other
+text that a spreadsheet would run as a formula (`=HYPERLINK(...)`) is written with a `'` in front.
 """
 
 from __future__ import annotations

@@ -31,7 +31,8 @@ from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rat
 from lalm_judge.annotation.sample import DEFAULT_MAX_REPEATS, SamplingError, draw_sample, read_pool, write_batch
 from lalm_judge.annotation.store import StoreError
 from lalm_judge.audio.waveform import AudioError
-from lalm_judge.core.files import atomic_path, write_json
+from lalm_judge.core.files import write_json
+from lalm_judge.core.spreadsheets import write_csv
 
 DEFAULT_PORT = 8765
 
@@ -116,10 +117,8 @@ def _export(args: argparse.Namespace) -> None:
     validate_ratings(ratings, source=f"ratings of {args.batch}")
     raters_out = args.raters_out or str(Path(args.out).with_suffix("")) + ".raters.csv"
     summary = rater_summary(store, protocol, ratings)
-    with atomic_path(args.out) as tmp:
-        ratings.write_csv(tmp)
-    with atomic_path(raters_out) as tmp:
-        summary.write_csv(tmp)
+    write_csv(ratings, args.out)
+    write_csv(summary, raters_out)
     for line in rater_lines(summary):
         print(line, file=sys.stderr)
     print(f"{ratings.height} ratings written to {args.out}; one row per rater in {raters_out}")
