@@ -28,7 +28,10 @@ def neutralised(frame: pl.DataFrame) -> pl.DataFrame:
     """`frame` with every text cell that a spreadsheet would run as a formula prefixed by `'`."""
     texts = [name for name, dtype in frame.schema.items() if dtype == pl.String]
     return frame.with_columns(
-        pl.when(pl.col(name).str.contains(FORMULA_START)).then(ESCAPE + pl.col(name)).otherwise(pl.col(name))
+        pl.when(pl.col(name).str.contains(FORMULA_START))
+        .then(ESCAPE + pl.col(name))
+        .otherwise(pl.col(name))
+        .alias(name)
         for name in texts
     )
 

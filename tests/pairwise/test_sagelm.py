@@ -206,7 +206,6 @@ def test_audio_paths_stay_inside_the_audio_root(tmp_path, outside):
         import_sagelm([path], tmp_path)
 
 
-
 def test_a_symbolic_link_out_of_the_audio_root_is_refused(audio_root, tmp_path):
     """`Audio/link/secret.wav` with `link` pointing outside the audio root reads a file the root does not hold; the
     record is refused naming it. A link that stays inside the root is followed."""
