@@ -327,8 +327,33 @@ _HEADER_ENVIRONMENT_WAY = (
 )
 
 
+# Path segments that are keys: the prefixes providers give their keys (OpenAI and Anthropic `sk-`, Google `AIza`,
+# Hugging Face `hf_`, Groq `gsk_`, xAI `xai-`, GitHub `ghp_`/`github_pat_`, GitLab `glpat-`, Slack `xox?-`, AWS access
+# key ids `AKIA`/`ASIA`), and a long run of letters and digits mixed (a random token: 20 or more, where model and
+# deployment names have a separator every few characters).
+_KEY_PREFIX = re.compile(
+    r"^(?:(?:sk|pk|rk)[-_]|AIza|hf_|gsk_|xai-|gh[pousr]_|github_pat_|glpat-|xox[abpors]-|AKIA|ASIA)[A-Za-z0-9_\-]{8,}"
+)
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def _key_like_segment(segment: str, previous: str) -> str | None:
+    """Why a URL path segment is a credential, without quoting it; None when it is not one."""
+    name, equals, _ = segment.partition("=")
+    if equals and _CREDENTIAL_QUERY.match(name):
+        return f"it is the parameter {name!r}"
+    if _CREDENTIAL_QUERY.match(previous) and segment:
+        return f"it follows {previous!r}"
+    if _KEY_PREFIX.match(segment):
+        return "it starts as API keys do"
+    if any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in _RANDOM_RUN.findall(segment)):
+        return "it holds a long random token"
+    return None
+
+
 def _url_problem(value: str) -> str | None:
-    """Where a URL carries a credential: userinfo (`https://user:KEY@host`) or a key-like query parameter."""
+    """Where a URL carries a credential: userinfo (`https://user:KEY@host`), a key-like query parameter, or a key in
+    its path (`https://host/v1/sk-.../`, `/key/VALUE`, `/key=VALUE`)."""
     try:
         parts = urlsplit(value)
         query = parse_qsl(parts.query, keep_blank_values=True)
@@ -337,7 +362,14 @@ def _url_problem(value: str) -> str | None:
     if parts.username or parts.password:
         return "the URL holds user credentials (user:password@host)"
     names = [name for name, _ in query if _CREDENTIAL_QUERY.match(name)]
-    return f"the URL's query parameter {names[0]!r} holds a credential" if names else None
+    if names:
+        return f"the URL's query parameter {names[0]!r} holds a credential"
+    segments = [segment for piece in parts.path.split("/") for segment in piece.split(";")]
+    for number, segment in enumerate(segments):
+        why = _key_like_segment(segment, segments[number - 1] if number else "")
+        if why:
+            return f"the URL's path holds a credential (segment {number}: {why})"
+    return None
 
 
 def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
@@ -350,8 +382,8 @@ def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
 
 def secret_problems(config: Any, path: str = "") -> list[str]:
     """Every place of a config that holds a credential: a key-named entry, a credential HTTP header, a URL with
-    userinfo or a key in its query, an `api_key_env` or `header_env` variable that is not a variable name (the
-    header names under `header_env` are names, not keys). The messages name the place, never the value."""
+    userinfo or a key in its query or its path, an `api_key_env` or `header_env` variable that is not a variable name
+    (the header names under `header_env` are names, not keys). The messages name the place, never the value."""
     items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
     problems = []
     for key, value in items:
