@@ -79,12 +79,29 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     schema = read_schema(schema_path)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
     config = copy.deepcopy(config)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = sorted(map(most_specific, validator.iter_errors(config)), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [schema_error_line(e, schema) for e in errors]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_config(config)
     return config
+
+
+def most_specific(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of a oneOf / anyOf error, the error of an alternative that got deeper into the value, if one did (an acoustic
+    style that is one voice or a list of them, with a bad `pitch_shift`: that key, not 'not valid under any of the
+    given schemas'), or of the list alternative that failed on a repeated entry (`variants.turns: [1, 1]`); else the
+    error itself."""
+    while error.context:
+        deepest = max(error.context, key=lambda sub: len(sub.absolute_path))
+        repeated = [sub for sub in error.context if sub.validator == "uniqueItems"]
+        if len(deepest.absolute_path) > len(error.absolute_path):
+            error = deepest
+        elif repeated:
+            error = repeated[0]
+        else:
+            break
+    return error
 
 
 def _known_properties(schema: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
@@ -109,6 +126,8 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
     """One line per problem of a schema error, at its key path; an unknown key (`additionalProperties: false`,
     `unevaluatedProperties: false`) is named with the nearest valid name and the valid names."""
     where = ".".join([*prefix, *map(str, error.absolute_path)]) or "<root>"
+    if error.validator == "uniqueItems" and isinstance(error.instance, list):
+        return f"{where}: {_repeated_entries(error.instance)}; each entry once (they name things the run makes once)"
     unknown_keys = error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
         error.instance, Mapping
     )
@@ -129,6 +148,15 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
     return "\n  ".join(lines)
 
 
+def _repeated_entries(entries: Sequence[Any]) -> str:
+    """'x' is listed twice, 'y' 3 times: the entries of a list that should be unique that are not."""
+    keys = [json.dumps(entry, sort_keys=True) for entry in entries]
+    counts = {key: keys.count(key) for key in dict.fromkeys(keys)}
+    repeated = [(entries[keys.index(key)], n) for key, n in counts.items() if n > 1]
+    said = [f"{entry!r} is listed {'twice' if n == 2 else f'{n} times'}" for entry, n in repeated]
+    return ", ".join(said)
+
+
 def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
     """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
     errors name `key.<path>`."""
@@ -139,7 +167,7 @@ def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, s
     part_root = {"$defs": schema.get("$defs", {}), **part_schema}
     validator = _with_defaults(jsonschema.Draft202012Validator)(part_root)
     part = copy.deepcopy(part)
-    errors = sorted(validator.iter_errors(part), key=lambda e: list(e.absolute_path))
+    errors = sorted(map(most_specific, validator.iter_errors(part)), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [schema_error_line(e, part_root, [key]) for e in errors]
         raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(lines))
@@ -470,13 +498,11 @@ def _check_pairwise(config: dict[str, Any]) -> None:
 
 def _pairwise_audit_problems(config: Mapping[str, Any]) -> list[str]:
     """Audit conditions the run could not build: `repeat` and `voice` speak responses again (items spoken here,
-    format jsonl), `voice` needs another voice of the same engine for every voice the items use; each condition
-    once."""
+    format jsonl), `voice` needs another voice of the same engine for every voice the items use (each condition
+    once: the schema's `uniqueItems`)."""
     pairwise = config["pairwise"]
     conditions, items = pairwise.get("conditions", []), pairwise["items"]
-    problems = [
-        f"pairwise.conditions: {c!r} is listed twice" for c in sorted(set(conditions)) if conditions.count(c) > 1
-    ]
+    problems = []
     respoken = [c for c in conditions if AuditCondition(c).kind in RESPOKEN_AUDIT_KINDS]
     if respoken and items["format"] != "jsonl":
         problems.append(
