@@ -20,9 +20,10 @@ import importlib.metadata
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -365,12 +366,36 @@ def _previous_log(checkpoint: Path, fingerprint: str) -> dict[str, Any] | None:
     return log if log.get("fingerprint") == fingerprint else None
 
 
+# What a distributed launcher (accelerate launch, torchrun, deepspeed) sets for every process.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def single_process_launch(
+    settings: TrainingSettings, environ: MutableMapping[str, str] | None = None
+) -> dict[str, str]:
+    """The distributed environment of one process, set when a stage uses DeepSpeed and no launcher started the
+    command: DeepSpeed initializes its process group from RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous address,
+    which only a launcher sets, so `lalm-judge pairwise train` on one GPU would not start without them (transformers'
+    own one-GPU DeepSpeed tests set the same). Returns what was set (nothing under a launcher or without DeepSpeed)."""
+    environ = os.environ if environ is None else environ
+    uses_deepspeed = any(stage.hyperparameters.deepspeed for stage in settings.stages)
+    if not uses_deepspeed or any(name in environ for name in LAUNCHER_VARIABLES):
+        return {}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    environ.update(values)
+    return values
+
+
 def run_training(
     settings: TrainingSettings, *, resume: bool = False, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Train every stage (reusing those already trained on the same inputs); return and write the report."""
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
+    single_process_launch(settings)
     device = resolve_device(settings.device)
     output_dir = Path(settings.output_dir) / GRPO if settings.method == GRPO else Path(settings.output_dir)
     used = sorted({name for stage in settings.stages for name in stage.mix})

@@ -38,6 +38,7 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.decoding import decoding_problems
+from lalm_judge.training.settings import GRPO, GRPOSettings, Hyperparameters, grpo_batch_problem
 from lalm_judge.workflow.context_length import max_model_len_problems
 from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
@@ -78,13 +79,27 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     _check_no_secrets(config)
     schema = read_schema(schema_path)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    given_training = config.get("training") if isinstance(config, Mapping) else None
     config = copy.deepcopy(config)
     errors = sorted(map(most_specific, validator.iter_errors(config)), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [schema_error_line(e, schema) for e in errors]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_config(config)
+    if given_training is not None:
+        check_training(config["training"], given_training)
     return config
+
+
+def check_training(section: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """What a validated `training` section (defaults filled) cannot train, before any model is loaded: GRPO's batch
+    arithmetic on one GPU (and so on any number), when the section asks for GRPO or sets its `grpo` settings
+    (`given`: the section as written; `--method grpo` checks a section that does neither when it starts)."""
+    if section["method"] != GRPO and "grpo" not in given:
+        return
+    problem = grpo_batch_problem(Hyperparameters(**section["hyperparameters"]), GRPOSettings(**section["grpo"]))
+    if problem:
+        raise ConfigError(f"training cannot run:\n  {problem}")
 
 
 def most_specific(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
@@ -234,13 +249,15 @@ def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PAT
     document = read_config_file(path) or {}
     if not isinstance(document, Mapping) or "training" not in document:
         raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
-    return _validate_part(
+    section = _validate_part(
         document["training"],
         ("properties", "training"),
         "training",
         f"training section of {path}",
         schema_path,
     )
+    check_training(section, document["training"])
+    return section
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
