@@ -204,11 +204,19 @@ def dataset_files(dataset_dir: str | Path) -> list[Path]:
     return files
 
 
+def parquet_shard(path: Path) -> pq.ParquetFile:
+    """One shard of a dataset folder, opened; ExportError naming it when it is not a parquet file."""
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ExportError(f"{path} is not a readable parquet file ({' '.join(str(err).split())})") from None
+
+
 def read_rows(files: Sequence[Path], features: Mapping[str, Feature]) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every row of the shards (class labels as their names) with where it is ('<shard> row <n>', 0-based), checking
     that each shard has the benchmark's columns."""
     for path in files:
-        shard = pq.ParquetFile(path)
+        shard = parquet_shard(path)
         missing = [name for name in features if name not in shard.schema_arrow.names]
         if missing:
             raise ExportError(f"{path} lacks the benchmark column(s) {missing}; it is not a lalm-judge benchmark")
@@ -332,7 +340,7 @@ def import_hf(dataset_dir: str | Path, out_dir: str | Path, *, progress: bool = 
     import wrote it); return the corpus index. Rows may come in any order and from any number of shards."""
     files = dataset_files(dataset_dir)
     features = benchmark_features(0)
-    total = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+    total = sum(parquet_shard(p).metadata.num_rows for p in files)
     with atomic_directory(out_dir, marker=benchmark.INDEX) as tmp:
         writer: benchmark_tables.BenchmarkWriter | None = None
         rows = tqdm(read_rows(files, features), total=total, desc="import samples", unit="sample", disable=not progress)

@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
-from lalm_judge.core.files import CONFIG_SCHEMA_PATH, read_schema
+from lalm_judge.core.files import CONFIG_SCHEMA_PATH, one_line, read_schema
 from lalm_judge.core.vocabulary import (
     AUDIO,
     AUDIO_TEXT,
@@ -226,11 +226,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def read_config_file(path: str | Path) -> Any:
     """A YAML (or JSON) config file as data; a key repeated in one mapping is a ConfigError naming file and line."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist")
     with open(path, encoding="utf-8") as stream:
         try:
             return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+            raise ConfigError(f"{path}: not valid YAML: {one_line(err)}") from None
 
 
 def check_config_files(paths: Sequence[str | Path]) -> None:
