@@ -93,6 +93,7 @@ class TrainingSettings:
     stages: tuple[StageSettings, ...]
     method: str = SFT
     grpo: GRPOSettings = field(default_factory=GRPOSettings)
+    preparation_workers: int | None = None
 
     @classmethod
     def from_config(
@@ -140,6 +141,7 @@ class TrainingSettings:
             max_response_s=float(section["max_response_s"]),
             device=section["device"],
             num_threads=section["num_threads"],
+            preparation_workers=section["preparation_workers"],
             datasets=datasets,
             stages=tuple(stages),
         )

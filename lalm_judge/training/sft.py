@@ -41,6 +41,7 @@ from lalm_judge.training.backbone import (
 )
 from lalm_judge.training.collator import PairwiseSFTCollator, response_limit_s
 from lalm_judge.training.grpo import REWARD_FUNCTIONS, grpo_rows, make_trainer_class
+from lalm_judge.training.lengths import CACHE_DIR, prompt_lengths
 from lalm_judge.training.records import (
     TrainingRecord,
     audio_cut,
@@ -317,10 +318,18 @@ def stage_collator(backbone: Backbone, settings: TrainingSettings, hyper: Hyperp
 
 
 def prepare_records(
-    records: Sequence[TrainingRecord], collator: PairwiseSFTCollator, hyper: Hyperparameters
+    records: Sequence[TrainingRecord],
+    collator: PairwiseSFTCollator,
+    hyper: Hyperparameters,
+    cache_dir: str | os.PathLike,
+    workers: int | None = None,
 ) -> tuple[list[TrainingRecord], list[TrainingRecord], CutoffReport]:
-    """(training, validation) records of a stage: those whose prompt fits under cutoff_len, split by response pair."""
-    lengths = [collator.prompt_length(r.as_row()) for r in records] if hyper.cutoff_len else [0] * len(records)
+    """(training, validation) records of a stage: those whose prompt fits under cutoff_len (lengths measured once
+    per record, in parallel, on one rank: `training.lengths`), split by response pair."""
+    if hyper.cutoff_len:
+        lengths, _ = prompt_lengths(records, collator, cache_dir, workers=workers)
+    else:
+        lengths = [0] * len(records)
     kept, cutoff = apply_cutoff(records, lengths, hyper.cutoff_len)
     train, validation = split_validation(kept, hyper.val_size, hyper.seed)
     return train, validation, cutoff
@@ -351,7 +360,7 @@ def stage_fingerprint(
     shared = {
         key: value
         for key, value in settings.as_dict().items()
-        if key not in ("output_dir", "datasets", "stages", "device", "num_threads")
+        if key not in ("output_dir", "datasets", "stages", "device", "num_threads", "preparation_workers")
     }
     return stable_hash(
         {"settings": shared, "stage": asdict(stage), "init": [init_from, init_fingerprint], "records": records_hash}
@@ -443,7 +452,10 @@ def _train_stage(
     trainable = trainable_summary(backbone.model)
     cut = audio_cut(records, response_limit_s(backbone.processor, settings.max_response_s))
     collator = stage_collator(backbone, settings, stage.hyperparameters)
-    records, validation, cutoff = prepare_records(records, collator, stage.hyperparameters)
+    cache_dir = Path(settings.output_dir) / CACHE_DIR
+    records, validation, cutoff = prepare_records(
+        records, collator, stage.hyperparameters, cache_dir, settings.preparation_workers
+    )
     result = fit_stage(
         backbone,
         records,
