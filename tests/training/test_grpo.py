@@ -102,12 +102,12 @@ def shipped_section(model, data, output_dir) -> dict:
     """configs/pairwise.yaml's `training` section as shipped (method, batch 2 x 2, num_generations, stages and their
     mix, cutoff_len, val_size, gradient checkpointing, bf16), with a tiny model and data and only what a CPU test
     cannot keep changed: the backbone and the records, the output folder, the device, no DeepSpeed (a GPU package),
-    and two steps with every step logged."""
+    and one logged step per stage."""
     section = load_training_section(ROOT / "configs" / "pairwise.yaml")
     section.update(backbone=str(model), output_dir=str(output_dir), device="cpu", num_threads=1)
     for name, dataset in section["datasets"].items():
         dataset.update(records=[str(data[name])], audio_root=str(data["audio_root"]))
-    section["hyperparameters"].update(deepspeed=None, max_steps=2, logging_steps=1)
+    section["hyperparameters"].update(deepspeed=None, max_steps=1, logging_steps=1)
     section["grpo"]["max_completion_length"] = 4
     return section
 
@@ -128,7 +128,7 @@ def test_grpo_starts_with_the_shipped_configs_settings(tmp_path, qwen2audio_dir,
     path.write_text(yaml.safe_dump({"training": section}))
     assert cli(["pairwise", "train", "--config", str(path), "--method", "grpo"]) == 0
     report = json.loads((tmp_path / "out" / "grpo" / REPORT_FILE).read_text())
-    assert [stage["steps"] for stage in report["stages"]] == [2, 2]
+    assert [stage["steps"] for stage in report["stages"]] == [1, 1]
     assert "acoustic (grpo)" in capsys.readouterr().out
 
     section["grpo"]["num_generations"] = 8
