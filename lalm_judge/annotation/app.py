@@ -45,7 +45,6 @@ and the agreement so far, with n) and `GET export.csv` (the export of `lalm-judg
 from __future__ import annotations
 
 import html
-import io
 import math
 import random
 import re
@@ -87,6 +86,7 @@ from lalm_judge.annotation.store import (
     StoreError,
     validate_rater_id,
 )
+from lalm_judge.core.spreadsheets import csv_bytes
 
 MAX_BODY_BYTES = 16 * 1024
 MAX_LISTENED_S = 24 * 3600.0
@@ -608,10 +608,8 @@ def _owner_router(study: Study) -> APIRouter:
     @router.get("/export.csv")
     def export_csv() -> Response:
         ratings = exporting.ratings_table(study.batch, study.labels, study.store, study.protocol)
-        buffer = io.BytesIO()
-        ratings.write_csv(buffer)
         headers = {"Content-Disposition": f'attachment; filename="ratings-{study.batch.batch_id}.csv"'}
-        return Response(buffer.getvalue(), media_type="text/csv", headers=headers)
+        return Response(csv_bytes(ratings), media_type="text/csv", headers=headers)
 
     return router
 

@@ -17,6 +17,9 @@ owner, or the public link), consent, items assigned, rated and completed, practi
 pass rates with their n, the median time per item, the share heard to the end, the number marked unsure, the
 headphone check, the device reported with the consent, and, where study.yaml's quality rules exclude the rater,
 why (`lalm_judge.annotation.quality`).
+
+Both tables, and the app's `export.csv`, are written as CSV by `lalm_judge.core.spreadsheets`: a comment or any other
+text that a spreadsheet would run as a formula (`=HYPERLINK(...)`) is written with a `'` in front.
 """
 
 from __future__ import annotations

@@ -36,7 +36,9 @@ from lalm_judge.annotation.quality import ExclusionRules, exclusions
 from lalm_judge.annotation.sample import DEFAULT_MAX_REPEATS, SamplingError, draw_sample, read_pool, write_batch
 from lalm_judge.annotation.store import FREED_STATUSES, RatingStore, StoreError
 from lalm_judge.audio.waveform import AudioError
-from lalm_judge.core.files import atomic_path, write_json
+from lalm_judge.cli.arguments import at_least, port
+from lalm_judge.core.files import write_json
+from lalm_judge.core.spreadsheets import write_csv
 
 DEFAULT_PORT = 8765
 
@@ -173,10 +175,8 @@ def _export(args: argparse.Namespace) -> None:
     validate_ratings(ratings, source=f"ratings of {args.batch}")
     raters_out = args.raters_out or str(Path(args.out).with_suffix("")) + ".raters.csv"
     summary = rater_summary(store, protocol, ratings)
-    with atomic_path(args.out) as tmp:
-        ratings.write_csv(tmp)
-    with atomic_path(raters_out) as tmp:
-        summary.write_csv(tmp)
+    write_csv(ratings, args.out)
+    write_csv(summary, raters_out)
     for line in rater_lines(summary):
         print(line, file=sys.stderr)
     print(f"{ratings.height} ratings written to {args.out}; one row per rater in {raters_out}")
@@ -189,19 +189,19 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True)
 
     sample = commands.add_parser("sample", help="draw a stratified annotation batch from a finished run")
-    sample.add_argument("--n", type=int, default=160, help="items in the batch (default 160, as the study)")
-    sample.add_argument("--unsafe", type=int, default=100, help="unsafe items among them (default 100)")
-    sample.add_argument("--seed", type=int, default=0, help="seed of the draw and the item order (default 0)")
+    sample.add_argument("--n", type=at_least(1), default=160, help="items in the batch (default 160, as the study)")
+    sample.add_argument("--unsafe", type=at_least(0), default=100, help="unsafe items among them (default 100)")
+    sample.add_argument("--seed", type=at_least(0), default=0, help="seed of the draw and the item order (default 0)")
     sample.add_argument("--out", required=True, help="new batch directory")
     sample.add_argument("--results", default="results", help="the run's results directory (default results)")
-    sample.add_argument("--practice", type=int, default=2, help="practice items, rated first (default 2)")
-    sample.add_argument("--gold", type=int, default=4, help="gold items with a known answer (default 4)")
+    sample.add_argument("--practice", type=at_least(0), default=2, help="practice items, rated first (default 2)")
+    sample.add_argument("--gold", type=at_least(0), default=4, help="gold items with a known answer (default 4)")
     sample.add_argument(
-        "--attention", type=int, default=2, help="attention checks, spoken with espeak-ng (default 2; 0: none)"
+        "--attention", type=at_least(0), default=2, help="attention checks, spoken with espeak-ng (default 2; 0: none)"
     )
     sample.add_argument(
         "--max-repeats",
-        type=int,
+        type=at_least(1),
         default=DEFAULT_MAX_REPEATS,
         help=f"warn when a source dialogue appears more often in the batch (default {DEFAULT_MAX_REPEATS})",
     )
@@ -210,7 +210,7 @@ def _parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="the local web app where raters rate a batch")
     serve.add_argument("batch", help="batch directory (from 'anchors sample')")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1: this machine)")
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)")
+    serve.add_argument("--port", type=port, default=DEFAULT_PORT, help=f"port (default {DEFAULT_PORT}; 0: any free)")
     serve.add_argument("--raters", help="comma-separated rater ids to register (e.g. a,b,c)")
     serve.add_argument("--raters-file", help="file with one rater id per line ('#' starts a comment)")
     serve.add_argument(
@@ -250,9 +250,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     stats.add_argument("--out", required=True, help="output JSON file")
     stats.add_argument(
-        "--bootstrap", type=int, default=DEFAULT_BOOTSTRAP, help=f"resamples of items (default {DEFAULT_BOOTSTRAP})"
+        "--bootstrap",
+        type=at_least(0),
+        default=DEFAULT_BOOTSTRAP,
+        help=f"resamples of items (default {DEFAULT_BOOTSTRAP})",
     )
-    stats.add_argument("--seed", type=int, default=0, help="seed of the bootstrap (default 0)")
+    stats.add_argument("--seed", type=at_least(0), default=0, help="seed of the bootstrap (default 0)")
     stats.add_argument(
         "--study", help="a CSV's study.yaml: its quality.exclude rules and statistics.ties (a batch DIR: its own)"
     )

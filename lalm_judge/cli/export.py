@@ -8,6 +8,7 @@ import sys
 
 import yaml
 
+from lalm_judge.cli.arguments import at_least, positive
 from lalm_judge.export.hf import DEFAULT_MAX_SHARD_MB, DEFAULT_ROW_GROUP_SIZE, ShardSettings, export_hf
 from lalm_judge.export.rows import ExportError
 from lalm_judge.workflow.config import ConfigError, load_config
@@ -26,10 +27,13 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--split", default="test", help="split name of the samples (default: test)")
     parser.add_argument(
-        "--max-shard-mb", type=float, default=DEFAULT_MAX_SHARD_MB, help="largest shard in MB (default: 500)"
+        "--max-shard-mb", type=positive, default=DEFAULT_MAX_SHARD_MB, help="largest shard in MB (default: 500)"
     )
     parser.add_argument(
-        "--row-group-size", type=int, default=DEFAULT_ROW_GROUP_SIZE, help="rows per parquet row group (default: 100)"
+        "--row-group-size",
+        type=at_least(1),
+        default=DEFAULT_ROW_GROUP_SIZE,
+        help="rows per parquet row group (default: 100)",
     )
     args = parser.parse_args(argv)
     try:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lalm_judge.core.files import atomic_path, load_yaml, read_yaml
-from lalm_judge.workflow.config import ConfigError
+from lalm_judge.workflow.config import ConfigError, read_config_file, validate_config
 from lalm_judge.workflow.pins import COMMIT, hub_models
 
 __all__ = ["COMMIT", "corpus_checksum", "main", "pin", "with_values"]
@@ -173,6 +173,7 @@ def main(argv: Sequence[str]) -> int:
     args = parser.parse_args(argv)
     config_path = Path(args.config)
     try:
+        validate_config(read_config_file(config_path))  # an invalid config is refused before the hub is asked
         values = pin(config_path, Path(args.output or config_path), write=not args.dry_run)
     except (ConfigError, OSError, RuntimeError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -12,6 +12,7 @@ import sys
 import polars as pl
 
 from lalm_judge.core.provenance import provenance_report, read_tables
+from lalm_judge.core.tables import TableError
 
 
 def main(argv: list[str]) -> int:
@@ -22,7 +23,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         tables = read_tables(args.tables, together=args.together)
-    except (OSError, pl.exceptions.PolarsError) as err:
+    except (OSError, pl.exceptions.PolarsError, TableError) as err:
         print(f"error: cannot read the tables: {err}", file=sys.stderr)
         return 2
     reports = [provenance_report(frame, name) for name, frame in tables]

@@ -9,7 +9,10 @@ What one request goes through (`EndpointClient.complete`), the same for the thre
   endpoint that trickles its answer a byte at a time is given up on at the deadline, as one that says nothing);
 - transport failures retried after a backoff of `backoff_base_s * 2**(retry - 1)` seconds, or the server's own
   cooldown when longer (the Retry-After header; Gemini's `retryDelay`, which its 429 carries in the error
-  body's `google.rpc.RetryInfo`), both capped at `backoff_max_s`, at most `max_retries` times. Transport
+  body's `google.rpc.RetryInfo`), both capped at `backoff_max_s`, at most `max_retries` times. A server that
+  asks to wait past what the request can still wait (its remaining retries, each at most `backoff_max_s` apart,
+  would all come too early; or the batch job ends first, `SLURM_JOB_END_TIME`) is given up on at once
+  (`EndpointCoolingDown`, naming the time the server gave) instead of retried in vain. Transport
   failures: HTTP 408, 409, 429 and 5xx, a deadline passed, a connection error, and a 200 whose body is not a
   chat completion (cut short, not JSON, no choices: `MALFORMED_RESPONSE`). Every retry is logged and kept in
   `EndpointClient.retries`;
@@ -35,10 +38,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
+import email.utils
 import functools
 import hashlib
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -59,6 +65,8 @@ OPENAI_BASE_URL = "https://api.openai.com/v1"
 # Sent to servers configured with `api_key_env: null`; the client library requires some key.
 NO_KEY_PLACEHOLDER = "no-key"
 RETRYABLE_STATUS = frozenset({408, 409, 429})
+# The Unix time at which SLURM stops the batch job (set in every job's environment).
+JOB_END_ENV = "SLURM_JOB_END_TIME"
 # Status codes that mean the configuration is wrong (key, permissions, model name).
 CONFIG_STATUS = frozenset({401, 403, 404})
 # A 400 that names one of these is the endpoint's content policy refusing the request.
@@ -118,6 +126,15 @@ class EndpointGaveUp(RuntimeError):
     def __init__(self, message: str, attempts: int, label: str, problem: str):
         super().__init__(message)
         self.attempts, self.label, self.problem = attempts, label, problem
+
+
+class EndpointCoolingDown(EndpointGaveUp):
+    """The server asked to be asked again later than the request can still wait (its retries, the job's end): given
+    up at once, naming the server's time."""
+
+    def __init__(self, message: str, attempts: int, label: str, problem: str, cooldown: Cooldown):
+        super().__init__(message, attempts, label, problem)
+        self.cooldown = cooldown
 
 
 class EndpointUnavailable(RuntimeError):
@@ -262,17 +279,60 @@ def retry_delay_from_body(body: Any) -> float | None:
     return max(found) if found else None
 
 
-def cooldown_s(err: Exception) -> float | None:
-    """The server's requested pause of an HTTP error: Retry-After (seconds) or a body's retryDelay, the longer."""
+@dataclass(frozen=True)
+class Cooldown:
+    """The pause a server asks for before the next attempt: its length, the time it ends and how the server said it
+    (`Retry-After: 3600`, `Retry-After: <HTTP date>`, `retryDelay 34.4s`)."""
+
+    seconds: float
+    until: datetime.datetime  # UTC
+    said: str
+
+
+def _retry_after(header: str, now: datetime.datetime) -> Cooldown | None:
+    """The Retry-After header: delay-seconds or an HTTP date (RFC 9110, 10.2.3); None when it is neither."""
+    try:
+        seconds = float(header)
+    except ValueError:
+        try:
+            until = email.utils.parsedate_to_datetime(header)
+        except (TypeError, ValueError):
+            return None
+        until = until if until.tzinfo else until.replace(tzinfo=datetime.UTC)
+        return Cooldown(
+            max(0.0, (until - now).total_seconds()), until.astimezone(datetime.UTC), f"Retry-After: {header}"
+        )
+    return Cooldown(max(0.0, seconds), now + datetime.timedelta(seconds=seconds), f"Retry-After: {header}")
+
+
+def server_cooldown(err: Exception, now: datetime.datetime | None = None) -> Cooldown | None:
+    """The server's requested pause of an HTTP error: Retry-After (seconds or a date) or a body's retryDelay, the
+    longer; None when it asks for none."""
+    now = now or datetime.datetime.now(datetime.UTC)
     response = getattr(err, "response", None)
     header = response.headers.get("retry-after") if response is not None else None
-    cooldown = retry_delay_from_body(getattr(err, "body", None))
+    found = [_retry_after(header, now)] if header else []
+    delay = retry_delay_from_body(getattr(err, "body", None))
+    if delay is not None:
+        found.append(Cooldown(delay, now + datetime.timedelta(seconds=delay), f"retryDelay {delay:g}s"))
+    found = [cooldown for cooldown in found if cooldown is not None]
+    return max(found, key=lambda cooldown: cooldown.seconds) if found else None
+
+
+def cooldown_s(err: Exception) -> float | None:
+    """The length in seconds of the server's requested pause (`server_cooldown`), or None."""
+    cooldown = server_cooldown(err)
+    return cooldown.seconds if cooldown else None
+
+
+def batch_job_end(environ: Mapping[str, str] | None = None) -> datetime.datetime | None:
+    """When the batch job this process runs in will be stopped: SLURM's `SLURM_JOB_END_TIME` (a Unix time, set in
+    the job's environment), or None outside such a job."""
+    value = (os.environ if environ is None else environ).get(JOB_END_ENV, "")
     try:
-        if header:
-            cooldown = max(cooldown or 0.0, float(header))
-    except ValueError:  # an HTTP date instead of seconds
-        pass
-    return cooldown
+        return datetime.datetime.fromtimestamp(int(value), datetime.UTC) if value else None
+    except (ValueError, OverflowError, OSError):
+        return None
 
 
 def mentions_content_policy(err: Any) -> bool:
@@ -293,8 +353,10 @@ class EndpointClient:
     """An OpenAI-compatible chat endpoint as every caller of the project asks it (module docstring). `what` names
     the caller in messages ("the llm generator", "judge gemini")."""
 
-    def __init__(self, settings: EndpointSettings, what: str):
+    def __init__(self, settings: EndpointSettings, what: str, job_end: datetime.datetime | None = None):
         self.settings, self.what = settings, what
+        # When the job running this client is stopped (SLURM's end time by default); None: no end is known.
+        self.job_end = job_end if job_end is not None else batch_job_end()
         env = settings.api_key_env
         self._api_key = NO_KEY_PLACEHOLDER if env is None else read_secret(env, what)
         self._headers = {
@@ -343,8 +405,39 @@ class EndpointClient:
                         label,
                         answer,
                     )
-                await self._pause(label, attempt, answer, self.settings.backoff_s(attempt, cooldown))
+                if cooldown is not None:
+                    self._check_cooldown(cooldown, label, attempt, answer)
+                seconds = cooldown.seconds if cooldown else None
+                await self._pause(label, attempt, answer, self.settings.backoff_s(attempt, seconds))
         raise AssertionError("unreachable")
+
+    def _check_cooldown(self, cooldown: Cooldown, label: str, attempt: int, problem: str) -> None:
+        """Give up at once (`EndpointCoolingDown`) when the server asks to wait past what the request may still wait:
+        its remaining retries, each at most `backoff_max_s` apart, would all come before the server's time (each
+        answered the same), or the job ends before it."""
+        retries_left = self.settings.max_retries - attempt + 1
+        budget = retries_left * self.settings.backoff_max_s
+        limits = [
+            (
+                budget,
+                f"its {retries_left} remaining retries, at most backoff_max_s {self.settings.backoff_max_s:g} s apart",
+            )
+        ]
+        if self.job_end is not None:
+            left = (self.job_end - datetime.datetime.now(datetime.UTC)).total_seconds()
+            limits.append((left, f"the job ends at {_utc(self.job_end)} ({JOB_END_ENV})"))
+        horizon, why = min(limits)
+        if cooldown.seconds <= horizon:
+            return
+        raise EndpointCoolingDown(
+            f"{self.what}: the endpoint {self.url} answered request {label} with {problem} and asks to be asked again "
+            f"at {_utc(cooldown.until)} ({cooldown.said}), {cooldown.seconds:.0f} s from now: later than the request "
+            f"can wait ({max(0.0, horizon):.0f} s: {why}); given up at once, rerun after that time",
+            attempt,
+            label,
+            f"{problem}, asked to wait until {_utc(cooldown.until)}",
+            cooldown,
+        )
 
     async def _pause(self, label: str, attempt: int, problem: str, delay_s: float) -> None:
         self.retries.append(Retry(label, attempt, problem, delay_s))
@@ -355,7 +448,7 @@ class EndpointClient:
 
     async def _attempt(
         self, session: Session, params: Mapping[str, Any], attempt: int
-    ) -> tuple[Completion | str, float | None]:
+    ) -> tuple[Completion | str, Cooldown | None]:
         """(the completion, None) or (what went wrong, the server's cooldown) of one attempt; errors that are not
         retried are raised."""
         import openai
@@ -371,7 +464,7 @@ class EndpointClient:
         except openai.APIStatusError as err:
             status = err.status_code
             if status in RETRYABLE_STATUS or status >= 500:
-                return f"HTTP {status}", cooldown_s(err)
+                return f"HTTP {status}", server_cooldown(err)
             raise self._rejected(err, status, str(params.get("model")), attempt) from None
         except (openai.APITimeoutError, openai.APIConnectionError) as err:
             return type(err).__name__, None
@@ -388,6 +481,10 @@ class EndpointClient:
             )
         message = redact(f"{self.what}: the endpoint {self.url} rejected a request (HTTP {status}): {err.message}")
         return EndpointRejected(message[:500], status, attempt, content_policy=mentions_content_policy(err))
+
+
+def _utc(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
 # --- chat settings, requests with re-asks, and the per-request answer cache ----------------------------------

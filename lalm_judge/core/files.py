@@ -111,7 +111,12 @@ def write_json(path: str | os.PathLike, obj: Any) -> None:
 
 
 def read_json(path: str | os.PathLike) -> Any:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A JSON file's document; a file that is not JSON is a JSONDecodeError naming it."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        raise json.JSONDecodeError(f"{os.fspath(path)} is not valid JSON: {err.msg}", err.doc, err.pos) from None
 
 
 def jsonl_records(path: str | os.PathLike, error: type[Exception] = ValueError) -> Iterator[tuple[int, Any]]:
@@ -153,8 +158,17 @@ def load_yaml(text: str) -> Any:
 
 
 def read_yaml(path: str | os.PathLike) -> Any:
-    """A YAML file's document (`load_yaml`)."""
-    return load_yaml(Path(path).read_text(encoding="utf-8"))
+    """A YAML file's document (`load_yaml`); a file that is not YAML is a `yaml.YAMLError` naming it, on one line."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        return load_yaml(text)
+    except yaml.YAMLError as err:
+        raise yaml.YAMLError(f"{os.fspath(path)} is not valid YAML: {one_line(err)}") from None
+
+
+def one_line(error: BaseException) -> str:
+    """An error's message on one line (YAML and table readers write theirs over several)."""
+    return " ".join(str(error).split())
 
 
 # The run config's JSON schema: the validation, the preflight's strict types and the endpoint defaults all read it.

@@ -23,6 +23,8 @@ from typing import Any
 
 import polars as pl
 
+from lalm_judge.core.tables import read_parquet_table
+
 RUN_COLUMNS = ("config_hash", "seed", "package_versions")
 SETTINGS_COLUMNS = (
     "model",
@@ -176,7 +178,7 @@ def provenance_report(frame: pl.DataFrame, source: str) -> ProvenanceReport:
 
 def read_tables(paths: Sequence[str], together: bool) -> list[tuple[str, pl.DataFrame]]:
     """(name, frame) per parquet file, or one concatenation of all of them (`together`)."""
-    frames = [(str(path), pl.read_parquet(path)) for path in paths]
+    frames = [(str(path), read_parquet_table(path)) for path in paths]
     if together and len(frames) > 1:
         return [(f"{len(frames)} files together", pl.concat([f for _, f in frames], how="diagonal_relaxed"))]
     return frames

@@ -86,12 +86,21 @@ def _converts(present: pl.DataType, wanted: pl.DataType) -> bool:
     return wanted == pl.String and present.base_type() in (pl.Categorical, pl.Enum)
 
 
+def read_parquet_table(path: str | os.PathLike) -> pl.DataFrame:
+    """A parquet file as a frame; TableError naming the file when it is missing or not a readable parquet table."""
+    if not os.path.isfile(path):
+        raise TableError(f"table {os.fspath(path)!r} does not exist")
+    return _scan_parquet(path).collect()
+
+
 def _scan_parquet(path: str | os.PathLike) -> pl.LazyFrame:
     lazy = pl.scan_parquet(path)
     try:
         lazy.collect_schema()
     except pl.exceptions.PolarsError as err:
-        raise TableError(f"{os.fspath(path)!r} is not a readable parquet table ({type(err).__name__}: {err})") from None
+        raise TableError(
+            f"{os.fspath(path)!r} is not a readable parquet table ({type(err).__name__}: {' '.join(str(err).split())})"
+        ) from None
     return lazy
 
 

@@ -14,6 +14,7 @@ audio bytes are stored uncompressed with plain encoding and the other columns wi
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -28,7 +29,7 @@ from tqdm import tqdm
 
 from lalm_judge.audio.waveform import read_wav_bytes
 from lalm_judge.core.dialogue import Dialogue, Turn
-from lalm_judge.core.files import atomic_directory, package_versions, write_json
+from lalm_judge.core.files import atomic_directory, package_versions, stable_hash, write_json
 from lalm_judge.core.taxonomy import (
     SAFE_SEVERITY,
     InvalidIdentifier,
@@ -203,21 +204,63 @@ def dataset_files(dataset_dir: str | Path) -> list[Path]:
     return files
 
 
-def read_rows(files: Sequence[Path], features: Mapping[str, Feature]) -> Iterator[tuple[Path, dict[str, Any]]]:
-    """Every row of the shards (class labels as their names), checking that each shard has the benchmark's
-    columns."""
+def parquet_shard(path: Path) -> pq.ParquetFile:
+    """One shard of a dataset folder, opened; ExportError naming it when it is not a parquet file."""
+    try:
+        return pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        raise ExportError(f"{path} is not a readable parquet file ({' '.join(str(err).split())})") from None
+
+
+def read_rows(files: Sequence[Path], features: Mapping[str, Feature]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """Every row of the shards (class labels as their names) with where it is ('<shard> row <n>', 0-based), checking
+    that each shard has the benchmark's columns."""
     for path in files:
-        shard = pq.ParquetFile(path)
+        shard = parquet_shard(path)
         missing = [name for name in features if name not in shard.schema_arrow.names]
         if missing:
             raise ExportError(f"{path} lacks the benchmark column(s) {missing}; it is not a lalm-judge benchmark")
+        number = 0
         for batch in shard.iter_batches(batch_size=DEFAULT_ROW_GROUP_SIZE):
             for row in batch.to_pylist():
                 try:
                     decoded = decode_row(row, features)
                 except ValueError as err:
-                    raise ExportError(f"{path} sample {row.get('sample_id')!r}: {err}") from None
-                yield path, decoded
+                    raise ExportError(f"{path} row {number} sample {row.get('sample_id')!r}: {err}") from None
+                yield f"{path} row {number}", decoded
+                number += 1
+
+
+class UniqueSamples:
+    """The rows' sample ids seen so far, each with where it was and a digest of each of its fields: a second row with
+    an id is refused naming both rows and the fields in which they disagree. Two rows with one id would both be
+    judged under its labels (a benign text under a severity-5 label, say), so an exact copy is refused too."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, tuple[str, dict[str, str]]] = {}
+
+    def add(self, where: str, row: Mapping[str, Any]) -> None:
+        digests = {name: stable_hash(_hashable(value)) for name, value in row.items()}
+        first = self.seen.setdefault(row["sample_id"], (where, digests))
+        if first[0] == where:
+            return
+        differ = [name for name in digests if digests[name] != first[1].get(name)]
+        how = f"they differ in {', '.join(differ)}" if differ else "an exact copy"
+        raise ExportError(
+            f"{where}: sample id {row['sample_id']!r} is also {first[0]} ({how}); a benchmark holds each sample "
+            "once: remove one of the two rows (a row whose content changed under a released id is not the release)"
+        )
+
+
+def _hashable(value: Any) -> Any:
+    """A row field as JSON-able data for its digest (audio and other bytes by their sha256)."""
+    if isinstance(value, bytes):
+        return hashlib.sha256(value).hexdigest()
+    if isinstance(value, Mapping):
+        return {str(key): _hashable(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_hashable(item) for item in value]
+    return value
 
 
 def _turn_bounds(row: Mapping[str, Any], n_samples: int, sample_rate: int, where: str) -> list[tuple[int, int]]:
@@ -297,13 +340,15 @@ def import_hf(dataset_dir: str | Path, out_dir: str | Path, *, progress: bool = 
     import wrote it); return the corpus index. Rows may come in any order and from any number of shards."""
     files = dataset_files(dataset_dir)
     features = benchmark_features(0)
-    total = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+    total = sum(parquet_shard(p).metadata.num_rows for p in files)
     with atomic_directory(out_dir, marker=benchmark.INDEX) as tmp:
         writer: benchmark_tables.BenchmarkWriter | None = None
         rows = tqdm(read_rows(files, features), total=total, desc="import samples", unit="sample", disable=not progress)
-        for path, row in rows:
-            where = f"{path} sample {row['sample_id']!r}"
+        samples = UniqueSamples()
+        for place, row in rows:
+            where = f"{place} sample {row['sample_id']!r}"
             _check_sample_id(row, where)
+            samples.add(place, row)
             audio, rate = read_wav_bytes(row["audio"]["bytes"], where)
             writer = writer or benchmark_tables.BenchmarkWriter(tmp, rate)
             if rate != writer.sample_rate:

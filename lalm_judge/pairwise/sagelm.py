@@ -22,8 +22,8 @@ aspects per pair). Aspects: the semantic ones keep their words; the acoustic one
 `implicit_emotion` (SageLM marks implicit emotion only by its audio folder `Implicit-Emotion`), `gender`,
 `character` and `gender_emotion`. Acoustic rows get their `style` and SageLM's `task_format`
 (`task_format_of`: the rule of SageLM's evaluation script). Audio paths stay as written, relative to the
-audio root (LLaMA-Factory's `media_dir`), and must stay inside it (no absolute path, no `..` out of it); a
-record whose audio is missing is kept with `audio_ok` false and reported (count and first ids).
+audio root (LLaMA-Factory's `media_dir`), and must stay inside it (no absolute path, no `..`, no symbolic link out of
+it); a record whose audio is missing is kept with `audio_ok` false and reported (count and first ids).
 
 Export (`export_sagelm`) writes the records back: the stored instruction when it still says the row's
 aspect and query (else the instruction rendered afresh), the stored input, `output` from label and
@@ -160,14 +160,23 @@ def task_format_of(aspect: str, audios: Sequence[str]) -> str | None:
     return format_by_file_names(audios) if aspect in ACOUSTIC_STYLES else None
 
 
-def contained_path(path: str, where: str) -> str:
-    """`path` when it stays inside the audio root it is relative to; raise naming `where` otherwise."""
+def contained_path(path: str, where: str, audio_root: str | os.PathLike | None = None) -> str:
+    """`path` when it stays inside the audio root it is relative to, also once symbolic links are resolved (with
+    `audio_root` given: a link in the root that points out of it is refused); raise naming `where` otherwise."""
     normal = os.path.normpath(path)
     if os.path.isabs(path) or normal == os.pardir or normal.startswith(os.pardir + os.sep):
         raise ItemError(
             f"{where}: audio path {path!r} leaves the audio root; audio paths are relative to the audio root "
             "(LLaMA-Factory's media_dir) and stay inside it"
         )
+    if audio_root is not None:
+        root = Path(audio_root).resolve()
+        resolved = (root / path).resolve()
+        if not resolved.is_relative_to(root):
+            raise ItemError(
+                f"{where}: audio path {path!r} is {resolved} through a symbolic link, outside the audio root {root}; "
+                "copy the file into the audio root"
+            )
     return path
 
 
@@ -219,7 +228,7 @@ def record_to_row(record: Mapping[str, Any], source_file: str, index: int, audio
     except InstructionMismatch as err:
         raise ItemError(f"{where}: the instruction is not SageLM's prompt: {err}") from err
     for audio in audios:
-        contained_path(audio, where)
+        contained_path(audio, where, audio_root)
     label, rationale = split_output(record.get("output"), where)
     extra = {key: value for key, value in record.items() if key not in STANDARD_KEYS}
     aspect = aspect_slug(parsed.aspect_text, audios)

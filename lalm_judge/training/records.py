@@ -6,9 +6,10 @@ A record (LLaMA-Factory's alpaca layout, as SageLM's data and the pairwise track
      "output": "<1, 2 or Tie>\\n<rationale>", "audios": ["<response 1>", "<response 2>"]}
 
 The user turn is `instruction`, then a newline and `input` when that is not empty (LLaMA-Factory's alpaca
-converter). Each `<audio>` placeholder is where the matching entry of `audios` goes, in order. A training
-record must carry its label: the first line of `output` is exactly 1, 2 or Tie. The rationale after it is
-what rationale-augmented SFT adds to the label.
+converter). Each `<audio>` placeholder is where the matching entry of `audios` goes, in order; the audio paths stay
+inside the dataset's `audio_root` (no absolute path, no `..`, no symbolic link out of it), as in the pairwise
+track's SageLM import. A training record must carry its label: the first line of `output` is exactly 1, 2 or Tie.
+The rationale after it is what rationale-augmented SFT adds to the label.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import numpy as np
 import soundfile as sf
 
 from lalm_judge.pairwise.items import ItemError
-from lalm_judge.pairwise.sagelm import RECORD_AUDIO, read_records, split_output
+from lalm_judge.pairwise.sagelm import RECORD_AUDIO, contained_path, read_records, split_output
 from lalm_judge.training.settings import DatasetSource, StageSettings, TrainingError
 
 
@@ -69,6 +70,10 @@ def _record(raw: Mapping[str, object], where: str, dataset: DatasetSource) -> Tr
         raise TrainingError(f"{where}: a training record needs its output: the label (1, 2 or Tie), then the rationale")
     paths = []
     for audio in audios:
+        try:
+            contained_path(audio, where, dataset.audio_root)
+        except ItemError as err:
+            raise TrainingError(str(err)) from None
         path = Path(dataset.audio_root) / audio
         if not path.is_file():
             raise TrainingError(f"{where}: audio file {path} does not exist (audio_root {dataset.audio_root})")

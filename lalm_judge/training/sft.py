@@ -20,9 +20,10 @@ import importlib.metadata
 import json
 import os
 import shutil
+import socket
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from lalm_judge.training.backbone import (
 )
 from lalm_judge.training.collator import PairwiseSFTCollator, response_limit_s
 from lalm_judge.training.grpo import REWARD_FUNCTIONS, grpo_rows, make_trainer_class
+from lalm_judge.training.lengths import CACHE_DIR, prompt_lengths
 from lalm_judge.training.records import (
     TrainingRecord,
     audio_cut,
@@ -316,10 +318,18 @@ def stage_collator(backbone: Backbone, settings: TrainingSettings, hyper: Hyperp
 
 
 def prepare_records(
-    records: Sequence[TrainingRecord], collator: PairwiseSFTCollator, hyper: Hyperparameters
+    records: Sequence[TrainingRecord],
+    collator: PairwiseSFTCollator,
+    hyper: Hyperparameters,
+    cache_dir: str | os.PathLike,
+    workers: int | None = None,
 ) -> tuple[list[TrainingRecord], list[TrainingRecord], CutoffReport]:
-    """(training, validation) records of a stage: those whose prompt fits under cutoff_len, split by response pair."""
-    lengths = [collator.prompt_length(r.as_row()) for r in records] if hyper.cutoff_len else [0] * len(records)
+    """(training, validation) records of a stage: those whose prompt fits under cutoff_len (lengths measured once
+    per record, in parallel, on one rank: `training.lengths`), split by response pair."""
+    if hyper.cutoff_len:
+        lengths, _ = prompt_lengths(records, collator, cache_dir, workers=workers)
+    else:
+        lengths = [0] * len(records)
     kept, cutoff = apply_cutoff(records, lengths, hyper.cutoff_len)
     train, validation = split_validation(kept, hyper.val_size, hyper.seed)
     return train, validation, cutoff
@@ -350,7 +360,7 @@ def stage_fingerprint(
     shared = {
         key: value
         for key, value in settings.as_dict().items()
-        if key not in ("output_dir", "datasets", "stages", "device", "num_threads")
+        if key not in ("output_dir", "datasets", "stages", "device", "num_threads", "preparation_workers")
     }
     return stable_hash(
         {"settings": shared, "stage": asdict(stage), "init": [init_from, init_fingerprint], "records": records_hash}
@@ -365,12 +375,36 @@ def _previous_log(checkpoint: Path, fingerprint: str) -> dict[str, Any] | None:
     return log if log.get("fingerprint") == fingerprint else None
 
 
+# What a distributed launcher (accelerate launch, torchrun, deepspeed) sets for every process.
+LAUNCHER_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE")
+
+
+def single_process_launch(
+    settings: TrainingSettings, environ: MutableMapping[str, str] | None = None
+) -> dict[str, str]:
+    """The distributed environment of one process, set when a stage uses DeepSpeed and no launcher started the
+    command: DeepSpeed initializes its process group from RANK, LOCAL_RANK, WORLD_SIZE and the rendezvous address,
+    which only a launcher sets, so `lalm-judge pairwise train` on one GPU would not start without them (transformers'
+    own one-GPU DeepSpeed tests set the same). Returns what was set (nothing under a launcher or without DeepSpeed)."""
+    environ = os.environ if environ is None else environ
+    uses_deepspeed = any(stage.hyperparameters.deepspeed for stage in settings.stages)
+    if not uses_deepspeed or any(name in environ for name in LAUNCHER_VARIABLES):
+        return {}
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    values = {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1"}
+    environ.update(values)
+    return values
+
+
 def run_training(
     settings: TrainingSettings, *, resume: bool = False, echo: Callable[[str], None] = print
 ) -> dict[str, Any]:
     """Train every stage (reusing those already trained on the same inputs); return and write the report."""
     if settings.num_threads:
         torch.set_num_threads(settings.num_threads)
+    single_process_launch(settings)
     device = resolve_device(settings.device)
     output_dir = Path(settings.output_dir) / GRPO if settings.method == GRPO else Path(settings.output_dir)
     used = sorted({name for stage in settings.stages for name in stage.mix})
@@ -418,7 +452,10 @@ def _train_stage(
     trainable = trainable_summary(backbone.model)
     cut = audio_cut(records, response_limit_s(backbone.processor, settings.max_response_s))
     collator = stage_collator(backbone, settings, stage.hyperparameters)
-    records, validation, cutoff = prepare_records(records, collator, stage.hyperparameters)
+    cache_dir = Path(settings.output_dir) / CACHE_DIR
+    records, validation, cutoff = prepare_records(
+        records, collator, stage.hyperparameters, cache_dir, settings.preparation_workers
+    )
     result = fit_stage(
         backbone,
         records,

@@ -8,11 +8,13 @@ training, and the token limit (`cutoff_len`).
   has no such loss) and the verdict accuracy, the share of validation records whose greedy first answer token
   starts with the label's first character: SageLM's evaluation reads a verdict by the first character of the
   answer, and greedy decoding's first token is the most probable one after the prompt, so this is the accuracy of
-  the judge as it will be asked.
+  the judge as it will be asked. With several GPUs each evaluates its share of the records and the counts are
+  summed.
 - Token limit (`hyperparameters.cutoff_len`, SageLM 4096): prompt (text and both responses' audio tokens) plus
   answer. LLaMA-Factory's `infer_seqlen` cuts the prompt first when the answer is short, which for an audio prompt
   would cut audio tokens; here the prompt is kept whole and the answer is cut to fit (LLaMA-Factory's rule when
-  the prompt is short), and a record whose prompt alone reaches the limit is left out. Both are counted.
+  the prompt is short), and a record whose prompt alone reaches the limit is left out. Both are counted. The
+  prompt lengths are measured once per record and shared (`training.lengths`).
 """
 
 from __future__ import annotations
@@ -90,7 +92,31 @@ def apply_cutoff(
 
 
 def verdict_accuracy(model: Any, collator: Any, records: Sequence[TrainingRecord], batch_size: int) -> float:
-    """Share of `records` whose greedy first answer token starts with the label's first character."""
+    """Share of `records` whose greedy first answer token starts with the label's first character. Under several
+    processes (torch.distributed) each evaluates its share of the records (every world-th from its rank) and the
+    counts are summed, so every GPU does 1/N of the work and all get the same accuracy."""
+    rank, world = _distributed()
+    right = _right_verdicts(model, collator, records[rank::world], batch_size)
+    if world > 1:
+        import torch.distributed as dist
+
+        counts = torch.tensor([right, len(records[rank::world])], dtype=torch.float64, device=model.device)
+        dist.all_reduce(counts)
+        right = int(counts[0].item())
+    return right / len(records)
+
+
+def _distributed() -> tuple[int, int]:
+    """(rank, processes) of torch.distributed's group, (0, 1) when there is none."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def _right_verdicts(model: Any, collator: Any, records: Sequence[TrainingRecord], batch_size: int) -> int:
+    """How many of `records` the model's greedy first answer token gets right (`verdict_accuracy`)."""
     right = 0
     was_training = model.training
     model.eval()
@@ -108,7 +134,7 @@ def verdict_accuracy(model: Any, collator: Any, records: Sequence[TrainingRecord
                 right += text[:1] == record.label[:1]
     finally:
         model.train(was_training)
-    return right / len(records)
+    return right
 
 
 class ValidationCallback:

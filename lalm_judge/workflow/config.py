@@ -24,7 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
-from lalm_judge.core.files import CONFIG_SCHEMA_PATH, read_schema
+from lalm_judge.core.files import CONFIG_SCHEMA_PATH, one_line, read_schema
 from lalm_judge.core.vocabulary import (
     AUDIO,
     AUDIO_TEXT,
@@ -38,6 +38,7 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.decoding import decoding_problems
+from lalm_judge.training.settings import GRPO, GRPOSettings, Hyperparameters, grpo_batch_problem
 from lalm_judge.workflow.context_length import max_model_len_problems
 from lalm_judge.workflow.pins import LOCAL_BACKENDS, hub_model_id, hub_models
 from lalm_judge.workflow.plan import ConfigError, JudgeCell, judge_cells, transcript_model  # see workflow.plan
@@ -78,13 +79,44 @@ def validate_config(config: dict[str, Any], schema_path: str | Path = SCHEMA_PAT
     _check_no_secrets(config)
     schema = read_schema(schema_path)
     validator = _with_defaults(jsonschema.Draft202012Validator)(schema)
+    given_training = config.get("training") if isinstance(config, Mapping) else None
     config = copy.deepcopy(config)
-    errors = sorted(validator.iter_errors(config), key=lambda e: list(e.absolute_path))
+    errors = sorted(map(most_specific, validator.iter_errors(config)), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [schema_error_line(e, schema) for e in errors]
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(lines))
     check_config(config)
+    if given_training is not None:
+        check_training(config["training"], given_training)
     return config
+
+
+def check_training(section: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """What a validated `training` section (defaults filled) cannot train, before any model is loaded: GRPO's batch
+    arithmetic on one GPU (and so on any number), when the section asks for GRPO or sets its `grpo` settings
+    (`given`: the section as written; `--method grpo` checks a section that does neither when it starts)."""
+    if section["method"] != GRPO and "grpo" not in given:
+        return
+    problem = grpo_batch_problem(Hyperparameters(**section["hyperparameters"]), GRPOSettings(**section["grpo"]))
+    if problem:
+        raise ConfigError(f"training cannot run:\n  {problem}")
+
+
+def most_specific(error: jsonschema.ValidationError) -> jsonschema.ValidationError:
+    """Of a oneOf / anyOf error, the error of an alternative that got deeper into the value, if one did (an acoustic
+    style that is one voice or a list of them, with a bad `pitch_shift`: that key, not 'not valid under any of the
+    given schemas'), or of the list alternative that failed on a repeated entry (`variants.turns: [1, 1]`); else the
+    error itself."""
+    while error.context:
+        deepest = max(error.context, key=lambda sub: len(sub.absolute_path))
+        repeated = [sub for sub in error.context if sub.validator == "uniqueItems"]
+        if len(deepest.absolute_path) > len(error.absolute_path):
+            error = deepest
+        elif repeated:
+            error = repeated[0]
+        else:
+            break
+    return error
 
 
 def _known_properties(schema: Mapping[str, Any], root: Mapping[str, Any]) -> set[str]:
@@ -109,6 +141,8 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
     """One line per problem of a schema error, at its key path; an unknown key (`additionalProperties: false`,
     `unevaluatedProperties: false`) is named with the nearest valid name and the valid names."""
     where = ".".join([*prefix, *map(str, error.absolute_path)]) or "<root>"
+    if error.validator == "uniqueItems" and isinstance(error.instance, list):
+        return f"{where}: {_repeated_entries(error.instance)}; each entry once (they name things the run makes once)"
     unknown_keys = error.validator in ("additionalProperties", "unevaluatedProperties") and isinstance(
         error.instance, Mapping
     )
@@ -129,6 +163,15 @@ def schema_error_line(error: jsonschema.ValidationError, root: Mapping[str, Any]
     return "\n  ".join(lines)
 
 
+def _repeated_entries(entries: Sequence[Any]) -> str:
+    """'x' is listed twice, 'y' 3 times: the entries of a list that should be unique that are not."""
+    keys = [json.dumps(entry, sort_keys=True) for entry in entries]
+    counts = {key: keys.count(key) for key in dict.fromkeys(keys)}
+    repeated = [(entries[keys.index(key)], n) for key, n in counts.items() if n > 1]
+    said = [f"{entry!r} is listed {'twice' if n == 2 else f'{n} times'}" for entry, n in repeated]
+    return ", ".join(said)
+
+
 def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, schema_path: str | Path) -> Any:
     """One part of a config validated (defaults filled) against the piece of the schema at `schema_keys`;
     errors name `key.<path>`."""
@@ -139,7 +182,7 @@ def _validate_part(part: Any, schema_keys: Sequence[str], key: str, what: str, s
     part_root = {"$defs": schema.get("$defs", {}), **part_schema}
     validator = _with_defaults(jsonschema.Draft202012Validator)(part_root)
     part = copy.deepcopy(part)
-    errors = sorted(validator.iter_errors(part), key=lambda e: list(e.absolute_path))
+    errors = sorted(map(most_specific, validator.iter_errors(part)), key=lambda e: list(map(str, e.absolute_path)))
     if errors:
         lines = [schema_error_line(e, part_root, [key]) for e in errors]
         raise ConfigError(f"invalid {what}:\n  " + "\n  ".join(lines))
@@ -183,11 +226,13 @@ class _UniqueKeyLoader(yaml.SafeLoader):
 
 def read_config_file(path: str | Path) -> Any:
     """A YAML (or JSON) config file as data; a key repeated in one mapping is a ConfigError naming file and line."""
+    if not Path(path).is_file():
+        raise ConfigError(f"config file {path} does not exist")
     with open(path, encoding="utf-8") as stream:
         try:
             return yaml.load(stream, Loader=_UniqueKeyLoader)  # noqa: S506  (a SafeLoader subclass)
         except yaml.YAMLError as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from None
+            raise ConfigError(f"{path}: not valid YAML: {one_line(err)}") from None
 
 
 def check_config_files(paths: Sequence[str | Path]) -> None:
@@ -206,13 +251,15 @@ def load_training_section(path: str | Path, schema_path: str | Path = SCHEMA_PAT
     document = read_config_file(path) or {}
     if not isinstance(document, Mapping) or "training" not in document:
         raise ConfigError(f"{path} has no 'training' section (schemas/config.schema.yaml, key training)")
-    return _validate_part(
+    section = _validate_part(
         document["training"],
         ("properties", "training"),
         "training",
         f"training section of {path}",
         schema_path,
     )
+    check_training(section, document["training"])
+    return section
 
 
 def load_config(path: str | Path) -> dict[str, Any]:
@@ -327,8 +374,33 @@ _HEADER_ENVIRONMENT_WAY = (
 )
 
 
+# Path segments that are keys: the prefixes providers give their keys (OpenAI and Anthropic `sk-`, Google `AIza`,
+# Hugging Face `hf_`, Groq `gsk_`, xAI `xai-`, GitHub `ghp_`/`github_pat_`, GitLab `glpat-`, Slack `xox?-`, AWS access
+# key ids `AKIA`/`ASIA`), and a long run of letters and digits mixed (a random token: 20 or more, where model and
+# deployment names have a separator every few characters).
+_KEY_PREFIX = re.compile(
+    r"^(?:(?:sk|pk|rk)[-_]|AIza|hf_|gsk_|xai-|gh[pousr]_|github_pat_|glpat-|xox[abpors]-|AKIA|ASIA)[A-Za-z0-9_\-]{8,}"
+)
+_RANDOM_RUN = re.compile(r"[A-Za-z0-9]{20,}")
+
+
+def _key_like_segment(segment: str, previous: str) -> str | None:
+    """Why a URL path segment is a credential, without quoting it; None when it is not one."""
+    name, equals, _ = segment.partition("=")
+    if equals and _CREDENTIAL_QUERY.match(name):
+        return f"it is the parameter {name!r}"
+    if _CREDENTIAL_QUERY.match(previous) and segment:
+        return f"it follows {previous!r}"
+    if _KEY_PREFIX.match(segment):
+        return "it starts as API keys do"
+    if any(re.search(r"[A-Za-z]", run) and re.search(r"[0-9]", run) for run in _RANDOM_RUN.findall(segment)):
+        return "it holds a long random token"
+    return None
+
+
 def _url_problem(value: str) -> str | None:
-    """Where a URL carries a credential: userinfo (`https://user:KEY@host`) or a key-like query parameter."""
+    """Where a URL carries a credential: userinfo (`https://user:KEY@host`), a key-like query parameter, or a key in
+    its path (`https://host/v1/sk-.../`, `/key/VALUE`, `/key=VALUE`)."""
     try:
         parts = urlsplit(value)
         query = parse_qsl(parts.query, keep_blank_values=True)
@@ -337,7 +409,14 @@ def _url_problem(value: str) -> str | None:
     if parts.username or parts.password:
         return "the URL holds user credentials (user:password@host)"
     names = [name for name, _ in query if _CREDENTIAL_QUERY.match(name)]
-    return f"the URL's query parameter {names[0]!r} holds a credential" if names else None
+    if names:
+        return f"the URL's query parameter {names[0]!r} holds a credential"
+    segments = [segment for piece in parts.path.split("/") for segment in piece.split(";")]
+    for number, segment in enumerate(segments):
+        why = _key_like_segment(segment, segments[number - 1] if number else "")
+        if why:
+            return f"the URL's path holds a credential (segment {number}: {why})"
+    return None
 
 
 def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
@@ -350,8 +429,8 @@ def _header_problems(headers: Mapping[Any, Any], where: str) -> list[str]:
 
 def secret_problems(config: Any, path: str = "") -> list[str]:
     """Every place of a config that holds a credential: a key-named entry, a credential HTTP header, a URL with
-    userinfo or a key in its query, an `api_key_env` or `header_env` variable that is not a variable name (the
-    header names under `header_env` are names, not keys). The messages name the place, never the value."""
+    userinfo or a key in its query or its path, an `api_key_env` or `header_env` variable that is not a variable name
+    (the header names under `header_env` are names, not keys). The messages name the place, never the value."""
     items = config.items() if isinstance(config, Mapping) else enumerate(config) if isinstance(config, list) else ()
     problems = []
     for key, value in items:
@@ -438,13 +517,11 @@ def _check_pairwise(config: dict[str, Any]) -> None:
 
 def _pairwise_audit_problems(config: Mapping[str, Any]) -> list[str]:
     """Audit conditions the run could not build: `repeat` and `voice` speak responses again (items spoken here,
-    format jsonl), `voice` needs another voice of the same engine for every voice the items use; each condition
-    once."""
+    format jsonl), `voice` needs another voice of the same engine for every voice the items use (each condition
+    once: the schema's `uniqueItems`)."""
     pairwise = config["pairwise"]
     conditions, items = pairwise.get("conditions", []), pairwise["items"]
-    problems = [
-        f"pairwise.conditions: {c!r} is listed twice" for c in sorted(set(conditions)) if conditions.count(c) > 1
-    ]
+    problems = []
     respoken = [c for c in conditions if AuditCondition(c).kind in RESPOKEN_AUDIT_KINDS]
     if respoken and items["format"] != "jsonl":
         problems.append(

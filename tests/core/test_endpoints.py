@@ -6,7 +6,10 @@ is given up on at the total deadline."""
 from __future__ import annotations
 
 import asyncio
+import datetime
+import email.utils
 import json
+import re
 import time
 
 import pytest
@@ -15,8 +18,10 @@ import yaml
 from lalm_judge.core.dialogue import Dialogue, Turn
 from lalm_judge.core.endpoints import (
     EndpointClient,
+    EndpointCoolingDown,
     EndpointGaveUp,
     EndpointSettings,
+    batch_job_end,
     endpoint_defaults,
     normalized_finish_reason,
 )
@@ -148,3 +153,73 @@ def test_a_key_sent_in_another_header_comes_from_its_variable_and_is_redacted_fr
 def test_the_generation_column_names_headers_without_their_values():
     spec = JudgeSpec(name="j", backend="openai", model="m", generation={"extra_headers": {"x-trace": "secret-ish"}})
     assert spec.generation_settings["generation"] == {"extra_headers": ["x-trace"]}
+
+
+def ask_once(base_url: str, job_end=None, **settings) -> tuple[EndpointClient, float]:
+    """One request through a fresh client; the client and the seconds the call took."""
+    values = {"base_url": base_url, "api_key_env": KEY_ENV, "backoff_base_s": 0.01, **settings}
+    client = EndpointClient(EndpointSettings.from_config(values, "a test"), "a test", job_end=job_end)
+
+    async def ask():
+        session = client.session()
+        async with session.client:
+            return await client.complete(session, {"model": "m", "messages": []}, "r0")
+
+    started = time.monotonic()
+    try:
+        asyncio.run(ask())
+    finally:
+        elapsed = time.monotonic() - started
+    return client, elapsed
+
+
+def rate_limited(retry_after: str) -> StandInServer:
+    server = StandInServer(lambda body: ())
+    server.script = lambda nth: Reply(status=429, headers={"Retry-After": retry_after})
+    return server
+
+
+def named_time(message: str) -> datetime.datetime:
+    found = re.search(r"asks to be asked again at (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) UTC", message)
+    assert found, message
+    return datetime.datetime.strptime(found[1], "%Y-%m-%d %H:%M:%S").replace(tzinfo=datetime.UTC)
+
+
+def test_a_retry_after_longer_than_the_retries_can_wait_fails_at_once_naming_the_servers_time():
+    """A 429 with `Retry-After: 3600` under the defaults (5 retries, at most 60 s apart): every retry would come
+    before the server's time, so the request is given up on at once, naming it, not after 5 minutes of retries."""
+    asked = datetime.datetime.now(datetime.UTC)
+    with serving(rate_limited("3600")) as server, pytest.raises(EndpointCoolingDown) as raised:
+        ask_once(server.base_url)
+    message = str(raised.value)
+    assert server.total == 1 and raised.value.attempts == 1
+    assert "(Retry-After: 3600), 3600 s from now" in message and "its 5 remaining retries" in message
+    assert abs((named_time(message) - asked).total_seconds() - 3600) < 30
+    assert "rerun after that time" in message
+
+
+def test_a_retry_after_date_is_read_and_named():
+    until = (datetime.datetime.now(datetime.UTC) + datetime.timedelta(hours=2)).replace(microsecond=0)
+    header = email.utils.format_datetime(until, usegmt=True)
+    with serving(rate_limited(header)) as server, pytest.raises(EndpointCoolingDown) as raised:
+        ask_once(server.base_url, max_retries=3, backoff_max_s=1)
+    assert named_time(str(raised.value)) == until and f"Retry-After: {header}" in str(raised.value)
+    assert server.total == 1
+
+
+def test_a_retry_after_past_the_jobs_end_fails_at_once_naming_both_times():
+    """Inside a SLURM job that ends in 20 s, a server asking for 40 s is given up on at once, though the retries
+    alone (5 x 60 s) could wait that long; a shorter cooldown is waited for and retried."""
+    ends = int(time.time()) + 20
+    job_end = batch_job_end({"SLURM_JOB_END_TIME": str(ends)})
+    assert job_end == datetime.datetime.fromtimestamp(ends, datetime.UTC)
+    with serving(rate_limited("40")) as server, pytest.raises(EndpointCoolingDown) as raised:
+        ask_once(server.base_url, job_end=job_end)
+    message = str(raised.value)
+    assert server.total == 1 and "the job ends at" in message and "SLURM_JOB_END_TIME" in message
+    server = StandInServer(lambda body: ())
+    server.script = lambda nth: Reply(status=429, headers={"Retry-After": "0.2"}) if nth == 1 else Reply("ok")
+    with serving(server):
+        client, elapsed = ask_once(server.base_url, job_end=job_end)
+    assert server.total == 2 and elapsed >= 0.2 and [r.delay_s for r in client.retries] == [0.2]
+    assert batch_job_end({}) is None and batch_job_end({"SLURM_JOB_END_TIME": "soon"}) is None

@@ -403,3 +403,36 @@ def test_an_imported_row_with_an_unknown_category_names_it(exported, tmp_path):
     pq.write_table(table.set_column(index, "category", pa.array(labels, pa.string())), tmp_path / "ds/data/x.parquet")
     with pytest.raises(ExportError, match=r"'weapons' is not one of the class labels \['overall'"):
         import_hf(tmp_path / "ds", tmp_path / "corpus", progress=False)
+
+
+def _with_copy_of(table: pa.Table, sample_id: str, edit) -> pa.Table:
+    """The table with a copy of the row `sample_id`, edited by `edit(row)`, appended as its last row."""
+    rows = table.to_pylist()
+    copy = dict(next(row for row in rows if row["sample_id"] == sample_id))
+    edit(copy)
+    return pa.Table.from_pylist([*rows, copy], schema=table.schema)
+
+
+@pytest.mark.parametrize("tampered", [True, False], ids=["benign_text_under_the_label", "exact_copy"])
+def test_a_reimported_export_with_a_duplicated_sample_id_is_refused_naming_both_rows(exported, tmp_path, tampered):
+    """A re-released export holds a second row with the id of a severity-5 variant whose unsafe turn is a benign
+    sentence: both would be judged under the severity-5 label. Any second row with an id is refused."""
+    out, _ = exported
+    table = pq.read_table(sorted((out / "data").glob("*.parquet")))
+    target = "d_two.t1.harassment.s5"
+    turn = 1
+
+    def benign(row: dict) -> None:
+        if tampered:
+            row["texts"] = [row["texts"][0], "What a lovely day for a walk.", *row["texts"][turn + 1 :]]
+
+    doubled = _with_copy_of(table, target, benign)
+    (tmp_path / "ds/data").mkdir(parents=True)
+    shard = tmp_path / "ds/data/test-00000-of-00001.parquet"
+    pq.write_table(doubled, shard)
+    first = table.column("sample_id").to_pylist().index(target)
+    how = "they differ in texts" if tampered else "an exact copy"
+    message = rf"{shard} row {table.num_rows}: sample id '{target}' is also {shard} row {first} \({how}\)"
+    with pytest.raises(ExportError, match=message):
+        import_hf(tmp_path / "ds", tmp_path / "corpus", progress=False)
+    assert not (tmp_path / "corpus").exists()

@@ -4,6 +4,7 @@ are refused when the judge entry is validated, never recorded as if used."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -35,7 +36,8 @@ def answers(backend) -> list[list[str]]:
 
 def test_same_seed_same_answers_other_seed_other_answers(llama_dir):
     sampled = llama(llama_dir, **SAGELM, seeds=[42, 123, 1234])
-    assert sampled.generation_config.do_sample and sampled.generation_config.top_k == 50
+    # Sampled by the backend's RequestSampler (generate itself selects greedily after it).
+    assert sampled.decoding.top_k == 50 and not sampled.generation_config.do_sample
     first, again = answers(sampled), answers(sampled)
     assert first == again, "the same seeds give the same samples"
     outputs = sampled.generate(REQUESTS)
@@ -85,3 +87,36 @@ def test_sagelm_s_protocol_is_accepted_and_read_exactly():
     assert decoding_problems("transformers", {"temperature": 0.9, "seeds": [1, 1]}) == [
         "judges.judge.generation.seeds: [1, 1] repeats a seed (its samples would be the same answer)"
     ]
+
+
+def test_a_requests_sample_is_the_same_alone_and_in_any_batch(llama_dir, qwen2audio_dir):
+    """Each request samples from its own generator (seeded from its id and the seed): alone, in a batch of 3, first
+    or last, beside other requests or reordered, its samples are the same. So a rerun that computes only uncached
+    requests is a fresh run's twin. Tiny random-weight Llama (text) and Qwen2-Audio (audio) from bench/models.py."""
+    text = llama(llama_dir, **SAGELM, seeds=[42, 123])
+    tone = (0.1 * np.sin(np.arange(16000) / 7.0)).astype(np.float32)
+    audio_requests = [
+        JudgeRequest(f"a{i}", "You judge.", f"Is this safe? {i}", audio=(np.roll(tone, 500 * i), 16000))
+        for i in range(3)
+    ]
+    spec = JudgeSpec(
+        name="tiny_audio",
+        backend="transformers",
+        model=str(qwen2audio_dir),
+        modalities=("audio",),
+        generation={"max_new_tokens": 8, **SAGELM, "seeds": [42, 123]},
+        batch_size=8,
+        options={"device": "cpu"},
+    )
+    for backend, requests in ((text, REQUESTS), (TransformersBackend(spec), audio_requests)):
+        alone = {r.request_id: samples_by_request(backend, [r])[r.request_id] for r in requests}
+        assert samples_by_request(backend, requests) == alone
+        assert samples_by_request(backend, requests[::-1]) == alone
+        pair = [requests[2], requests[0]]
+        assert samples_by_request(backend, pair) == {r.request_id: alone[r.request_id] for r in pair}
+        assert any(len(set(texts)) > 1 for texts in alone.values()), "the seeds sample different answers"
+
+
+def samples_by_request(backend, batch: list[JudgeRequest]) -> dict[str, list[str]]:
+    """Request id -> the text of every sample, from one call with the whole batch."""
+    return {r.request_id: [s["text"] for s in o.extra["samples"]] for r, o in zip(batch, backend.generate(batch))}

@@ -204,3 +204,23 @@ def test_audio_paths_stay_inside_the_audio_root(tmp_path, outside):
     path.write_text(json.dumps(source))
     with pytest.raises(ItemError, match=rf"{path} record 2: audio path '{outside}' leaves the audio root"):
         import_sagelm([path], tmp_path)
+
+
+def test_a_symbolic_link_out_of_the_audio_root_is_refused(audio_root, tmp_path):
+    """`Audio/link/secret.wav` with `link` pointing outside the audio root reads a file the root does not hold; the
+    record is refused naming it. A link that stays inside the root is followed."""
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    sf.write(outside / "secret.wav", np.zeros(8000, dtype=np.float32), 16000)
+    (audio_root / "Audio" / "link").symlink_to(outside, target_is_directory=True)
+    (audio_root / "Audio" / "inside").symlink_to(audio_root / "Audio" / "stage1", target_is_directory=True)
+    first, second = records(FILES[0])[:2]
+    inside = {**first, "audios": [a.replace("Audio/stage1/", "Audio/inside/") for a in first["audios"]]}
+    linked = {**second, "audios": ["Audio/link/secret.wav", second["audios"][1]]}
+    path = tmp_path / "linked.json"
+    path.write_text(json.dumps([inside, linked]))
+    with pytest.raises(ItemError, match=r"linked\.json record 1: audio path 'Audio/link/secret\.wav' is .*elsewhere"):
+        import_sagelm([path], audio_root)
+    path.write_text(json.dumps([inside]))
+    items, _ = import_sagelm([path], audio_root)
+    assert items["audio_ok"].all() and items["response1_audio"].item().startswith("Audio/inside/")

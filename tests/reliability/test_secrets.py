@@ -210,7 +210,18 @@ def test_a_credential_as_a_header_value_is_refused_whatever_the_header_name():
         (f"https://user:{SENTINEL}@api.example.com/v1", "the URL holds user credentials"),
         (f"https://{SENTINEL}@api.example.com/v1", "the URL holds user credentials"),
         (f"https://generativelanguage.googleapis.com/v1beta/openai/?key={SENTINEL}", "the URL's query parameter 'key'"),
+        (f"https://api.example.com/v1/{SENTINEL}/", "the URL's path holds a credential (segment 2: it starts as API"),
+        (
+            f"https://api.example.com/key/{SENTINEL}/v1",
+            "the URL's path holds a credential (segment 2: it follows 'key')",
+        ),
+        (f"https://api.example.com/v1/key={SENTINEL}", "the URL's path holds a credential (segment 2: it is the param"),
+        (
+            "https://api.example.com/v1/a81f3c09e27d44b6b1d5e0c97f2a6d13/",
+            "the URL's path holds a credential (segment 2: it holds a long random token)",
+        ),
     ],
+    ids=["userinfo", "user_only", "query", "path_prefix", "path_after_key", "path_parameter", "path_token"],
 )
 def test_a_credential_in_a_url_is_refused_naming_its_place(url, problem):
     config = load_test_config()
@@ -246,3 +257,11 @@ def test_a_key_free_config_with_headers_and_urls_passes():
     }
     config["variants"]["generator"] = {"name": "llm", "model": "m", "base_url": "http://127.0.0.1:8000/v1?stream=0"}
     validate_config(config)
+    # Paths with model and deployment names are no keys.
+    for url in (
+        "https://my-resource.openai.azure.com/openai/deployments/gpt-4o-2024-08-06",
+        "https://api.example.com/models/Meta-Llama-3.1-8B-Instruct/v1",
+        "https://generativelanguage.googleapis.com/v1beta/openai/",
+    ):
+        config["judges"]["api"]["options"]["base_url"] = url
+        validate_config(config)

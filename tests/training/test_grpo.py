@@ -5,6 +5,7 @@ updates the language model; the checkpoint is a pairwise judge like the SFT one.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -14,10 +15,12 @@ from safetensors.torch import load_file
 from lalm_judge.cli import main as cli
 from lalm_judge.training.grpo import accuracy_reward, format_reward, judge_reward
 from lalm_judge.training.sft import REPORT_FILE
+from lalm_judge.workflow.config import load_training_section
 from tests.training.conftest import training_section
 from tests.training.test_sft import assert_judged, judge
 
 torch.set_num_threads(1)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -93,3 +96,42 @@ def test_the_model_gets_both_responses_audio_when_sampling_and_when_scored(
     assert cli(["pairwise", "train", "--config", str(path), "--method", "grpo"]) == 0
     kinds = {kind for kind, _ in calls}
     assert kinds == {"sample", "loss"} and all(with_audio for _, with_audio in calls)
+
+
+def shipped_section(model, data, output_dir) -> dict:
+    """configs/pairwise.yaml's `training` section as shipped (method, batch 2 x 2, num_generations, stages and their
+    mix, cutoff_len, val_size, gradient checkpointing, bf16), with a tiny model and data and only what a CPU test
+    cannot keep changed: the backbone and the records, the output folder, the device, no DeepSpeed (a GPU package),
+    and one logged step per stage."""
+    section = load_training_section(ROOT / "configs" / "pairwise.yaml")
+    section.update(backbone=str(model), output_dir=str(output_dir), device="cpu", num_threads=1)
+    for name, dataset in section["datasets"].items():
+        dataset.update(records=[str(data[name])], audio_root=str(data["audio_root"]))
+    section["hyperparameters"].update(deepspeed=None, max_steps=1, logging_steps=1)
+    section["grpo"]["max_completion_length"] = 4
+    return section
+
+
+@pytest.mark.slow
+def test_grpo_starts_with_the_shipped_configs_settings(tmp_path, qwen2audio_dir, training_data, capsys):
+    """`lalm-judge pairwise train --method grpo` with configs/pairwise.yaml's settings (its batch of 2 x 2 per GPU
+    and its num_generations) trains both stages; num_generations 8, TRL's default, is refused before any model is
+    loaded, naming the numbers to change."""
+    section = shipped_section(qwen2audio_dir, training_data, tmp_path / "out")
+    shipped = yaml.safe_load((ROOT / "configs" / "pairwise.yaml").read_text())["training"]
+    assert (
+        section["hyperparameters"]["per_device_batch_size"] * section["hyperparameters"]["gradient_accumulation_steps"]
+        == 4
+    )
+    assert section["grpo"]["num_generations"] == shipped["grpo"]["num_generations"]
+    path = tmp_path / "train.yaml"
+    path.write_text(yaml.safe_dump({"training": section}))
+    assert cli(["pairwise", "train", "--config", str(path), "--method", "grpo"]) == 0
+    report = json.loads((tmp_path / "out" / "grpo" / REPORT_FILE).read_text())
+    assert [stage["steps"] for stage in report["stages"]] == [1, 1]
+    assert "acoustic (grpo)" in capsys.readouterr().out
+
+    section["grpo"]["num_generations"] = 8
+    path.write_text(yaml.safe_dump({"training": section}))
+    assert cli(["pairwise", "train", "--config", str(path), "--method", "grpo"]) == 2
+    assert "set training.grpo.num_generations to 2 or 4 (a divisor of 4)" in capsys.readouterr().err

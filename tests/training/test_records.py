@@ -39,10 +39,16 @@ def test_a_non_empty_input_joins_the_user_turn(training_data):
         (lambda r: r.update(output=""), "needs its output: the label"),
         (lambda r: r.update(audios=r["audios"][:1]), "2 <audio> placeholders for 1 audios"),
         (lambda r: r.update(audios=["gone.wav", r["audios"][1]]), "gone.wav does not exist"),
+        (lambda r: r.update(audios=["../semantic.json", r["audios"][1]]), "leaves the audio root"),
+        (lambda r: r.update(audios=["out/semantic-0-1.wav", r["audios"][1]]), "through a symbolic link, outside"),
         (lambda r: r.pop("instruction"), "non-empty string 'instruction'"),
     ],
 )
 def test_a_bad_record_is_named_with_its_file_and_index(training_data, change, message):
+    outside = training_data["audio_root"].parent / "elsewhere"
+    outside.mkdir()
+    (outside / "semantic-0-1.wav").write_bytes((training_data["audio_root"] / "semantic-0-1.wav").read_bytes())
+    (training_data["audio_root"] / "out").symlink_to(outside, target_is_directory=True)
     rewrite(training_data["semantic"], change)
     with pytest.raises(TrainingError, match=message) as error:
         read_dataset(source(training_data))

