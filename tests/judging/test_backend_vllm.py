@@ -513,7 +513,8 @@ def minicpmo_dir(tmp_path_factory):
 def test_minicpmo_prompt_places_its_audio_placeholder_with_thinking_off(vllm_stand_in, minicpmo_dir):
     vllm_stand_in.placeholder = "(<audio>./</audio>)"
     backend = backend_for(paper_spec("minicpm_o", minicpmo_dir))
-    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 1, "image": 0, "video": 0}
+    # one image keeps MiniCPM-o's encoder cache (vLLM sizes it from images and video only): vllm_backend docstring
+    assert vllm_stand_in.engine_kwargs[0]["limit_mm_per_prompt"] == {"audio": 1, "image": 1, "video": 0}
     backend.generate(requests_with_audio())
     _, audio_text = engine_prompt(vllm_stand_in, 0)
     assert audio_text == (

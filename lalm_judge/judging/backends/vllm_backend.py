@@ -24,7 +24,16 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
   `VLLM_ATTENTION_BACKEND` is gone). Several audio items get one `<SpeechHere>` each, at their slots.
 - `minicpmo`: string content with the `(<audio>./</audio>)` placeholder before the text, or at each slot
   (vLLM 0.32 `model_executor/models/minicpmo.py` expands it), thinking off (`enable_thinking=False`, so the first
-  generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`.
+  generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`. The engine keeps a
+  limit of one image per prompt (`MINICPMO_IMAGE_LIMIT`; no request sends one) so that it has an encoder cache for
+  the audio: vLLM sizes that cache, where an item's embeddings wait for the decoder, from the largest item of the
+  modalities with a nonzero limit as the model's processing reports it (`multimodal/encoder_budget.py`
+  `MultiModalBudget`, `v1/core/encoder_cache_manager.py` `compute_mm_encoder_budget`: `max_num_batched_tokens` or
+  more, 0 when no modality counts). MiniCPM-o's processing inherits MiniCPM-V's `get_mm_max_tokens_per_item`, which
+  reports image and video only (`minicpmv.py`), so with both at 0 the cache is 0 and vLLM refuses every audio
+  request ("... audio item with N embedding tokens, which exceeds the pre-allocated encoder cache size 0"). With
+  one image the cache is `max_num_batched_tokens` (8,192 or 16,384 on a GPU), above the 3,000 embeddings of
+  300 s of audio (10 per second at MiniCPM-o 4.5's pooling step of 5).
 
 P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
 set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
@@ -40,7 +49,8 @@ engine's length never cuts an answer: prompt tokens as the engine counted them p
 `audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track, checked per request),
 `trust_remote_code` (false; the code revision is then pinned to `revision` too), `score_tokens`, `top_logprobs`,
 and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
-Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video.
+Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video; a
+MiniCPM-o engine keeps one image (above), for which vLLM profiles the vision encoder once at start.
 
 A `generate` call is one submission, which vLLM schedules by continuous batching; the judge job hands it up to
 `capabilities.VLLM_REQUESTS_PER_CALL` requests per call and writes the request cache after each. Automatic
@@ -91,6 +101,7 @@ MERALION_FOLLOW = "Follow the text instruction based on the following audio: "
 MINICPMO_AUDIO = "(<audio>./</audio>)"
 MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 OTHER_MODALITIES = ("image", "video")
+MINICPMO_IMAGE_LIMIT = {"image": 1}  # its encoder cache is sized from images (module docstring)
 
 
 def engine_context_length(spec: JudgeSpec) -> int | None:
@@ -227,6 +238,8 @@ class VLLMBackend:
         if self.uses_audio:
             limits = {"audio": self.audio_per_prompt}
             engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
+            if self.prompt_format == "minicpmo":
+                engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if self.prompt_format == "meralion":
             engine_kwargs["attention_backend"] = "FLASHINFER"
             logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, *prepare_flashinfer())
