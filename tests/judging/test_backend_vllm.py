@@ -199,7 +199,11 @@ def stand_in(monkeypatch, sampling_params_class=SamplingParams) -> Recorder:
     module = types.ModuleType("vllm")
     module.LLM = LLM
     module.SamplingParams = sampling_params_class
+    # vllm.platforms.current_platform: the machine vLLM runs on, a CUDA GPU here.
+    module.platforms = types.ModuleType("vllm.platforms")
+    module.platforms.current_platform = types.SimpleNamespace(is_cuda=lambda: True)
     monkeypatch.setitem(sys.modules, "vllm", module)
+    monkeypatch.setitem(sys.modules, "vllm.platforms", module.platforms)
     return recorder
 
 

@@ -19,9 +19,12 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
 - `meralion`: one user turn and no system role, the format vllm-plugin-meralion2 documents
   (YingxuH/vllm_plugin `example_scripts/offline_example.py`): `Instruction: <text> \nFollow the text
   instruction based on the following audio: <SpeechHere>`, the system prompt before it; text-only requests
-  are the system prompt and the text. The engine gets `attention_backend="FLASHINFER"`: the plugin needs it for
+  are the system prompt and the text. A CUDA engine gets `attention_backend="FLASHINFER"`: the plugin needs it for
   Gemma-2's attention logit softcapping (vLLM >= 0.13 reads only this argument; the environment variable
-  `VLLM_ATTENTION_BACKEND` is gone). Several audio items get one `<SpeechHere>` each, at their slots.
+  `VLLM_ATTENTION_BACKEND` is gone). A CPU build of vLLM gets no backend and no FlashInfer: it has one attention
+  backend, which it uses whatever is asked (vLLM 0.16 `platforms/cpu.py` `get_attn_backend_cls`), and that one
+  applies the softcapping itself (`v1/attention/backends/cpu_attn.py`, `softcap`). Several audio items get one
+  `<SpeechHere>` each, at their slots.
 - `minicpmo`: string content with the `(<audio>./</audio>)` placeholder before the text, or at each slot
   (vLLM 0.32 `model_executor/models/minicpmo.py` expands it), thinking off (`enable_thinking=False`, so the first
   generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`. The engine keeps a
@@ -241,8 +244,13 @@ class VLLMBackend:
             if self.prompt_format == "minicpmo":
                 engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if self.prompt_format == "meralion":
-            engine_kwargs["attention_backend"] = "FLASHINFER"
-            logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, *prepare_flashinfer())
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cuda():
+                engine_kwargs["attention_backend"] = "FLASHINFER"
+                logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, *prepare_flashinfer())
+            else:
+                logger.info("judge %s: vLLM's %s attention softcaps Gemma-2's logits", spec.name, current_platform)
         engine_kwargs.update(options.get("engine_kwargs", {}))
         # The engine process (and its workers) inherit the environment as it is when vLLM starts them.
         os.environ.update(spec.engine_environment)
