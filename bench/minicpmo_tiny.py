@@ -5,10 +5,11 @@ ships them as Python files beside its weights, and no package holds them. The fo
 minimal stand-ins of those files (`STAND_IN_FILES`), written for this checkpoint: the configuration class is a
 Qwen3 configuration with the multimodal fields vLLM reads (`version` 4.5, `query_num`, `audio_pool_step` 5,
 `audio_chunk_length`, the vision and audio encoders' configurations), the tokenizer has the released tokenizer's
-multimodal token names and ids, the image processor has the interface vLLM calls for its image budget and never
-slices. The multimodal processor is not among them: `preprocessor_config.json` names `MiniCPMOProcessor`, which vLLM
-0.32 brings itself (`transformers_utils/processors/minicpmo.py`) and builds from this folder's Whisper feature
-extractor (80 mel bins), the image processor and the tokenizer.
+multimodal tokens by the same names (and their `*_id` properties), the image processor what vLLM calls to size an
+image's placeholder and to warm up its image processing at engine start (it never slices). The multimodal processor
+is not among them: `preprocessor_config.json` names `MiniCPMOProcessor`, which vLLM 0.32 brings itself
+(`transformers_utils/processors/minicpmo.py`) and builds from this folder's Whisper feature extractor (80 mel bins),
+the image processor and the tokenizer.
 
 The weights are random (seeded) in the layout vLLM 0.32 `model_executor/models/minicpmo.py` loads for version 4.5
 (`MiniCPMO4_5`): the Qwen3 decoder under `llm.`, the SigLIP vision tower under `vpm.` (its last layer dropped, as
