@@ -127,10 +127,10 @@ def demo_dialogues(n: int) -> list[list[tuple[str, str]]]:
     return [[(turn["speaker"], turn["text"]) for turn in json.loads(line)["turns"]] for line in lines]
 
 
-def waveform(seconds: float, seed: int) -> np.ndarray:
+def waveform(seconds: float, seed: int = 0, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
     """A seeded waveform: a tone with noise (random weights answer the same whatever the audio says)."""
     rng = np.random.default_rng(seed)
-    t = np.arange(int(seconds * SAMPLE_RATE)) / SAMPLE_RATE
+    t = np.arange(int(seconds * sample_rate)) / sample_rate
     return (0.3 * np.sin(2 * np.pi * (150 + 40 * seed) * t) + 0.05 * rng.standard_normal(t.size)).astype(np.float32)
 
 

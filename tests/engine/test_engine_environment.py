@@ -60,7 +60,7 @@ def test_the_engine_process_starts_without_flashinfer_sampler_and_with_the_libcu
     from lalm_judge.judging.backends.vllm_backend import VLLMBackend
 
     meralion = tiny_spec("configs/paper.yaml", "meralion2_10b", cached_tiny_model("llama31"), "vllm")
-    prepared = engine_start_environment(meralion)
+    prepared = engine_start_environment(meralion, flashinfer_attention=True)
     stubs = [f"-L{meralion_conda_prefix / engine_env.CONDA_TARGET / 'lib' / 'stubs'}"]
     stubs.append(f"-L{meralion_conda_prefix / 'lib' / 'stubs'}")
     assert prepared[SAMPLER_ENV] == "0" and prepared[NGRAM_ENV] == str(NGRAM_OFF)

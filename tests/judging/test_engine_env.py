@@ -102,8 +102,13 @@ def test_the_meralion_start_environment_adds_flashinfers_settings(compiler_prefi
     from lalm_judge.judging.backends.vllm_backend import engine_start_environment
 
     monkeypatch.setattr(engine_env.sys, "prefix", str(compiler_prefix))
-    started = engine_start_environment(meralion(), {"PATH": "/nonexistent"})
+    started = engine_start_environment(meralion(), {"PATH": "/nonexistent"}, flashinfer_attention=True)
     assert started[SAMPLER_ENV] == "0" and started[NGRAM_ENV] == str(NGRAM_OFF)
     assert started["CUDA_HOME"] == str(compiler_prefix) and "stubs" in started["FLASHINFER_EXTRA_LDFLAGS"]
     chat = JudgeSpec(name="c", backend="vllm", model="m")
     assert engine_start_environment(chat, {}) == {SAMPLER_ENV: "0"}
+    # On CPU vLLM's own attention softcaps Gemma-2's logits: no FlashInfer, nothing to compile.
+    assert engine_start_environment(meralion(), {"PATH": "/nonexistent"}) == {
+        SAMPLER_ENV: "0",
+        NGRAM_ENV: str(NGRAM_OFF),
+    }

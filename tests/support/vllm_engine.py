@@ -7,6 +7,7 @@ is_pin_memory)` among them, which reads MERALION_NGRAM_SIZE in its constructor (
 plugin supports vLLM 0.12-0.16, not the CPU twin's 0.32); its batch is given as vLLM's `BatchUpdate.added` carries a
 sequence, (slot, params, prompt token ids, output token ids), and `apply` gets the next position's logits.
 """
+
 from __future__ import annotations
 
 import multiprocessing

@@ -21,12 +21,24 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
 - `meralion`: one user turn and no system role, the format vllm-plugin-meralion2 documents
   (YingxuH/vllm_plugin `example_scripts/offline_example.py`): `Instruction: <text> \nFollow the text
   instruction based on the following audio: <SpeechHere>`, the system prompt before it; text-only requests
-  are the system prompt and the text. The engine gets `attention_backend="FLASHINFER"`: the plugin needs it for
+  are the system prompt and the text. A CUDA engine gets `attention_backend="FLASHINFER"`: the plugin needs it for
   Gemma-2's attention logit softcapping (vLLM >= 0.13 reads only this argument; the environment variable
-  `VLLM_ATTENTION_BACKEND` is gone). Several audio items get one `<SpeechHere>` each, at their slots.
+  `VLLM_ATTENTION_BACKEND` is gone). A CPU build of vLLM gets no backend and no FlashInfer: it has one attention
+  backend, which it uses whatever is asked (vLLM 0.16 `platforms/cpu.py` `get_attn_backend_cls`), and that one
+  applies the softcapping itself (`v1/attention/backends/cpu_attn.py`, `softcap`). Several audio items get one
+  `<SpeechHere>` each, at their slots.
 - `minicpmo`: string content with the `(<audio>./</audio>)` placeholder before the text, or at each slot
   (vLLM 0.32 `model_executor/models/minicpmo.py` expands it), thinking off (`enable_thinking=False`, so the first
-  generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`.
+  generated token is the verdict), and generation stops at `<|im_end|>` or `<|endoftext|>`. The engine keeps a
+  limit of one image per prompt (`MINICPMO_IMAGE_LIMIT`; no request sends one) so that it has an encoder cache for
+  the audio: vLLM sizes that cache, where an item's embeddings wait for the decoder, from the largest item of the
+  modalities with a nonzero limit as the model's processing reports it (`multimodal/encoder_budget.py`
+  `MultiModalBudget`, `v1/core/encoder_cache_manager.py` `compute_mm_encoder_budget`: `max_num_batched_tokens` or
+  more, 0 when no modality counts). MiniCPM-o's processing inherits MiniCPM-V's `get_mm_max_tokens_per_item`, which
+  reports image and video only (`minicpmv.py`), so with both at 0 the cache is 0 and vLLM refuses every audio
+  request ("... audio item with N embedding tokens, which exceeds the pre-allocated encoder cache size 0"). With
+  one image the cache is `max_num_batched_tokens` (8,192 or 16,384 on a GPU), above the 3,000 embeddings of
+  300 s of audio (10 per second at MiniCPM-o 4.5's pooling step of 5).
 
 P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
 set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
@@ -42,7 +54,8 @@ engine's length never cuts an answer: prompt tokens as the engine counted them p
 `audio_per_prompt` (1; vLLM's `limit_mm_per_prompt`, 2 for the pairwise track, checked per request),
 `trust_remote_code` (false; the code revision is then pinned to `revision` too), `score_tokens`, `top_logprobs`,
 and `engine_kwargs` (passed to `vllm.LLM` as is, e.g. `enforce_eager`).
-Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video.
+Every modality but audio gets a limit of 0 items per prompt, so vLLM reserves no memory for images or video; a
+MiniCPM-o engine keeps one image (above), for which vLLM profiles the vision encoder once at start.
 
 A `generate` call is one submission, which vLLM schedules by continuous batching; the judge job hands it up to
 `capabilities.VLLM_REQUESTS_PER_CALL` requests per call and writes the request cache after each. Automatic
@@ -99,6 +112,7 @@ MERALION_FOLLOW = "Follow the text instruction based on the following audio: "
 MINICPMO_AUDIO = "(<audio>./</audio>)"
 MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 OTHER_MODALITIES = ("image", "video")
+MINICPMO_IMAGE_LIMIT = {"image": 1}  # its encoder cache is sized from images (module docstring)
 
 
 def engine_context_length(spec: JudgeSpec) -> int | None:
@@ -123,14 +137,16 @@ def engine_model(spec: JudgeSpec) -> str:
     return str(folder)
 
 
-def engine_start_environment(spec: JudgeSpec, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def engine_start_environment(
+    spec: JudgeSpec, environ: Mapping[str, str] | None = None, *, flashinfer_attention: bool = False
+) -> dict[str, str]:
     """The variables the judge's engine process starts with beyond `environ` (this process's): the judge's engine
     environment (`engine_env.engine_environment`: FlashInfer's sampler off, MERaLiON-2's n-gram size) and, for
-    MERaLiON-2, what FlashInfer's kernel build needs (`engine_env.prepare_flashinfer`: CUDA_HOME, the include and
-    library flags with the `libcuda.so` stubs)."""
+    MERaLiON-2 on FlashInfer's attention (`flashinfer_attention`: on a CUDA GPU), what FlashInfer's kernel build needs
+    (`engine_env.prepare_flashinfer`: CUDA_HOME, the include and library flags with the `libcuda.so` stubs)."""
     environ = dict(os.environ if environ is None else environ)
     start = dict(spec.engine_environment)
-    if spec.capabilities.prompt_format == "meralion":
+    if spec.capabilities.prompt_format == "meralion" and flashinfer_attention:
         prepared = dict(environ)
         route, where = prepare_flashinfer(prepared)
         logger.info("judge %s: FlashInfer kernels from %s (%s)", spec.name, route, where)
@@ -255,11 +271,19 @@ class VLLMBackend:
         if self.uses_audio:
             limits = {"audio": self.audio_per_prompt}
             engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
+            if self.prompt_format == "minicpmo":
+                engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if self.prompt_format == "meralion":
-            engine_kwargs["attention_backend"] = "FLASHINFER"
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cuda():
+                engine_kwargs["attention_backend"] = "FLASHINFER"
+            else:
+                logger.info("judge %s: vLLM's %s attention softcaps Gemma-2's logits", spec.name, current_platform)
         engine_kwargs.update(options.get("engine_kwargs", {}))
         # The engine process (and its workers) inherit the environment as it is when vLLM starts them.
-        self.start_environment = engine_start_environment(spec)
+        flashinfer = engine_kwargs.get("attention_backend") == "FLASHINFER"
+        self.start_environment = engine_start_environment(spec, flashinfer_attention=flashinfer)
         logger.info("judge %s: the engine starts with %s", spec.name, self.start_environment)
         os.environ.update(self.start_environment)
         self.llm = vllm.LLM(**engine_kwargs)
