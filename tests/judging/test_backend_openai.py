@@ -28,9 +28,19 @@ from bench.servers import free_port, reply_json, start_stand_in, start_transform
 from lalm_judge.core.endpoints import read_completion
 from lalm_judge.core.secrets import MissingSecret
 from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
+from lalm_judge.judging.backends.base import (
+    Capabilities,
+    JudgeOutput,
+    JudgeRequest,
+    JudgeSpec,
+    PartialGenerationError,
+)
 from lalm_judge.judging.backends.hf import TransformersBackend
-from lalm_judge.judging.backends.openai_backend import OpenAIBackend, p_safe_from_top_logprobs
+from lalm_judge.judging.backends.openai_backend import (
+    OpenAIBackend,
+    logprobs_by_token_id,
+    p_safe_from_top_logprobs,
+)
 from lalm_judge.judging.cache import RequestCache, judge_identity
 from lalm_judge.judging.runner import RequestEngine
 from lalm_judge.workflow.config import validate_judge_entry
@@ -258,7 +268,8 @@ class LogprobsStandIn:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 stand_in.bodies.append(body)
-                logprobs = first_position_logprobs(body["top_logprobs"]) if body.get("logprobs") else None
+                # A server without vLLM's logprob_token_ids ignores it: the top 0 alternatives.
+                logprobs = first_position_logprobs(body.get("top_logprobs", 0)) if body.get("logprobs") else None
                 reply_json(self, 200, chat_completion_body(body["model"], logprobs))
 
         self.http, address = start_stand_in(Handler)
@@ -303,6 +314,60 @@ def test_answer_tokens_ask_for_logprobs_per_request_and_key_the_cache(logprobs_a
     unscored = dataclasses.replace(calibrated, answer_tokens=None)
     keys = {backend.key(request, {}) for request in (calibrated, swapped, unscored)}
     assert len(keys) == 3
+
+
+def test_exact_p_safe_fails_on_a_server_that_ignores_logprob_token_ids(models, logprobs_api):
+    """`answer_token_ids` asks for the answer tokens themselves (vLLM's extension, exercised against `vllm serve` in
+    tests/engine/test_vllm_serve.py); a server that ignores it fails the request naming the option, never a P(safe)
+    read from the wrong tokens."""
+    from transformers import AutoTokenizer
+
+    calibrated = dataclasses.replace(text_request("calibrated", "A: Hi."), answer_tokens=("Yes", "No"))
+    backend = judge(models["llama"], logprobs_api.base_url, answer_token_ids=str(models["llama"]))
+    with pytest.raises(PartialGenerationError, match=r"without the logprobs of the answer token ids.*answer_token_ids"):
+        backend.generate([calibrated])
+    body = logprobs_api.body_of(calibrated)
+    tokenizer = AutoTokenizer.from_pretrained(models["llama"])
+    expected = sorted(tokenizer.encode(word, add_special_tokens=False)[0] for word in ("Yes", "No"))
+    assert (body["logprobs"], body["logprob_token_ids"], body["return_tokens_as_token_ids"]) == (True, expected, True)
+    assert "top_logprobs" not in body
+
+
+def test_exact_p_safe_from_the_server_needs_its_tokenize_route(logprobs_api):
+    calibrated = dataclasses.replace(text_request("calibrated"), answer_tokens=("Yes", "No"))
+    backend = judge("stand-in", logprobs_api.base_url, answer_token_ids="server")
+    assert backend.tokenize_url == logprobs_api.base_url.removesuffix("/v1") + "/tokenize"
+    with pytest.raises(RuntimeError, match=r"/tokenize did not tokenize the answer word 'No'.*vLLM server"):
+        backend.generate([calibrated])
+    assert logprobs_api.bodies[0]["prompt"] == "No", "the stand-in got the tokenize request and no chat request"
+
+    with pytest.raises(ValueError, match=r"base_url 'http://127.0.0.1:9/api' does not end in /v1"):
+        judge("stand-in", "http://127.0.0.1:9/api", answer_token_ids="server")
+    with pytest.raises(ValueError, match=r"answer_token_ids reads P\(safe\) from logprobs.*capabilities.logprobs"):
+        OpenAIBackend(
+            JudgeSpec(
+                name="no_logprobs",
+                backend="openai",
+                model="m",
+                options={"api_key_env": None, "answer_token_ids": "server"},
+                capabilities=Capabilities(logprobs=False),
+            )
+        )
+
+
+def test_exact_p_safe_has_no_fallback_on_an_endpoint_that_rejects_it(models, no_logprobs_api):
+    """An endpoint that answers HTTP 400 to the request (OpenAI does to an unknown parameter): the job fails; the
+    parsed-score alternative of a 400 to plain logprobs is not taken."""
+    calibrated = dataclasses.replace(text_request("calibrated"), answer_tokens=("Yes", "No"))
+    backend = judge(models["llama"], no_logprobs_api.base_url, answer_token_ids=str(models["llama"]))
+    with pytest.raises(PartialGenerationError, match="HTTP 400"):
+        backend.generate([calibrated])
+    assert len(no_logprobs_api.bodies) == 1 and not backend.logprobs_rejected
+
+
+def test_logprobs_by_token_id_reads_only_token_id_names():
+    entries = [("token_id:12", -0.5), ("Yes", -0.1), ("token_id:x", -2.0), ("token_id:7", -1.0)]
+    assert logprobs_by_token_id(entries) == {12: -0.5, 7: -1.0}
 
 
 def test_two_input_audio_parts_over_http(models, server, tmp_path):

@@ -327,8 +327,8 @@ def test_an_unknown_endpoint_option_is_named_with_the_nearest_valid_name(demo_co
     assert (f"did you mean '{nearest}'?" in message) if nearest else "did you mean" not in message
     # The endpoint's keys ($defs/endpoint) and the backend's own.
     assert (
-        "(valid keys: api_key_env, backoff_base_s, backoff_max_s, base_url, cascade_asr, concurrency, header_env,"
-        in message
+        "(valid keys: answer_token_ids, api_key_env, backoff_base_s, backoff_max_s, base_url, cascade_asr, "
+        "concurrency, header_env," in message
     )
 
 
