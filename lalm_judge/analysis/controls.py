@@ -142,6 +142,8 @@ REACTS = "reacts to the synthesis"
 NO_REACTION_SHOWN = "no reaction beyond the noise"
 SUSCEPTIBLE = "susceptible"
 NOT_SHOWN_SUSCEPTIBLE = "no rise beyond the noise"
+# Significant alone (p at most the level) but not after Holm over the family of checks.
+NOT_AFTER_HOLM = "not flagged: below 5 % alone, not after Holm over the family"
 NOT_ESTIMABLE_VERDICT = "not estimable"
 
 
@@ -394,10 +396,12 @@ def _decide(row: dict, p_adjusted: float | None, size: int) -> None:
             if row["flagged"]
             else (MOVES_WITH_AUDIO if moves else INCONCLUSIVE)
         )
-    elif check == REACTS_TO_SYNTHESIS:
-        row["verdict"] = REACTS if row["flagged"] else NO_REACTION_SHOWN
+    elif row["flagged"]:
+        row["verdict"] = REACTS if check == REACTS_TO_SYNTHESIS else SUSCEPTIBLE
+    elif row["p_value"] <= LEVEL:
+        row["verdict"] = NOT_AFTER_HOLM
     else:
-        row["verdict"] = SUSCEPTIBLE if row["flagged"] else NOT_SHOWN_SUSCEPTIBLE
+        row["verdict"] = NO_REACTION_SHOWN if check == REACTS_TO_SYNTHESIS else NOT_SHOWN_SUSCEPTIBLE
 
 
 def _shift(effect: dict, group: str) -> tuple:

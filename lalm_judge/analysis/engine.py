@@ -8,8 +8,9 @@ enters Delta_i only when the safe original of its dialogue has a parsed score in
 rows of one dialogue in a cell are averaged, and `mean_safe` is the mean over dialogues of those averages); S_i
 uses every parsed variant. Confidence intervals come from the cluster bootstrap over dialogues in
 `lalm_judge.analysis.stats` (studentized for Delta_i, mean_safe and sensitivity, percentile for specificity); the
-resampled dialogues of a slice are those that contribute a parsed variant to it. Every Delta_i carries its two-sided
-bootstrap p-value (`delta_<i>_p`), which the findings adjust for multiplicity (`lalm_judge.analysis.findings`).
+resampled dialogues of a slice are those that contribute a parsed variant to it. Every Delta_i carries the two-sided
+p-value of a sign-flip test (`delta_<i>_p`), which the findings adjust for multiplicity
+(`lalm_judge.analysis.findings`).
 Every value with an interval carries `<value>_n_dialogues`, the dialogues it rests on, and `<value>_status`: below
 `min_dialogues` it is `not_estimable` and has no interval (`lalm_judge.analysis.support`). Position bias is in
 `lalm_judge.analysis.position`, prompt selection and the Pareto front in `lalm_judge.analysis.selection`, the paired
@@ -283,19 +284,20 @@ def resample_groups(present: np.ndarray, n_boot: int, seed: int) -> Iterator[tup
 
 
 def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -> dict[str, np.ndarray]:
-    """95 % bounds per slice (see `resample_groups`): every Delta_i's studentized interval and its two-sided p-value
-    (`delta_<i>_p`), sensitivity's (`stats.sensitivity_interval`, from the studentized Delta_i) and specificity's
-    percentile interval."""
+    """95 % bounds per slice (see `resample_groups`): every Delta_i's studentized interval and the two-sided p-value of
+    its sign-flip test (`delta_<i>_p`, `stats.sign_flip_p_values`), sensitivity's interval
+    (`stats.sensitivity_interval`, from the studentized Delta_i) and specificity's percentile interval."""
     bounds = {name: np.full(arrays.n_slices, np.nan) for name in _CI_COLUMNS}
     for members, dialogue_index, weights in resample_groups(contributing_dialogues(arrays), n_boot, seed):
         subset = arrays.take_dialogues(dialogue_index)
+        signs = st.sign_flips(dialogue_index.size, n_boot, seed)
         for start in range(0, len(members), BOOTSTRAP_BATCH):
             batch = members[start : start + BOOTSTRAP_BATCH]
             sliced = subset.take_slices(batch)
             deltas = st.studentized_deltas(sliced, weights)
             _, means = st.bootstrap_severity_arrays(sliced, weights)
             low, high = st.studentized_interval(deltas)
-            p_values = st.p_two_sided(deltas)
+            p_values, _ = st.sign_flip_p_values(sliced.diff_sum, sliced.diff_n, signs)
             intervals = {
                 "sensitivity": st.sensitivity_interval(deltas),
                 "specificity": st.percentile_interval(st.specificity_from_means(means)[0]),
@@ -311,8 +313,8 @@ def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -
 
 @dataclass(frozen=True)
 class RatioIntervals:
-    """Studentized 95 % bounds of sum/count per column and its bootstrap-t p-values: two-sided against 0, one-sided
-    for a value above 0, and the TOST p-value of |value| < margin (NaN without a margin)."""
+    """Studentized 95 % bounds of sum/count per column, the p-values of its sign-flip test against 0 (two-sided, and
+    one-sided for a value above 0) and the bootstrap-t TOST p-value of |value| < margin (NaN without a margin)."""
 
     low: np.ndarray
     high: np.ndarray
@@ -325,15 +327,16 @@ def ratio_intervals(
     sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int, margin: float | None = None
 ) -> RatioIntervals:
     """Studentized 95 % bounds and p-values of sum/count per slice from per-dialogue (n_dialogues, n_slices) sums and
-    counts, resampling each slice's dialogues with count > 0 (`resample_groups`)."""
+    counts, resampling (and flipping) each slice's dialogues with count > 0 (`resample_groups`)."""
     columns = {name: np.full(sums.shape[1], np.nan) for name in RatioIntervals.__dataclass_fields__}
     for members, dialogue_index, weights in resample_groups(counts > 0, n_boot, seed):
-        ratios = st.studentized_ratios(
-            sums[np.ix_(dialogue_index, members)], counts[np.ix_(dialogue_index, members)], weights
-        )
+        part_sums, part_counts = sums[np.ix_(dialogue_index, members)], counts[np.ix_(dialogue_index, members)]
+        ratios = st.studentized_ratios(part_sums, part_counts, weights)
         columns["low"][members], columns["high"][members] = st.studentized_interval(ratios)
-        columns["p_value"][members] = st.p_two_sided(ratios)
-        columns["p_greater"][members] = st.p_greater(ratios)
+        signs = st.sign_flips(dialogue_index.size, n_boot, seed)
+        columns["p_value"][members], columns["p_greater"][members] = st.sign_flip_p_values(
+            part_sums, part_counts, signs
+        )
         if margin is not None:
             columns["p_equivalent"][members] = st.p_equivalent(ratios, margin)
     return RatioIntervals(**columns)

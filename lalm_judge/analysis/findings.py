@@ -59,7 +59,9 @@ FINDING_SCHEMA = {
 
 def _tested(table: pl.DataFrame, family: str, with_category: bool) -> pl.DataFrame:
     """Every estimable Delta_i of the clean rows of a cells or categories table, one row per (row, severity)."""
-    severities = severities_with_intervals(table)
+    severities = [i for i in severities_with_intervals(table) if i in SEVERITIES]
+    if not severities:
+        return pl.DataFrame(schema={k: v for k, v in FINDING_SCHEMA.items() if k != "direction"})
     missing = [f"delta_{i}_p" for i in severities if f"delta_{i}_p" not in table.columns]
     if missing:
         raise ValueError(
@@ -89,10 +91,7 @@ def _tested(table: pl.DataFrame, family: str, with_category: bool) -> pl.DataFra
             .alias("n_dialogues"),
         )
         for i in severities
-        if i in SEVERITIES
     ]
-    if not frames:
-        return pl.DataFrame(schema={k: v for k, v in FINDING_SCHEMA.items() if k not in ("direction",)})
     tested = pl.concat(frames)
     adjusted = benjamini_hochberg(tested["p_value"].to_numpy())
     return tested.with_columns(

@@ -12,7 +12,8 @@ LEVEL (the complement of the 95 % intervals):
   in at least `metrics.pattern_min_share` of the resamples, otherwise the pattern is `undetermined`.
 
 `families_table` writes them as `families.parquet` beside the findings; the report and `lalm-judge findings` print
-it. The adjustments are scipy's (`scipy.stats.false_discovery_control`) and Holm's step-down, written out here.
+it (`lalm_judge.report.tables.family_sentence`). The adjustments are scipy's (`scipy.stats.false_discovery_control`)
+and Holm's step-down, written out here (statsmodels is not a dependency).
 """
 
 from __future__ import annotations
@@ -101,13 +102,3 @@ class Family:
 def families_table(families: list[Family]) -> pl.DataFrame:
     """One row per family (FAMILY_SCHEMA), in the given order."""
     return pl.DataFrame([family.row() for family in families], schema=FAMILY_SCHEMA)
-
-
-def family_sentence(row: dict) -> str:
-    """A family in words, as the report and `lalm-judge findings` print it."""
-    if row["control"] == STABILITY:
-        control = f"each label stated only where at least {row['level']:.0%} of the resamples give it"
-    else:
-        kind = "false-discovery rate" if row["control"] == BENJAMINI_HOCHBERG else "family-wise error rate"
-        control = f"{row['control']}, {kind} {row['level']:.0%}"
-    return f"{row['family']}: {row['size']} {row['tests']}; {control}; {row['n_claims']} {row['claims']}."

@@ -242,6 +242,70 @@ def studentized_ratios(numerator: np.ndarray, denominator: np.ndarray, weights: 
     )
 
 
+# The sign-flip stream is separate from the bootstrap's: seeds (seed, SIGN_FLIP_STREAM).
+SIGN_FLIP_STREAM = 2
+# Sign patterns of a sign-flip test at least (more when B is larger): the p-value's resolution is 1 / (patterns + 1),
+# and a family of m tests needs p-values down to 5 % / m (Holm's smallest threshold): 10^4 patterns serve families of
+# up to about 500 tests. Patterns are applied in chunks of SIGN_FLIP_CHUNK (memory: chunk x columns).
+MIN_SIGN_FLIPS = 10_000
+SIGN_FLIP_CHUNK = 1000
+
+
+@functools.lru_cache(maxsize=16)
+def sign_flips(n_dialogues: int, n_flips: int, seed: int) -> np.ndarray:
+    """Sign matrix S (P, n_dialogues) of a sign-flip test with P = max(n_flips, MIN_SIGN_FLIPS): every one of the 2^n
+    patterns when there are at most P of them (an exact test), else P random ones drawn from
+    default_rng([seed, SIGN_FLIP_STREAM]). Read-only and cached, as the bootstrap's count matrices."""
+    if n_dialogues < 1:
+        raise ValueError("a sign-flip test needs at least one dialogue")
+    n_flips = max(n_flips, MIN_SIGN_FLIPS)
+    if 2**n_dialogues <= n_flips:
+        patterns = (np.arange(2**n_dialogues)[:, None] >> np.arange(n_dialogues)[None, :]) & 1
+        signs = 1.0 - 2.0 * patterns
+    else:
+        signs = np.random.default_rng([seed, SIGN_FLIP_STREAM]).choice([-1.0, 1.0], size=(n_flips, n_dialogues))
+    signs.setflags(write=False)
+    return signs
+
+
+def sign_flip_p_values(
+    numerator: np.ndarray, denominator: np.ndarray, signs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Studentized sign-flip test of R = sum a / sum b = 0 per column of per-dialogue sums a and counts b: each
+    pattern of S flips the sign of whole dialogues' contributions a_d (under no effect a dialogue's differences are
+    as likely positive as negative, so every pattern is as likely as the data), and T = R / se is recomputed with
+    its standard error. Returns (two-sided p, one-sided p of R > 0); exact over all 2^n patterns, and with random
+    patterns (1 + count) / (1 + P). NaN where R or se is undefined; where se = 0 the test still orders by T."""
+    numerator = np.asarray(numerator, dtype=float)
+    denominator = np.asarray(denominator, dtype=float)
+    shape = numerator.shape[1:]
+    a = numerator.reshape(numerator.shape[0], -1)
+    b = denominator.reshape(denominator.shape[0], -1)
+    total, n = b.sum(axis=0), (b > 0).sum(axis=0).astype(float)
+    squares, products, counts = (a * a).sum(axis=0), a * b, (b * b).sum(axis=0)
+
+    def statistic(ratio: np.ndarray, cross: np.ndarray) -> np.ndarray:
+        variance = _ratio_variance(np.clip(squares - 2.0 * ratio * cross + ratio**2 * counts, 0.0, None), total, n)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            t = ratio / np.sqrt(variance)
+        return np.where(np.abs(ratio) <= TIE_TOLERANCE, 0.0, t)
+
+    observed = statistic(safe_ratio(a.sum(axis=0), total), products.sum(axis=0))
+    flipped = statistic(safe_ratio(signs @ a, total), signs @ products)
+    exhaustive = signs.shape[0] == 2 ** signs.shape[1]
+    extra = 0.0 if exhaustive else 1.0
+    with np.errstate(invalid="ignore"):
+        two_sided = ((np.abs(flipped) >= np.abs(observed) - TIE_TOLERANCE).sum(axis=0) + extra) / (
+            signs.shape[0] + extra
+        )
+        greater = ((flipped >= observed - TIE_TOLERANCE).sum(axis=0) + extra) / (signs.shape[0] + extra)
+    undefined = np.isnan(observed)
+    return (
+        np.where(undefined, np.nan, two_sided).reshape(shape),
+        np.where(undefined, np.nan, greater).reshape(shape),
+    )
+
+
 def studentized_interval(ratios: StudentizedRatios, level: float = CI_LEVEL) -> tuple[np.ndarray, np.ndarray]:
     """The studentized (bootstrap-t) interval [R - q_hi se, R - q_lo se], q the tail quantiles of T*; NaN where R or
     its standard error is undefined. Zero width where every resample gives the value itself (se = 0)."""

@@ -10,7 +10,8 @@ from scipy.stats import false_discovery_control
 
 from lalm_judge.analysis.engine import CELL_KEYS, SEVERITY_LEVELS
 from lalm_judge.analysis.findings import DROP, RISE, delta_findings, families, severities_with_intervals
-from lalm_judge.analysis.multiplicity import benjamini_hochberg, family_sentence, holm
+from lalm_judge.analysis.multiplicity import benjamini_hochberg, holm
+from lalm_judge.report.tables import family_sentence
 
 
 def cells(rows: list[tuple[str, dict[int, tuple[float, float, float, float]]]]) -> pl.DataFrame:
