@@ -26,13 +26,14 @@ import polars as pl
 
 from lalm_judge.analysis import stats as st
 from lalm_judge.analysis.engine import (
+    BOOTSTRAP_BATCH,
     CELL_KEYS,
     TARGET_METRICS,
     DenseStatistics,
     MetricSettings,
     contributing_dialogues,
 )
-from lalm_judge.analysis.position import PositionBias, resampled_pb
+from lalm_judge.analysis.position import CELL_BATCH, PositionBias, resampled_pb
 from lalm_judge.analysis.support import NOT_ESTIMABLE, WITH_INTERVAL, fewest_present, with_min_support
 
 AVG_ABS_PB = tuple(f"avg_abs_pb_{metric}" for metric in TARGET_METRICS)
@@ -87,16 +88,21 @@ def _values(
     dialogues: np.ndarray,
     weights: np.ndarray,
 ) -> dict[str, np.ndarray]:
-    """Every compared metric of the involved slices on `dialogues`, in every resample of weights: (n_boot, n)."""
-    subset = arrays.take_dialogues(dialogues).take_slices(involved)
-    values = dict(zip(TARGET_METRICS, st.bootstrap_metrics(subset, weights)))
-    cells = cell_of_slice[involved]
-    for name in AVG_ABS_PB:
-        values[name] = np.full((weights.shape[0], involved.size), np.nan)
+    """Every compared metric of the involved slices on `dialogues`, in every resample of weights: (n_boot, n). Cells
+    are taken in batches (the engine's and the position bias's), which bounds the memory at paper scale."""
+    values = {name: np.full((weights.shape[0], involved.size), np.nan) for name in COMPARED}
+    subset = arrays.take_dialogues(dialogues)
+    for start in range(0, involved.size, BOOTSTRAP_BATCH):
+        batch = slice(start, start + BOOTSTRAP_BATCH)
+        resampled = st.bootstrap_metrics(subset.take_slices(involved[batch]), weights)
+        for metric, samples in zip(TARGET_METRICS, resampled):
+            values[metric][:, batch] = samples
     if position.slices is not None:
-        _, _, averages = resampled_pb(position.slices, cells, dialogues, weights)
-        for metric, name in zip(TARGET_METRICS, AVG_ABS_PB):
-            values[name] = averages[metric]
+        for start in range(0, involved.size, CELL_BATCH):
+            batch = slice(start, start + CELL_BATCH)
+            _, _, averages = resampled_pb(position.slices, cell_of_slice[involved[batch]], dialogues, weights)
+            for metric, name in zip(TARGET_METRICS, AVG_ABS_PB):
+                values[name][:, batch] = averages[metric]
     return values
 
 
