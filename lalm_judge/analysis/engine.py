@@ -350,7 +350,7 @@ _CI_COLUMNS = (
 # A value, its interval, its support status and the dialogues it rests on.
 INTERVAL_SUFFIXES = ("", "_lo", "_hi", "_status", "_n_dialogues")
 
-# The two-sided p-value of every Delta_i against 0 (`stats.p_two_sided`): the findings' tests.
+# The two-sided sign-flip p-value of every Delta_i against 0 (`stats.sign_flip_p_values`): the findings' tests.
 DELTA_P_COLUMNS = tuple(f"delta_{i}_p" for i in SEVERITY_LEVELS)
 
 METRIC_COLUMNS = (

@@ -269,3 +269,27 @@ def test_sensitivity_interval_misses_on_each_side_about_as_often_where_every_sev
         below += bool(low[0] > 0.15)
         above += bool(high[0] < 0.15)
     assert 2 <= below <= 20 and above <= 20, (below, above)
+
+
+def test_the_sign_flip_test_is_exact_over_every_pattern_of_few_dialogues():
+    """Three dialogues: the 8 sign patterns are all used, and p is the share of them whose studentized ratio is at
+    least as far from 0 as the data's, computed here pattern by pattern."""
+    a, b = np.array([[0.3], [0.1], [0.2]]), np.array([[1.0], [2.0], [1.0]])
+    signs = st.sign_flips(3, 100, seed=0)
+    assert signs.shape == (8, 3) and len({tuple(row) for row in signs}) == 8
+
+    def t(values: np.ndarray) -> float:
+        ratio = values.sum() / b.sum()
+        se = np.sqrt(((values - ratio * b[:, 0]) ** 2).sum() / b.sum() ** 2 * 3 / 2)
+        return ratio / se
+
+    observed = t(a[:, 0])
+    flipped = np.array([t(row * a[:, 0]) for row in signs])
+    two_sided, greater = st.sign_flip_p_values(a, b, signs)
+    assert two_sided[0] == pytest.approx((np.abs(flipped) >= abs(observed) - 1e-9).mean())
+    assert greater[0] == pytest.approx((flipped >= observed - 1e-9).mean())
+    assert two_sided[0] == pytest.approx(2 / 8)  # only the data and its mirror image are as extreme
+    # Many dialogues: random patterns, at least MIN_SIGN_FLIPS, seeded, and (1 + count) / (1 + P).
+    many = st.sign_flips(40, 100, seed=3)
+    assert many.shape == (st.MIN_SIGN_FLIPS, 40)
+    np.testing.assert_array_equal(many, st.sign_flips(40, 100, seed=3))
