@@ -1,11 +1,12 @@
-"""Coverage of the metrics' 95 % intervals, measured on score tables with a known truth.
+"""Coverage of the metrics' 95 % intervals, measured on score tables with a known truth, per tail.
 
 Each replicate is a score table of N dialogues drawn from a model whose Delta_i are known exactly; the tool's own
 metrics stage (`lalm_judge.analysis.stage.compute_metrics`, as `lalm-judge metrics` runs it) computes the intervals,
-and the benchmark counts how often they contain the truth: Delta_i's percentile interval, sensitivity's interval
-(`stats.sensitivity_interval`, "after") and, on the same resamples, the percentile interval of the resampled
-minimum that the tool used before ("before"). Replicates are the judge cells of a score table (`--batch` per
-table, one bootstrap seed per table): cells over the same dialogues share one resample matrix, as in a real run.
+and the benchmark counts how often they contain the truth and, on each side, how often they miss it: the lower bound
+above the truth, the upper bound below it (a 95 % interval should miss 2.5 % on each side). Intervals: Delta_i's
+studentized interval and sensitivity's (`stats.sensitivity_interval`); the percentile interval of the resampled
+minimum is shown beside them for reference. Replicates are the judge cells of a score table (`--batch` per table,
+one bootstrap seed per table): cells over the same dialogues share one resample matrix, as in a real run.
 
 Model, per dialogue d: a base score a_d ~ U(0.6, 0.9) and a reaction g_d ~ U(-0.05, 0.05); the safe original
 scores ~ Beta with mean a_d, each variant of severity i ~ Beta with mean a_d - delta_i - g_d (concentration 30, so
@@ -16,8 +17,9 @@ non-coverage is the rate of false findings).
 
     OMP_NUM_THREADS=1 POLARS_MAX_THREADS=2 nice -n 10 .venv/bin/python -m bench.coverage
 
-Prints one markdown table (the one in docs/metrics.md); the last line is
-`coverage delta=<min over rows> sensitivity_before=<min> sensitivity_after=<min> seconds=<float>`.
+Prints one markdown table (the one in docs/metrics.md), then per size the lowest coverage over the scenarios (the
+figures `lalm_judge.report.coverage` holds, from which the report words its intervals); the last line is
+`coverage delta=<min over rows> sensitivity=<min> tail_max=<largest one-sided miss of sensitivity> seconds=<float>`.
 """
 
 from __future__ import annotations
@@ -106,8 +108,8 @@ def simulate(rng: np.random.Generator, n_dialogues: int, deltas: Sequence[float]
 
 
 def percentile_of_minimum(scores: pl.DataFrame, settings: MetricSettings) -> tuple[np.ndarray, np.ndarray]:
-    """Sensitivity's interval as the tool made it before: the percentile interval of the resampled minimum, on
-    the resamples of the metrics stage (same dialogues, B and seed). One row per cell, in cell order."""
+    """The percentile interval of the resampled minimum, for reference, on the resamples of the metrics stage (same
+    dialogues, B and seed). One row per cell, in cell order."""
     encoded = encode_scores(scores)
     dense = densify(slice_statistics(paired_variants(encoded.rows), ["cell"]), ["cell"], len(encoded.dialogues))
     weights = st.bootstrap_weights(len(encoded.dialogues), settings.n_boot, settings.seed)
@@ -117,27 +119,53 @@ def percentile_of_minimum(scores: pl.DataFrame, settings: MetricSettings) -> tup
 
 @dataclass
 class Coverage:
-    """Counts of intervals containing the truth, over the replicates of one (scenario, size)."""
+    """Counts of intervals containing the truth and missing it on each side, over the replicates of one (scenario,
+    size): `delta_*` per severity, the sensitivity interval's and the percentile interval of the minimum's."""
 
     replicates: int = 0
     delta: np.ndarray | None = None
-    before: int = 0
-    after: int = 0
-    width_before: float = 0.0
-    width_after: float = 0.0
+    delta_low: np.ndarray | None = None  # lower bound above the truth
+    delta_high: np.ndarray | None = None  # upper bound below the truth
+    sensitivity_low: int = 0
+    sensitivity_high: int = 0
+    minimum: int = 0
+    width: float = 0.0
+    width_minimum: float = 0.0
 
-    def add(self, cells: pl.DataFrame, before: tuple[np.ndarray, np.ndarray], truth: np.ndarray) -> None:
+    def add(self, cells: pl.DataFrame, minimum: tuple[np.ndarray, np.ndarray], truth: np.ndarray) -> None:
         low = cells.select(f"delta_{i}_lo" for i in SEVERITY_LEVELS).to_numpy()
         high = cells.select(f"delta_{i}_hi" for i in SEVERITY_LEVELS).to_numpy()
-        covered = ((low <= truth) & (truth <= high)).sum(axis=0)
-        self.delta = covered if self.delta is None else self.delta + covered
-        minimum = truth.min()
-        after = cells["sensitivity_lo"].to_numpy(), cells["sensitivity_hi"].to_numpy()
-        self.before += int(((before[0] <= minimum) & (minimum <= before[1])).sum())
-        self.after += int(((after[0] <= minimum) & (minimum <= after[1])).sum())
-        self.width_before += float((before[1] - before[0]).sum())
-        self.width_after += float((after[1] - after[0]).sum())
+        counts = {
+            "delta": ((low <= truth) & (truth <= high)).sum(axis=0),
+            "delta_low": (low > truth).sum(axis=0),
+            "delta_high": (high < truth).sum(axis=0),
+        }
+        for name, count in counts.items():
+            setattr(self, name, count if getattr(self, name) is None else getattr(self, name) + count)
+        smallest = truth.min()
+        sensitivity = cells["sensitivity_lo"].to_numpy(), cells["sensitivity_hi"].to_numpy()
+        self.sensitivity_low += int((sensitivity[0] > smallest).sum())
+        self.sensitivity_high += int((sensitivity[1] < smallest).sum())
+        self.minimum += int(((minimum[0] <= smallest) & (smallest <= minimum[1])).sum())
+        self.width += float((sensitivity[1] - sensitivity[0]).sum())
+        self.width_minimum += float((minimum[1] - minimum[0]).sum())
         self.replicates += cells.height
+
+    def rates(self) -> dict[str, float]:
+        """Coverage and one-sided misses in %."""
+        share = 100.0 / self.replicates
+        return {
+            "delta": float(self.delta.mean() * share),
+            "delta_lowest": float(self.delta.min() * share),
+            "delta_low": float(self.delta_low.mean() * share),
+            "delta_high": float(self.delta_high.mean() * share),
+            "sensitivity": 100.0 - (self.sensitivity_low + self.sensitivity_high) * share,
+            "sensitivity_low": self.sensitivity_low * share,
+            "sensitivity_high": self.sensitivity_high * share,
+            "minimum": self.minimum * share,
+            "width": self.width / self.replicates,
+            "width_minimum": self.width_minimum / self.replicates,
+        }
 
 
 def measure(deltas: Sequence[float], n_dialogues: int, replicates: int, batch: int, n_boot: int, seed: int) -> Coverage:
@@ -154,10 +182,6 @@ def measure(deltas: Sequence[float], n_dialogues: int, replicates: int, batch: i
     return coverage
 
 
-def _percent(count: float, total: int) -> str:
-    return f"{100.0 * count / total:.1f}"
-
-
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--replicates", type=int, default=1000, help="simulated tables per scenario and size")
@@ -169,33 +193,42 @@ def main(argv: Sequence[str] | None = None) -> None:
     args = parser.parse_args(argv)
     started = time.perf_counter()
     print(
-        f"{args.replicates} simulated tables per row, B = {args.bootstrap}, 95 % intervals; coverage in % "
-        f"(Monte Carlo standard error about {100 * np.sqrt(0.95 * 0.05 / args.replicates):.1f} points at 95 %)\n"
+        f"{args.replicates} simulated tables per row, B = {args.bootstrap}, 95 % intervals; coverage and one-sided "
+        f"misses in % (Monte Carlo standard error about {100 * np.sqrt(0.95 * 0.05 / args.replicates):.1f} points "
+        f"on coverage, {100 * np.sqrt(0.025 * 0.975 / args.replicates):.1f} on a tail)\n"
     )
     print(
-        "| scenario (true Delta_1..5) | dialogues | Delta_i covered: mean (lowest) | sensitivity, percentile of "
-        "the minimum (before) | sensitivity, adjusted (after) | mean width before / after |"
+        "| scenario (true Delta_1..5) | dialogues | Delta_i covered: mean (lowest) | Delta_i lower bound above / upper "
+        "bound below the truth | sensitivity covered | sensitivity lower bound above / upper bound below the truth "
+        "| sensitivity width | percentile of the minimum: covered, width |"
     )
-    print("|---|---:|---:|---:|---:|---:|")
-    lowest = {"delta": 100.0, "before": 100.0, "after": 100.0}
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    by_size: dict[int, list[dict[str, float]]] = {}
     for name in args.scenarios:
         deltas = SCENARIOS[name]
         for n_dialogues in args.sizes:
-            c = measure(deltas, n_dialogues, args.replicates, args.batch, args.bootstrap, args.seed)
-            delta = 100.0 * c.delta / c.replicates
-            rates = {"delta": delta.min(), "before": 100.0 * c.before / c.replicates}
-            rates["after"] = 100.0 * c.after / c.replicates
-            lowest = {key: min(lowest[key], rates[key]) for key in lowest}
+            r = measure(deltas, n_dialogues, args.replicates, args.batch, args.bootstrap, args.seed).rates()
+            by_size.setdefault(n_dialogues, []).append(r)
             truth = ", ".join(f"{d:g}" for d in deltas)
             print(
-                f"| {name} ({truth}) | {n_dialogues} | {delta.mean():.1f} ({delta.min():.1f}) | "
-                f"{rates['before']:.1f} | {rates['after']:.1f} | "
-                f"{c.width_before / c.replicates:.3f} / {c.width_after / c.replicates:.3f} |",
+                f"| {name} ({truth}) | {n_dialogues} | {r['delta']:.1f} ({r['delta_lowest']:.1f}) | "
+                f"{r['delta_low']:.1f} / {r['delta_high']:.1f} | {r['sensitivity']:.1f} | "
+                f"{r['sensitivity_low']:.1f} / {r['sensitivity_high']:.1f} | {r['width']:.3f} | "
+                f"{r['minimum']:.1f}, {r['width_minimum']:.3f} |",
                 flush=True,
             )
+    print("\nPer size, the lowest over the scenarios (lalm_judge.report.coverage.MEASURED):")
+    for n_dialogues, rows in sorted(by_size.items()):
+        print(
+            f"    {n_dialogues}: MeasuredCoverage(delta={min(r['delta_lowest'] for r in rows):.1f}, "
+            f"sensitivity={min(r['sensitivity'] for r in rows):.1f}),"
+        )
+    rows = [r for group in by_size.values() for r in group]
+    tail_max = max(max(r["sensitivity_low"], r["sensitivity_high"]) for r in rows)
     print(
-        f"\ncoverage delta={lowest['delta']:.1f} sensitivity_before={lowest['before']:.1f} "
-        f"sensitivity_after={lowest['after']:.1f} seconds={time.perf_counter() - started:.0f}"
+        f"\ncoverage delta={min(r['delta_lowest'] for r in rows):.1f} "
+        f"sensitivity={min(r['sensitivity'] for r in rows):.1f} tail_max={tail_max:.1f} "
+        f"seconds={time.perf_counter() - started:.0f}"
     )
 
 

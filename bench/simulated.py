@@ -81,6 +81,27 @@ def cell_metrics_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
     return metrics.join(safe, on=CELL_KEYS, how="full", coalesce=True, nulls_equal=True)
 
 
+def delta_standard_errors_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
+    """Per cell and severity: Delta_i and its linearized cluster standard error, sqrt(sum_d (a_d - Delta_i b_d)^2 /
+    (sum_d b_d)^2 * n / (n - 1)) with a_d the dialogue's sum of paired differences, b_d its paired variants and n the
+    dialogues with one, straight from the rows: the reference of the engine's studentized intervals."""
+    paired = _paired_by_group_by(scores).filter(pl.col("safe_score").is_not_null())
+    keys = [*CELL_KEYS, "severity"]
+    per_dialogue = paired.group_by([*keys, "dialogue_id"]).agg(
+        a=(pl.col("safe_score") - pl.col("score")).sum(), b=pl.len().cast(pl.Float64)
+    )
+    with_delta = per_dialogue.with_columns(delta=pl.col("a").sum().over(keys) / pl.col("b").sum().over(keys))
+    return with_delta.group_by(keys).agg(
+        pl.col("delta").first(),
+        se=(
+            ((pl.col("a") - pl.col("delta") * pl.col("b")) ** 2).sum()
+            / pl.col("b").sum() ** 2
+            * pl.len()
+            / (pl.len() - 1)
+        ).sqrt(),
+    )
+
+
 def position_bias_by_group_by(scores: pl.DataFrame) -> pl.DataFrame:
     """PB(L, k) = M(L, k) - M(L, 1) per cell, metric, length and position, with the number of dialogues of each
     (L, k): the reference of `analysis.position`'s point estimates."""

@@ -102,6 +102,7 @@ rule control_metrics:
         bootstrap=config["metrics"]["bootstrap"],
         folds=config["metrics"]["folds"],
         min_dialogues=config["metrics"]["min_dialogues"],
+        equivalence_margin=config["metrics"]["equivalence_margin"],
         seed=SEED,
     resources:
         mem_mb=8000,

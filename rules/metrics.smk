@@ -23,6 +23,7 @@ rule compute_metrics:
         parse_status=report(
             "results/metrics/parse_status.parquet", caption="../report/table_parse_status.rst", category="Tables"
         ),
+        comparisons="results/metrics/comparisons.parquet",
     log:
         "logs/metrics/metrics.log",
     params:
@@ -41,16 +42,20 @@ rule compute_metrics:
         "../workflow_scripts/compute_metrics.py"
 
 
-# The practitioner guide and the findings, computed from the metric tables and the control flags beside them
-# (results/metrics/); the report only renders them.
+# The practitioner guide, the findings and the families of tests, computed from the metric tables, the control flags
+# and the modality patterns beside them (results/metrics/); the report only renders them.
 rule guide:
     input:
         cells="results/metrics/cells.parquet",
         pareto="results/metrics/pareto.parquet",
+        categories="results/metrics/categories.parquet",
+        comparisons="results/metrics/comparisons.parquet",
         flags="results/metrics/controls/flags.parquet",
+        patterns="results/metrics/modality/patterns.parquet",
     output:
         guide=report("results/metrics/guide.parquet", caption="../report/table_guide.rst", category="Tables"),
         findings="results/metrics/findings.parquet",
+        families="results/metrics/families.parquet",
     log:
         "logs/metrics/guide.log",
     params:
@@ -81,6 +86,8 @@ rule modality_analysis:
     params:
         bootstrap=config["metrics"]["bootstrap"],
         min_dialogues=config["metrics"]["min_dialogues"],
+        equivalence_margin=config["metrics"]["equivalence_margin"],
+        pattern_min_share=config["metrics"]["pattern_min_share"],
         seed=SEED,
     resources:
         mem_mb=8000,

@@ -15,6 +15,7 @@ with log_to(snakemake.log[0]):
             seed=snakemake.params.seed,
             n_folds=snakemake.params.folds,
             min_dialogues=snakemake.params.min_dialogues,
+            equivalence_margin=snakemake.params.equivalence_margin,
         ),
         prosody_paths=list(snakemake.input.prosody),
         condition_asr_paths=list(snakemake.input.condition_asr),

@@ -10,4 +10,7 @@ with log_to(snakemake.log[0]):
         snakemake.input.flags,
         Path(snakemake.output.guide).parent,
         seed=snakemake.params.seed,
+        categories_path=snakemake.input.categories,
+        comparisons_path=snakemake.input.comparisons,
+        patterns_path=snakemake.input.patterns,
     )

@@ -13,5 +13,7 @@ with log_to(snakemake.log[0]):
             n_boot=snakemake.params.bootstrap,
             seed=snakemake.params.seed,
             min_dialogues=snakemake.params.min_dialogues,
+            equivalence_margin=snakemake.params.equivalence_margin,
+            pattern_min_share=snakemake.params.pattern_min_share,
         ),
     )

@@ -7,11 +7,15 @@ prompt. Rows whose parse_status is not 'ok' are left out of every mean and count
 enters Delta_i only when the safe original of its dialogue has a parsed score in the same cell (several safe
 rows of one dialogue in a cell are averaged, and `mean_safe` is the mean over dialogues of those averages); S_i
 uses every parsed variant. Confidence intervals come from the cluster bootstrap over dialogues in
-`lalm_judge.analysis.stats`; the resampled dialogues of a slice are those that contribute a parsed variant to it.
+`lalm_judge.analysis.stats` (studentized for Delta_i, mean_safe and sensitivity, percentile for specificity); the
+resampled dialogues of a slice are those that contribute a parsed variant to it. Every Delta_i carries the two-sided
+p-value of a sign-flip test (`delta_<i>_p`), which the findings adjust for multiplicity
+(`lalm_judge.analysis.findings`).
 Every value with an interval carries `<value>_n_dialogues`, the dialogues it rests on, and `<value>_status`: below
 `min_dialogues` it is `not_estimable` and has no interval (`lalm_judge.analysis.support`). Position bias is in
-`lalm_judge.analysis.position`, prompt selection and the Pareto front in `lalm_judge.analysis.selection`, the input
-rules in `lalm_judge.analysis.inputs`; reading inputs and writing the tables in `lalm_judge.analysis.stage`.
+`lalm_judge.analysis.position`, prompt selection and the Pareto front in `lalm_judge.analysis.selection`, the paired
+comparisons of cells in `lalm_judge.analysis.comparisons`, the input rules in `lalm_judge.analysis.inputs`; reading
+inputs and writing the tables in `lalm_judge.analysis.stage`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 import polars as pl
 
 from lalm_judge.analysis import stats as st
-from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES, fewest_present, with_min_support
+from lalm_judge.analysis.support import DEFAULT_MIN_DIALOGUES, NOT_ESTIMABLE, fewest_present, with_min_support
 from lalm_judge.core.files import stable_hash
 from lalm_judge.core.table_sets import TableSet
 from lalm_judge.core.tables import METRIC_INPUT
@@ -42,6 +46,9 @@ TARGET_METRICS = ("sensitivity", "specificity")
 SEVERITY_LEVELS = SEVERITIES  # the taxonomy's severities, 1..5
 
 BOOTSTRAP_BATCH = 256
+
+DEFAULT_EQUIVALENCE_MARGIN = 0.05
+DEFAULT_PATTERN_MIN_SHARE = 0.9
 
 NO_SAFE_REASON = (
     "no safe original (severity 0) with a parsed score in this cell: sensitivity needs paired originals; "
@@ -66,6 +73,11 @@ class MetricSettings:
     n_permutations: int = 200
     # No interval, finding or flag rests on fewer dialogues than this (`lalm_judge.analysis.support`).
     min_dialogues: int = DEFAULT_MIN_DIALOGUES
+    # Where the controls and the modality patterns claim an absence (ignores_audio, text_anchored): no effect larger
+    # than this on the score scale, shown by an equivalence test (docs/metrics.md).
+    equivalence_margin: float = DEFAULT_EQUIVALENCE_MARGIN
+    # A behaviour pattern is stated only when at least this share of the bootstrap resamples gives it.
+    pattern_min_share: float = DEFAULT_PATTERN_MIN_SHARE
 
     def __post_init__(self) -> None:
         for name, flag in (
@@ -77,6 +89,12 @@ class MetricSettings:
                 raise MetricsInputError(f"{flag} must be >= 1, got {getattr(self, name)}")
         if self.n_permutations < 1:
             raise MetricsInputError(f"--permutations must be >= 1, got {self.n_permutations}")
+        if not 0.0 < self.equivalence_margin < 1.0:
+            raise MetricsInputError(
+                f"metrics.equivalence_margin must lie in (0, 1) on the score scale, got {self.equivalence_margin}"
+            )
+        if not 0.5 < self.pattern_min_share <= 1.0:
+            raise MetricsInputError(f"metrics.pattern_min_share must lie in (0.5, 1], got {self.pattern_min_share}")
 
     def provenance(self) -> dict[str, int]:
         """The provenance columns of the metric tables these settings made."""
@@ -90,15 +108,24 @@ class MetricSettings:
         }
 
     def write_bootstrap_tables(self, tables: TableSet, out_dir: str | os.PathLike) -> list[Path]:
-        """Write the tables of an analysis that uses only the bootstrap and the minimum support of these settings
-        (the controls, the modality analysis), with those settings as provenance and config hash."""
-        used = {"n_boot": self.n_boot, "seed": self.seed, "min_dialogues": self.min_dialogues}
+        """Write the tables of an analysis that uses only the bootstrap, the minimum support, the equivalence margin
+        and the pattern share of these settings (the controls, the modality analysis), with those settings as
+        provenance and config hash."""
+        used = {
+            "n_boot": self.n_boot,
+            "seed": self.seed,
+            "min_dialogues": self.min_dialogues,
+            "equivalence_margin": self.equivalence_margin,
+            "pattern_min_share": self.pattern_min_share,
+        }
         return tables.write(
             out_dir,
             config_hash=stable_hash(used),
             seed=self.seed,
             n_bootstrap=self.n_boot,
             min_dialogues=self.min_dialogues,
+            equivalence_margin=self.equivalence_margin,
+            pattern_min_share=self.pattern_min_share,
         )
 
 
@@ -257,44 +284,78 @@ def resample_groups(present: np.ndarray, n_boot: int, seed: int) -> Iterator[tup
 
 
 def bootstrap_intervals(arrays: st.SeverityStatistics, n_boot: int, seed: int) -> dict[str, np.ndarray]:
-    """95 % bounds of sensitivity (`stats.sensitivity_interval`), specificity and every Delta_i (percentile) per
-    slice (see `resample_groups`)."""
+    """95 % bounds per slice (see `resample_groups`): every Delta_i's studentized interval and the two-sided p-value of
+    its sign-flip test (`delta_<i>_p`, `stats.sign_flip_p_values`), sensitivity's interval
+    (`stats.sensitivity_interval`, from the studentized Delta_i) and specificity's percentile interval."""
     bounds = {name: np.full(arrays.n_slices, np.nan) for name in _CI_COLUMNS}
     for members, dialogue_index, weights in resample_groups(contributing_dialogues(arrays), n_boot, seed):
         subset = arrays.take_dialogues(dialogue_index)
+        signs = st.sign_flips(dialogue_index.size, n_boot, seed)
         for start in range(0, len(members), BOOTSTRAP_BATCH):
             batch = members[start : start + BOOTSTRAP_BATCH]
-            deltas, means = st.bootstrap_severity_arrays(subset.take_slices(batch), weights)
+            sliced = subset.take_slices(batch)
+            deltas = st.studentized_deltas(sliced, weights)
+            _, means = st.bootstrap_severity_arrays(sliced, weights)
+            low, high = st.studentized_interval(deltas)
+            p_values, _ = st.sign_flip_p_values(sliced.diff_sum, sliced.diff_n, signs)
             intervals = {
                 "sensitivity": st.sensitivity_interval(deltas),
                 "specificity": st.percentile_interval(st.specificity_from_means(means)[0]),
-                **{f"delta_{i}": st.percentile_interval(deltas[..., i - 1]) for i in SEVERITY_LEVELS},
+                **{f"delta_{i}": (low[:, i - 1], high[:, i - 1]) for i in SEVERITY_LEVELS},
             }
-            for metric, (low, high) in intervals.items():
-                bounds[f"{metric}_lo"][batch] = low
-                bounds[f"{metric}_hi"][batch] = high
+            for metric, (lower, upper) in intervals.items():
+                bounds[f"{metric}_lo"][batch] = lower
+                bounds[f"{metric}_hi"][batch] = upper
+            for i in SEVERITY_LEVELS:
+                bounds[f"delta_{i}_p"][batch] = p_values[:, i - 1]
     return bounds
 
 
-def ratio_intervals(sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Percentile 95 % bounds of sum/count per slice from per-dialogue (n_dialogues, n_slices) sums and counts,
-    resampling each slice's dialogues with count > 0 (`resample_groups`)."""
-    low, high = np.full(sums.shape[1], np.nan), np.full(sums.shape[1], np.nan)
+@dataclass(frozen=True)
+class RatioIntervals:
+    """Studentized 95 % bounds of sum/count per column, the p-values of its sign-flip test against 0 (two-sided, and
+    one-sided for a value above 0) and the bootstrap-t TOST p-value of |value| < margin (NaN without a margin)."""
+
+    low: np.ndarray
+    high: np.ndarray
+    p_value: np.ndarray
+    p_greater: np.ndarray
+    p_equivalent: np.ndarray
+
+
+def ratio_intervals(
+    sums: np.ndarray, counts: np.ndarray, n_boot: int, seed: int, margin: float | None = None
+) -> RatioIntervals:
+    """Studentized 95 % bounds and p-values of sum/count per slice from per-dialogue (n_dialogues, n_slices) sums and
+    counts, resampling (and flipping) each slice's dialogues with count > 0 (`resample_groups`)."""
+    columns = {name: np.full(sums.shape[1], np.nan) for name in RatioIntervals.__dataclass_fields__}
     for members, dialogue_index, weights in resample_groups(counts > 0, n_boot, seed):
-        values = st.safe_ratio(
-            weights @ sums[np.ix_(dialogue_index, members)], weights @ counts[np.ix_(dialogue_index, members)]
+        part_sums, part_counts = sums[np.ix_(dialogue_index, members)], counts[np.ix_(dialogue_index, members)]
+        ratios = st.studentized_ratios(part_sums, part_counts, weights)
+        columns["low"][members], columns["high"][members] = st.studentized_interval(ratios)
+        signs = st.sign_flips(dialogue_index.size, n_boot, seed)
+        columns["p_value"][members], columns["p_greater"][members] = st.sign_flip_p_values(
+            part_sums, part_counts, signs
         )
-        low[members], high[members] = st.percentile_interval(values)
-    return low, high
+        if margin is not None:
+            columns["p_equivalent"][members] = st.p_equivalent(ratios, margin)
+    return RatioIntervals(**columns)
 
 
 _INTERVAL_METRICS = ("sensitivity", "specificity", *(f"delta_{i}" for i in SEVERITY_LEVELS))
-_CI_COLUMNS = tuple(f"{metric}_{bound}" for metric in _INTERVAL_METRICS for bound in ("lo", "hi"))
+_CI_COLUMNS = (
+    *(f"{metric}_{bound}" for metric in _INTERVAL_METRICS for bound in ("lo", "hi")),
+    *(f"delta_{i}_p" for i in SEVERITY_LEVELS),
+)
 # A value, its interval, its support status and the dialogues it rests on.
 INTERVAL_SUFFIXES = ("", "_lo", "_hi", "_status", "_n_dialogues")
 
+# The two-sided sign-flip p-value of every Delta_i against 0 (`stats.sign_flip_p_values`): the findings' tests.
+DELTA_P_COLUMNS = tuple(f"delta_{i}_p" for i in SEVERITY_LEVELS)
+
 METRIC_COLUMNS = (
     *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in INTERVAL_SUFFIXES),
+    *DELTA_P_COLUMNS,
     "n_pairs",
     "n_severities",
     "n_dialogues",
@@ -320,9 +381,14 @@ def metric_support(arrays: st.SeverityStatistics) -> dict[str, np.ndarray]:
 
 
 def apply_min_support(table: pl.DataFrame, metrics: Sequence[str], minimum: int) -> pl.DataFrame:
-    """`<metric>_status` of every metric from its `<metric>_n_dialogues`, intervals nulled below the minimum."""
+    """`<metric>_status` of every metric from its `<metric>_n_dialogues`, intervals (and p-values) nulled below the
+    minimum."""
     for metric in metrics:
         table = with_min_support(table, metric, f"{metric}_n_dialogues", minimum)
+        p_value = f"{metric}_p"
+        if p_value in table.columns:
+            below = pl.col(f"{metric}_status") == NOT_ESTIMABLE
+            table = table.with_columns(pl.when(below).then(None).otherwise(pl.col(p_value)).alias(p_value))
     return table
 
 
@@ -361,13 +427,14 @@ def _key_schema(keys: Sequence[str]) -> dict[str, pl.DataType]:
 POSITION_BIAS_SUMMARY = tuple(
     f"avg_abs_pb_{metric}{suffix}"
     for metric in TARGET_METRICS
-    for suffix in ("", "_lo", "_hi", "_null", "_p", "_status")
+    for suffix in ("", "_lo", "_hi", "_null", "_p", "_status", "_n_included", "_n_estimable")
 )
 
 CELL_COLUMNS = (
     *CELL_KEYS,
     "audio_input",
     *(f"{metric}{suffix}" for metric in _INTERVAL_METRICS for suffix in INTERVAL_SUFFIXES),
+    *DELTA_P_COLUMNS,
     *(f"mean_safe{suffix}" for suffix in INTERVAL_SUFFIXES),
     *POSITION_BIAS_SUMMARY,
     "n_dialogues",
@@ -433,7 +500,7 @@ def cells_table(
 
 def safe_score_table(rows: pl.DataFrame, n_dialogues: int, n_cells: int, settings: MetricSettings) -> pl.DataFrame:
     """Per cell `mean_safe`, the mean over dialogues of each dialogue's mean parsed safe score (the safe score
-    Delta_i pairs its variants with), its percentile 95 % interval resampling the dialogues with a parsed safe
+    Delta_i pairs its variants with), its studentized 95 % interval resampling the dialogues with a parsed safe
     sample, the number of those dialogues and the support status."""
     safe = (
         rows.filter((pl.col("parse_status") == ParseStatus.OK) & (pl.col("severity") == 0))
@@ -443,7 +510,8 @@ def safe_score_table(rows: pl.DataFrame, n_dialogues: int, n_cells: int, setting
     sums, counts = np.zeros((n_dialogues, n_cells)), np.zeros((n_dialogues, n_cells))
     d, c = safe["dialogue"].to_numpy(), safe["cell"].to_numpy()
     sums[d, c], counts[d, c] = safe["dialogue_mean"].to_numpy(), 1.0
-    low, high = ratio_intervals(sums, counts, settings.n_boot, settings.seed)
+    intervals = ratio_intervals(sums, counts, settings.n_boot, settings.seed)
+    low, high = intervals.low, intervals.high
     table = _nan_to_null(
         pl.DataFrame(
             {

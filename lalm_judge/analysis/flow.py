@@ -4,7 +4,9 @@ priority -> the judge cell to use, with its value, interval and number of candid
 `decision_flow` is a pure function of the guide rows (`lalm_judge.analysis.guide.GUIDE_SCHEMA`, one row per input x
 transcript quality x priority): a tree whose question nodes are the input, the transcript and the priority, and
 whose leaves are the guide's recommendations; a leaf whose combination has no measured judge says so (`measured`
-false, its note). The metrics stage writes it from the guide table (`results/metrics/guide.parquet`) as
+false, its note). A leaf carries what the guide row says of its support: the value's status, how many candidates
+are estimable, and the candidates it is tied with (no paired difference beyond the noise), which its label names.
+The metrics stage writes it from the guide table (`results/metrics/guide.parquet`) as
 `results/metrics/decision_flow.json` with the study's caveat; the report draws it.
 """
 
@@ -48,8 +50,12 @@ RECOMMENDATION_KEYS = (
     "value",
     "ci_lo",
     "ci_hi",
+    "status",
     "n_candidates",
+    "n_estimable",
     "n_tied",
+    "n_separated",
+    "tied_with",
     "note",
 )
 
@@ -125,7 +131,10 @@ def _leaf_label(recommendation: Mapping[str, Any]) -> str:
         if source in (None, TranscriptSource.NONE)
         else f"{recommendation['modality']}/{source}"
     )
-    return f"{recommendation['judge']} ({cell}, {recommendation['prompt']} prompt)"
+    label = f"{recommendation['judge']} ({cell}, {recommendation['prompt']} prompt)"
+    if recommendation.get("n_tied"):
+        label += f", tied with {recommendation['n_tied']} other(s)"
+    return label
 
 
 def leaves(flow: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -19,15 +19,19 @@ complete cell, as in prompt selection and the Pareto front.
 Within a configuration (a cell without its prompt) the prompt is the one chosen by cross-validation for the
 priority's metric (pareto.parquet); a configuration without a CV choice competes with every prompt, and its
 row says the prompt was picked on all data. Stability is the lowest AvgAbsPB of sensitivity, at the prompt
-chosen for sensitivity (as in the Pareto table). Ties on the priority's value are broken by the other two
-priorities (sensitivity, specificity, stability in that order), then by name; `n_tied` counts the other
-candidates with exactly the winner's value. A combination with no usable cell gets a row whose judge is null
-and whose note says why.
+chosen for sensitivity (as in the Pareto table). Candidates whose value is estimable rank before those whose value
+is not (`n_estimable` counts them); among them the best point estimate is listed first, ties broken by the other two
+priorities (sensitivity, specificity, stability in that order), then by name. Listed first is not recommended over:
+the winner of a point-estimate ranking is biased upwards (the winner's curse), so the row names every other candidate
+whose paired difference with it (comparisons.parquet, both cells on the same resampled dialogues) has an interval
+that includes 0 as `tied_with` (`n_tied` of them), and the guide recommends the cell over only the `n_separated`
+candidates it beats beyond the noise. A combination with no usable cell gets a row whose judge is null and whose note
+says why.
 
 Given the control flags (`lalm_judge.analysis.controls.control_flags`), a cell flagged `ignores_audio` (its
 audio-only scores did not move when the unsafe turn was silenced) is not recommended: the note of every row
 where such a cell was left out names it. A recommendation whose value is `not_estimable` (fewer dialogues than the
-minimum support, `lalm_judge.analysis.support`) has no interval, and its note says so.
+minimum support, `lalm_judge.analysis.support`) has no interval, its `status` says so, and so does its note.
 """
 
 from __future__ import annotations
@@ -37,9 +41,9 @@ from typing import Any
 
 import polars as pl
 
+from lalm_judge.analysis.comparisons import FIRST, comparison_lookup
 from lalm_judge.analysis.controls import CONTROL_KEYS, IGNORES_AUDIO
-from lalm_judge.analysis.engine import CONFIG_KEYS
-from lalm_judge.analysis.stats import TIE_TOLERANCE
+from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
 from lalm_judge.analysis.support import NOT_ESTIMABLE
 from lalm_judge.core.vocabulary import AUDIO, AUDIO_TEXT, TEXT, TranscriptSource, cascade_source
 
@@ -86,10 +90,17 @@ GUIDE_SCHEMA = {
     "value": pl.Float64,
     "ci_lo": pl.Float64,
     "ci_hi": pl.Float64,
+    "status": pl.String,
     "n_candidates": pl.Int64,
+    "n_estimable": pl.Int64,
     "n_tied": pl.Int64,
+    "n_separated": pl.Int64,
+    "tied_with": pl.String,
     "note": pl.String,
 }
+
+# The comparisons' metric of each priority's column.
+COMPARED_METRIC = {"sensitivity": "sensitivity", "specificity": "specificity", "stability": "avg_abs_pb_sensitivity"}
 
 
 def has_transcript(source: str | None) -> bool:
@@ -144,6 +155,10 @@ def candidate_cells(cells: pl.DataFrame, pareto: pl.DataFrame | None, priority: 
     )
 
 
+def _estimable(row: dict[str, Any], priority: Priority) -> bool:
+    return row.get(f"{priority.column}_status") != NOT_ESTIMABLE
+
+
 def _ranking_key(row: dict[str, Any], priority: Priority) -> tuple:
     def ordered(p: Priority) -> tuple[bool, float]:
         value = row.get(p.column)
@@ -153,7 +168,36 @@ def _ranking_key(row: dict[str, Any], priority: Priority) -> tuple:
 
     others = [ordered(p) for p in PRIORITIES if p is not priority]
     names = tuple(row[k] or "" for k in ("judge", "modality", "transcript_source", "prompt"))
-    return (not row["complete"], ordered(priority), *others, names)
+    return (not row["complete"], not _estimable(row, priority), ordered(priority), *others, names)
+
+
+def cell_name(row: dict[str, Any]) -> str:
+    """A judge cell in words: 'judge modality/source prompt'."""
+    source = row["transcript_source"]
+    shown = row["modality"] if source in (None, TranscriptSource.NONE) else f"{row['modality']}/{source}"
+    return f"{row['judge']} {shown} {row['prompt']}"
+
+
+def _keys(row: dict[str, Any]) -> tuple:
+    return tuple(row[key] for key in CELL_KEYS)
+
+
+def _separation(
+    best: dict[str, Any], rows: list[dict[str, Any]], priority: Priority, lookup: dict
+) -> tuple[list[dict[str, Any]], int]:
+    """The candidates the winner is tied with (no paired comparison, or one whose interval includes 0, or one that
+    favours the other) and how many it beats beyond the noise."""
+    tied, separated = [], 0
+    metric = COMPARED_METRIC[priority.name]
+    for other in rows:
+        if other is best:
+            continue
+        comparison = lookup.get((_keys(best), _keys(other), metric))
+        if comparison is not None and comparison["separated"] and comparison["better"] == FIRST:
+            separated += 1
+        else:
+            tied.append(other)
+    return tied, separated
 
 
 def recommend(
@@ -162,9 +206,11 @@ def recommend(
     transcript_quality: str,
     priority: Priority,
     excluded: pl.DataFrame | None = None,
+    lookup: dict | None = None,
 ) -> dict[str, Any]:
     """The guide row for one combination, from the candidate cells of the priority (see `candidate_cells`);
-    `excluded` cells (CONTROL_KEYS rows: cells that ignore audio) are left out and named in the note."""
+    `excluded` cells (CONTROL_KEYS rows: cells that ignore audio) are left out and named in the note; `lookup` holds
+    the paired comparisons (`comparisons.comparison_lookup`; without it every other candidate is tied)."""
     row: dict[str, Any] = {
         "available_input": available_input,
         "transcript_quality": transcript_quality,
@@ -187,17 +233,30 @@ def recommend(
         return {
             **row,
             "n_candidates": 0,
+            "n_estimable": 0,
             "n_tied": 0,
+            "n_separated": 0,
             "note": "; ".join(filter(None, (reason, ignoring_note))),
         }
     best = min(rows, key=lambda r: _ranking_key(r, priority))
     value = best[priority.column]
     low, high = (best[c] for c in priority.ci_columns) if priority.ci_columns else (None, None)
-    n_tied = sum(1 for r in rows if r is not best and abs(r[priority.column] - value) <= TIE_TOLERANCE)
+    tied, n_separated = _separation(best, rows, priority, lookup or {})
+    n_estimable = sum(1 for r in rows if _estimable(r, priority))
+    status = best.get(f"{priority.column}_status")
     support_note = None
-    if best.get(f"{priority.column}_status") == NOT_ESTIMABLE:
+    if status == NOT_ESTIMABLE:
         n = best.get(f"{priority.column}_n_dialogues", best.get("n_dialogues"))
-        support_note = f"not estimable: {priority.column} rests on {n} dialogue(s), below the minimum support"
+        support_note = (
+            f"not estimable: {priority.column} rests on {n} dialogue(s), below the minimum support; "
+            f"{n_estimable} of {len(rows)} candidates are estimable"
+        )
+    tie_note = None
+    if tied:
+        tie_note = (
+            f"tied with {len(tied)} other candidate(s): their paired 95 % interval of the difference in "
+            f"{priority.column} includes 0, so this run does not tell them apart (listed first by point estimate)"
+        )
     keys = ("judge", "modality", "transcript_source", "audio_input", "prompt", "condition", "prompt_choice")
     return {
         **row,
@@ -205,15 +264,13 @@ def recommend(
         "value": value,
         "ci_lo": low,
         "ci_hi": high,
+        "status": status,
         "n_candidates": len(rows),
-        "n_tied": n_tied,
-        "note": "; ".join(
-            filter(
-                None,
-                ("tie broken by the other priorities, then by name" if n_tied else None, support_note, ignoring_note),
-            )
-        )
-        or None,
+        "n_estimable": n_estimable,
+        "n_tied": len(tied),
+        "n_separated": n_separated,
+        "tied_with": "; ".join(cell_name(r) for r in tied) or None,
+        "note": "; ".join(filter(None, (tie_note, support_note, ignoring_note))) or None,
     }
 
 
@@ -222,12 +279,14 @@ def practitioner_guide(
     pareto: pl.DataFrame | None = None,
     condition: str = "clean",
     flags: pl.DataFrame | None = None,
+    comparisons: pl.DataFrame | None = None,
 ) -> pl.DataFrame:
     """The guide table (columns GUIDE_SCHEMA), one row per input x transcript quality x priority.
 
     cells: cells.parquet; pareto: pareto.parquet (its CV-selected prompts; None: no CV choice anywhere);
     condition: the condition recommended for (controls such as noise are other conditions); flags: the control
-    flags (None: no control was run), whose `ignores_audio` cells are not recommended.
+    flags (None: no control was run), whose `ignores_audio` cells are not recommended; comparisons:
+    comparisons.parquet (None: no paired comparison, every other candidate is tied with the winner).
     """
     excluded = None
     if flags is not None:
@@ -242,8 +301,9 @@ def practitioner_guide(
     if pareto is not None:
         pareto = pareto.filter(pl.col("condition") == condition)
     candidates = {priority.name: candidate_cells(cells, pareto, priority) for priority in PRIORITIES}
+    lookup = comparison_lookup(comparisons)
     rows = [
-        recommend(candidates[priority.name], available_input, quality, priority, excluded)
+        recommend(candidates[priority.name], available_input, quality, priority, excluded, lookup)
         for available_input in AVAILABLE_INPUTS
         for quality in transcript_qualities(cells, available_input)
         for priority in PRIORITIES

@@ -39,7 +39,7 @@ from lalm_judge.analysis.engine import (
     resample_groups,
     slice_statistics,
 )
-from lalm_judge.analysis.support import with_min_support
+from lalm_judge.analysis.support import WITH_INTERVAL, with_min_support
 
 PB_KEYS = ("cell", "n_turns", "position")
 # Cells per batch of the position-bias bootstrap and permutations per batch of the null (memory bounds).
@@ -68,6 +68,11 @@ SUMMARY_SCHEMA = {
         for metric in TARGET_METRICS
         for suffix in ("", "_lo", "_hi", "_null", "_p", "_status")
     },
+    **{
+        f"avg_abs_pb_{metric}{suffix}": pl.Int64
+        for metric in TARGET_METRICS
+        for suffix in ("_n_included", "_n_estimable")
+    },
     "pb_left_out": pl.String,
 }
 
@@ -78,14 +83,16 @@ UNDEFINED_REASON = "metric undefined at this position"
 
 @dataclass(frozen=True)
 class PositionBias:
-    """`table`: one row per (cell, L, k, metric); `summary`: AvgAbsPB and its uncertainty per cell."""
+    """`table`: one row per (cell, L, k, metric); `summary`: AvgAbsPB and its uncertainty per cell; `slices`: the
+    (cell, L, k) statistics, for the paired comparisons of AvgAbsPB (None without any variant)."""
 
     table: pl.DataFrame
     summary: pl.DataFrame
+    slices: PositionSlices | None = None
 
 
 @dataclass(frozen=True)
-class _Slices:
+class PositionSlices:
     """The (cell, L, k) slices as arrays, slice i = row i of `keys`."""
 
     keys: pl.DataFrame
@@ -105,7 +112,7 @@ def _reference_index(keys: pl.DataFrame) -> np.ndarray:
     return joined["reference"].fill_null(-1).cast(pl.Int64).to_numpy()
 
 
-def _slices(statistics: pl.DataFrame, n_dialogues: int, min_dialogues: int) -> _Slices:
+def _slices(statistics: pl.DataFrame, n_dialogues: int, min_dialogues: int) -> PositionSlices:
     dense = densify(statistics, PB_KEYS, n_dialogues)
     point = st.point_metrics(dense.arrays)
     reference = _reference_index(dense.slices)
@@ -123,7 +130,7 @@ def _slices(statistics: pl.DataFrame, n_dialogues: int, min_dialogues: int) -> _
         for metric, value in values.items()
     }
     cells = dense.slices["cell"].to_numpy()
-    return _Slices(dense.slices, dense.arrays, cells, reference, values, counts, support, included)
+    return PositionSlices(dense.slices, dense.arrays, cells, reference, values, counts, support, included)
 
 
 def paired_dialogues(arrays: st.SeverityStatistics) -> np.ndarray:
@@ -137,7 +144,7 @@ def _pb(values: np.ndarray, reference: np.ndarray) -> np.ndarray:
     return np.where(reference >= 0, values - referenced, np.nan)
 
 
-def _reasons(slices: _Slices, metric: str, min_dialogues: int) -> list[str | None]:
+def _reasons(slices: PositionSlices, metric: str, min_dialogues: int) -> list[str | None]:
     positions = slices.keys["position"].to_list()
     value = slices.values[metric]
     reference_value = np.where(slices.reference >= 0, value[np.maximum(slices.reference, 0)], np.nan)
@@ -158,33 +165,62 @@ def _reasons(slices: _Slices, metric: str, min_dialogues: int) -> list[str | Non
     return reasons
 
 
-def _bootstrap(slices: _Slices, cell_present: np.ndarray, settings: MetricSettings) -> dict[str, np.ndarray]:
+def _cell_members(slices: PositionSlices, cells: np.ndarray) -> np.ndarray:
+    """The slices of `cells`, cell by cell (in slice order within a cell)."""
+    order = np.argsort(slices.cell, kind="stable")
+    ordered = slices.cell[order]
+    parts = [order[np.searchsorted(ordered, c, "left") : np.searchsorted(ordered, c, "right")] for c in cells]
+    return np.concatenate(parts) if parts else np.array([], dtype=np.int64)
+
+
+def resampled_pb(
+    slices: PositionSlices, cells: np.ndarray, dialogue_index: np.ndarray, weights: np.ndarray
+) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    """PB of every slice of `cells` and their AvgAbsPB on the dialogues `dialogue_index` in every resample of
+    `weights` (n_boot, n): (the slices, PB per metric (n_boot, n_slices), AvgAbsPB per metric (n_boot, len(cells))).
+    A resample averages the included (L, k) whose PB it defines; weights of ones give the values on those dialogues."""
+    members = _cell_members(slices, cells)
+    averages = {metric: np.full((weights.shape[0], len(cells)), np.nan) for metric in TARGET_METRICS}
+    if members.size == 0:
+        return members, {metric: np.empty((weights.shape[0], 0)) for metric in TARGET_METRICS}, averages
+    local = {int(s): i for i, s in enumerate(members)}
+    reference = np.array([local.get(int(r), -1) for r in slices.reference[members]])
+    subset = slices.arrays.take_dialogues(dialogue_index).take_slices(members)
+    samples = dict(zip(TARGET_METRICS, st.bootstrap_metrics(subset, weights)))
+    pbs = {}
+    for metric, resampled in samples.items():
+        pb = _pb(resampled, reference)
+        pbs[metric] = pb
+        included = slices.included[metric][members]
+        for column, cell in enumerate(cells):
+            mine = included & (slices.cell[members] == cell)
+            if mine.any():
+                averages[metric][:, column] = _nanmean(np.abs(pb[:, mine]), axis=1)
+    return members, pbs, averages
+
+
+def _bootstrap(slices: PositionSlices, cell_present: np.ndarray, settings: MetricSettings) -> dict[str, np.ndarray]:
     """Percentile bounds of PB per slice and of AvgAbsPB per cell, on each cell's resample-count matrix."""
     n_slices, n_cells = slices.cell.size, cell_present.shape[1]
     bounds = {f"pb_{metric}_{b}": np.full(n_slices, np.nan) for metric in TARGET_METRICS for b in ("lo", "hi")}
     bounds |= {f"avg_{metric}_{b}": np.full(n_cells, np.nan) for metric in TARGET_METRICS for b in ("lo", "hi")}
-    order = np.argsort(slices.cell, kind="stable")
-    starts = np.searchsorted(slices.cell[order], np.arange(n_cells + 1))
     for cells, dialogue_index, weights in resample_groups(cell_present, settings.n_boot, settings.seed):
-        subset = slices.arrays.take_dialogues(dialogue_index)
         for start in range(0, len(cells), CELL_BATCH):
             batch_cells = cells[start : start + CELL_BATCH]
-            members = np.concatenate([order[starts[c] : starts[c + 1]] for c in batch_cells])
+            members, pbs, averages = resampled_pb(slices, batch_cells, dialogue_index, weights)
             if members.size == 0:
                 continue
-            local = {int(s): i for i, s in enumerate(members)}
-            reference = np.array([local.get(int(r), -1) for r in slices.reference[members]])
-            samples = dict(zip(TARGET_METRICS, st.bootstrap_metrics(subset.take_slices(members), weights)))
-            for metric, resampled in samples.items():
-                pb = _pb(resampled, reference)
-                bounds[f"pb_{metric}_lo"][members], bounds[f"pb_{metric}_hi"][members] = st.percentile_interval(pb)
-                included = slices.included[metric][members]
-                for cell in batch_cells:
-                    mine = included & (slices.cell[members] == cell)
-                    if mine.any():
-                        average = _nanmean(np.abs(pb[:, mine]), axis=1)
-                        low, high = st.percentile_interval(average)
-                        bounds[f"avg_{metric}_lo"][cell], bounds[f"avg_{metric}_hi"][cell] = low, high
+            for metric in TARGET_METRICS:
+                bounds[f"pb_{metric}_lo"][members], bounds[f"pb_{metric}_hi"][members] = st.percentile_interval(
+                    pbs[metric]
+                )
+                low, high = st.percentile_interval(averages[metric])
+                bounds[f"avg_{metric}_lo"][batch_cells], bounds[f"avg_{metric}_hi"][batch_cells] = low, high
+    # PB(L, 1) = 0 by definition: a reference, not an estimate, so it has no interval.
+    first = slices.keys["position"].to_numpy() == 1
+    for metric in TARGET_METRICS:
+        for bound in ("lo", "hi"):
+            bounds[f"pb_{metric}_{bound}"][first] = np.nan
     return bounds
 
 
@@ -210,7 +246,7 @@ class _Blocks:
 _STATISTICS = ("diff_sum", "diff_n", "score_sum", "score_n")
 
 
-def _blocks(statistics: pl.DataFrame, slices: _Slices, n_dialogues: int) -> _Blocks:
+def _blocks(statistics: pl.DataFrame, slices: PositionSlices, n_dialogues: int) -> _Blocks:
     groups = statistics.select("cell", "n_turns").unique().sort("cell", "n_turns").with_row_index("group")
     pairs = (
         statistics.select("cell", "dialogue", "n_turns")
@@ -285,7 +321,7 @@ def _average_abs_pb(
 
 
 def _permutation_null(
-    statistics: pl.DataFrame, slices: _Slices, n_dialogues: int, n_cells: int, settings: MetricSettings
+    statistics: pl.DataFrame, slices: PositionSlices, n_dialogues: int, n_cells: int, settings: MetricSettings
 ) -> dict[str, np.ndarray]:
     """Observed AvgAbsPB, its null mean and permutation p-value per cell (NaN where no (L, k) is included)."""
     blocks = _blocks(statistics, slices, n_dialogues)
@@ -378,12 +414,18 @@ def position_bias(
             },
         }
     ).join(_left_out(table), on="cell", how="left")
-    return PositionBias(table, _summary_support(_nan_to_null(summary), statistics, settings.min_dialogues))
+    return PositionBias(
+        table, _summary_support(_nan_to_null(summary), statistics, table, settings.min_dialogues), slices
+    )
 
 
-def _summary_support(summary: pl.DataFrame, statistics: pl.DataFrame, minimum: int) -> pl.DataFrame:
-    """AvgAbsPB's status per cell: it rests on the cell's dialogues that contribute a pair; below the minimum no
-    interval."""
+def _summary_support(
+    summary: pl.DataFrame, statistics: pl.DataFrame, table: pl.DataFrame, minimum: int
+) -> pl.DataFrame:
+    """AvgAbsPB's status per cell: it rests on the cell's dialogues that contribute a pair and on the PB(L, k) it
+    averages (`_n_included`, of which `_n_estimable` have an interval); it is estimable only when the cell has the
+    minimum of paired dialogues and every PB it averages is estimable (an average of values on too few dialogues is
+    no better supported than they are)."""
     paired = (
         statistics.filter(pl.col("diff_n") > 0)
         .group_by("cell")
@@ -391,5 +433,23 @@ def _summary_support(summary: pl.DataFrame, statistics: pl.DataFrame, minimum: i
     )
     summary = summary.join(paired, on="cell", how="left")
     for metric in TARGET_METRICS:
-        summary = with_min_support(summary, f"avg_abs_pb_{metric}", "n_paired", minimum)
+        name = f"avg_abs_pb_{metric}"
+        averaged = (
+            table.filter(pl.col("metric") == metric, pl.col("included"))
+            .group_by("cell")
+            .agg(
+                pl.len().cast(pl.Int64).alias(f"{name}_n_included"),
+                pl.col("status").is_in(WITH_INTERVAL).sum().cast(pl.Int64).alias(f"{name}_n_estimable"),
+            )
+        )
+        summary = summary.join(averaged, on="cell", how="left").with_columns(
+            pl.col(f"{name}_n_included", f"{name}_n_estimable").fill_null(0)
+        )
+        every_input = pl.col(f"{name}_n_estimable") == pl.col(f"{name}_n_included")
+        summary = with_min_support(
+            summary.with_columns(_support=pl.when(every_input).then(pl.col("n_paired")).otherwise(0)),
+            name,
+            "_support",
+            minimum,
+        ).drop("_support")
     return summary.select(list(SUMMARY_SCHEMA)).cast(SUMMARY_SCHEMA)

@@ -16,9 +16,14 @@ Pareto front. One row per configuration: the cross-validated sensitivity and spe
 and AvgAbsPB of sensitivity and of specificity (with intervals and noise reference) at the prompts selected for
 sensitivity and for specificity. `on_front` is decided among configurations of equal `complete` (a configuration
 lacking a severity is compared only with others lacking one) on (cv_sensitivity up, cv_specificity up,
-avg_abs_pb_sensitivity down, avg_abs_pb_specificity down); an AvgAbsPB objective is dropped from a comparison
-group where a configuration lacks it (too few dialogues per length), and `front_objectives` names the objectives
-used. A configuration without both cross-validated values is not on the front.
+avg_abs_pb_sensitivity down, avg_abs_pb_specificity down), among the configurations whose cross-validated values are
+estimable (`n_compared` of them); an AvgAbsPB objective is dropped from a comparison group where a configuration lacks
+it or it is not estimable, and `front_objectives` names the objectives used. A configuration without both
+cross-validated values is not on the front; one whose values are not estimable has `on_front` null. The front is a
+set of point estimates, so `front_status` says which configurations off it are separable from it: `dominated` where
+a front configuration beats it beyond the noise (on no objective worse and on one better by a paired difference whose
+interval excludes 0, comparisons.parquet, at the prompts chosen for each objective; `dominated_by` names them),
+`tied with the front` otherwise.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ import numpy as np
 import polars as pl
 
 from lalm_judge.analysis import stats as st
+from lalm_judge.analysis.comparisons import SECOND, comparison_lookup
 from lalm_judge.analysis.engine import (
     CONFIG_KEYS,
     TARGET_METRICS,
@@ -39,7 +45,7 @@ from lalm_judge.analysis.engine import (
     contributing_dialogues,
     metric_support,
 )
-from lalm_judge.analysis.support import with_min_support
+from lalm_judge.analysis.support import WITH_INTERVAL, with_min_support
 from lalm_judge.core.tables import TableSchema
 
 PROMPT_SELECTION = TableSchema(
@@ -165,10 +171,10 @@ def prompt_selection_table(dense: DenseStatistics, complete: np.ndarray, setting
 
 def _cv_interval(pooled: st.SeverityStatistics, weights: np.ndarray, metric: str) -> tuple[float, float]:
     """The 95 % interval of a pooled cross-validated metric, as the cells' interval of that metric is made."""
-    deltas, means = st.bootstrap_severity_arrays(pooled, weights)
     if metric == "sensitivity":
-        low, high = st.sensitivity_interval(deltas)
+        low, high = st.sensitivity_interval(st.studentized_deltas(pooled, weights))
     else:
+        _, means = st.bootstrap_severity_arrays(pooled, weights)
         low, high = st.percentile_interval(st.specificity_from_means(means)[0])
     return float(low[0]), float(high[0])
 
@@ -191,11 +197,56 @@ PARETO_OBJECTIVES = {
 }
 REQUIRED_OBJECTIVES = ("cv_sensitivity", "cv_specificity")
 PB_SUFFIXES = ("", "_lo", "_hi", "_null", "_p", "_status")
+# Per objective: the status column that says whether it is estimable, the comparisons' metric and the column of the
+# prompt whose cell stands for the configuration in the paired comparison.
+OBJECTIVE_SOURCES = {
+    "cv_sensitivity": ("cv_sensitivity_status", "sensitivity", "prompt_sensitivity"),
+    "cv_specificity": ("cv_specificity_status", "specificity", "prompt_specificity"),
+    "avg_abs_pb_sensitivity": ("avg_abs_pb_sensitivity_status", "avg_abs_pb_sensitivity", "prompt_sensitivity"),
+    "avg_abs_pb_specificity": ("avg_abs_pb_specificity_status", "avg_abs_pb_specificity", "prompt_specificity"),
+}
+
+ON_FRONT = "on the front"
+TIED_WITH_FRONT = "tied with the front"
+DOMINATED = "dominated"
+FRONT_NOT_ESTIMABLE = "not estimable"
 
 
-def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.DataFrame:
-    """One row per configuration with its CV-selected prompts, cross-validated values, AvgAbsPB objectives and
-    `on_front` (module docstring)."""
+def _estimable(column: pl.Expr) -> pl.Expr:
+    return column.is_in(WITH_INTERVAL).fill_null(False)
+
+
+def _cell_keys(row: dict, prompt_column: str) -> tuple:
+    return (*(row[k] for k in CONFIG_KEYS[:3]), row[prompt_column], row["condition"])
+
+
+def _significantly_dominates(front: dict, other: dict, used: list[str], lookup: dict) -> bool:
+    """Whether front configuration `front` beats `other` beyond the noise: on no used objective is it worse by a
+    separated paired difference, and on at least one it is better by one (comparisons.parquet at the prompts chosen
+    for each objective)."""
+    better_somewhere = False
+    for objective in used:
+        _, metric, prompt = OBJECTIVE_SOURCES[objective]
+        if (front["judge"], front["modality"], front["transcript_source"]) == (
+            other["judge"],
+            other["modality"],
+            other["transcript_source"],
+        ) and front[prompt] == other[prompt]:
+            continue
+        row = lookup.get((_cell_keys(front, prompt), _cell_keys(other, prompt), metric))
+        if row is None or not row["separated"]:
+            continue
+        if row["better"] == SECOND:
+            return False
+        better_somewhere = True
+    return better_somewhere
+
+
+def pareto_table(
+    cells: pl.DataFrame, prompt_selection: pl.DataFrame, comparisons: pl.DataFrame | None = None
+) -> pl.DataFrame:
+    """One row per configuration with its CV-selected prompts, cross-validated values, AvgAbsPB objectives,
+    `on_front` and `front_status` (module docstring)."""
     per_metric = prompt_selection.group_by([*CONFIG_KEYS, "metric"]).agg(
         pl.col("selected_prompt", "cv_value", "cv_lo", "cv_hi", "cv_status", "complete").first()
     )
@@ -217,29 +268,6 @@ def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.Data
         table = table.join(chosen, on=CONFIG_KEYS, how="left", nulls_equal=True).join(
             at_prompt, on=[*CONFIG_KEYS, f"prompt_{metric}"], how="left", nulls_equal=True
         )
-    # Null when not known: a configuration without paired variants has no severity coverage to speak of.
-    table = table.with_columns(complete=pl.col("complete_sensitivity") & pl.col("complete_specificity")).sort(
-        CONFIG_KEYS, nulls_last=True
-    )
-    on_front = np.zeros(table.height, dtype=bool)
-    objectives_used: list[str | None] = [None] * table.height
-    for complete in (True, False):
-        group = np.flatnonzero(
-            table.select(
-                (pl.col("complete") == complete).fill_null(False)
-                & pl.all_horizontal(pl.col(REQUIRED_OBJECTIVES).is_not_null())
-            )
-            .to_series()
-            .to_numpy()
-        )
-        if group.size == 0:
-            continue
-        members = table[group]
-        used = [name for name in PARETO_OBJECTIVES if name in REQUIRED_OBJECTIVES or members[name].null_count() == 0]
-        points = members.select(used).fill_null(np.nan).to_numpy().reshape(group.size, -1)
-        on_front[group] = st.pareto_front(points, maximize=tuple(PARETO_OBJECTIVES[name] for name in used))
-        for index in group:
-            objectives_used[index] = ", ".join(used)
     columns = [
         *CONFIG_KEYS,
         "audio_input",
@@ -248,13 +276,72 @@ def pareto_table(cells: pl.DataFrame, prompt_selection: pl.DataFrame) -> pl.Data
         *(f"cv_{metric}{suffix}" for metric in TARGET_METRICS for suffix in ("", "_lo", "_hi", "_status")),
         *(f"avg_abs_pb_{metric}{suffix}" for metric in TARGET_METRICS for suffix in PB_SUFFIXES),
     ]
-    return table.with_columns(
-        pl.lit(None, pl.String if name.endswith("_status") else pl.Float64).alias(name)
-        for name in columns
-        if name not in table.columns
-    ).select(
+    # Null when not known: a configuration without paired variants has no severity coverage to speak of.
+    table = (
+        table.with_columns(complete=pl.col("complete_sensitivity") & pl.col("complete_specificity"))
+        .with_columns(
+            pl.lit(None, pl.String if name.endswith("_status") else pl.Float64).alias(name)
+            for name in columns
+            if name not in table.columns
+        )
+        .sort(CONFIG_KEYS, nulls_last=True)
+    )
+    lookup = comparison_lookup(comparisons)
+    on_front: list[bool | None] = [False] * table.height
+    status: list[str | None] = [None] * table.height
+    dominated_by: list[str | None] = [None] * table.height
+    objectives_used: list[str | None] = [None] * table.height
+    n_compared: list[int | None] = [None] * table.height
+    measured = table.select(pl.all_horizontal(pl.col(REQUIRED_OBJECTIVES).is_not_null())).to_series().to_numpy()
+    estimable = table.select(
+        pl.all_horizontal(_estimable(pl.col(OBJECTIVE_SOURCES[name][0])) for name in REQUIRED_OBJECTIVES)
+    ).to_series()
+    for index in np.flatnonzero(measured & ~estimable.to_numpy()):
+        on_front[index], status[index] = None, FRONT_NOT_ESTIMABLE
+    for complete in (True, False):
+        group = np.flatnonzero(
+            table.select((pl.col("complete") == complete).fill_null(False)).to_series().to_numpy()
+            & measured
+            & estimable.to_numpy()
+        )
+        if group.size == 0:
+            continue
+        members = table[group]
+        used = [
+            name
+            for name in PARETO_OBJECTIVES
+            if name in REQUIRED_OBJECTIVES
+            or (
+                members[name].null_count() == 0
+                and members.select(_estimable(pl.col(f"{name}_status"))).to_series().all()
+            )
+        ]
+        points = members.select(used).fill_null(np.nan).to_numpy().reshape(group.size, -1)
+        front = st.pareto_front(points, maximize=tuple(PARETO_OBJECTIVES[name] for name in used))
+        rows = members.to_dicts()
+        front_rows = [row for row, on in zip(rows, front) if on]
+        for position, (index, row) in enumerate(zip(group, rows)):
+            on_front[index] = bool(front[position])
+            objectives_used[index] = ", ".join(used)
+            n_compared[index] = int(group.size)
+            if front[position]:
+                status[index] = ON_FRONT
+                continue
+            beaten_by = [f for f in front_rows if _significantly_dominates(f, row, used, lookup)]
+            status[index] = DOMINATED if beaten_by else TIED_WITH_FRONT
+            dominated_by[index] = "; ".join(_config_name(f) for f in beaten_by) or None
+    return table.select(
         *columns,
         "complete",
         pl.Series("front_objectives", objectives_used, dtype=pl.String),
+        pl.Series("n_compared", n_compared, dtype=pl.Int64),
         pl.Series("on_front", on_front, dtype=pl.Boolean),
+        pl.Series("front_status", status, dtype=pl.String),
+        pl.Series("dominated_by", dominated_by, dtype=pl.String),
     )
+
+
+def _config_name(row: dict) -> str:
+    source = row["transcript_source"]
+    shown = row["modality"] if source in (None, "none") else f"{row['modality']}/{source}"
+    return f"{row['judge']} {shown}"

@@ -1,10 +1,10 @@
 """The metrics stage: read score tables, compute every metric table, write them with provenance columns.
 
 `compute_metrics` returns `MetricTables` (`core.table_sets`: cells, position_bias, prompt_selection, pareto,
-categories, severity_curve, parse_status); `write_metrics` writes each as `<out_dir>/<name>.parquet` and
+categories, severity_curve, parse_status, comparisons); `write_metrics` writes each as `<out_dir>/<name>.parquet` and
 `read_metric_tables` reads them back (the figures and the report read nothing else of the run's scores).
-`run_guide` writes the practitioner guide and the findings beside them (`GuideTables`), from the metric tables and
-the control flags, so that the report only renders.
+`run_guide` writes the practitioner guide, the findings and the families of tests beside them (`GuideTables`), from
+the metric tables, the control flags and the modality patterns, so that the report only renders.
 """
 
 from __future__ import annotations
@@ -17,10 +17,12 @@ from pathlib import Path
 import numpy as np
 import polars as pl
 
+from lalm_judge.analysis.comparisons import paired_comparisons
 from lalm_judge.analysis.engine import (
     CELL_COLUMNS,
     CELL_KEYS,
     CONFIG_KEYS,
+    DEFAULT_PATTERN_MIN_SHARE,
     DenseStatistics,
     MetricSettings,
     cell_counts,
@@ -37,7 +39,7 @@ from lalm_judge.analysis.engine import (
     slice_statistics,
     with_cell_keys,
 )
-from lalm_judge.analysis.findings import delta_findings
+from lalm_judge.analysis.findings import delta_findings, families
 from lalm_judge.analysis.guide import practitioner_guide
 from lalm_judge.analysis.inputs import read_scores
 from lalm_judge.analysis.position import position_bias
@@ -94,6 +96,9 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
         bias.summary,
         safe_score_table(encoded.rows, n_dialogues, n_cells, settings),
     )
+    comparisons = paired_comparisons(
+        cell_dense, cells.join(encoded.cells.drop("audio_input"), on="cell", how="left"), bias, settings
+    )
     cells = with_cell_keys(cells, encoded.cells).select(CELL_COLUMNS).sort(CELL_KEYS, nulls_last=True)
     keyed_dense = DenseStatistics(with_cell_keys(cell_dense.slices, encoded.cells), cell_dense.arrays)
     complete = cell_dense.slices.join(completeness, on="cell", how="left")["complete"].fill_null(False).to_numpy()
@@ -107,10 +112,11 @@ def compute_metrics(scores: pl.DataFrame, settings: MetricSettings) -> MetricTab
         cells=cells,
         position_bias=keyed(bias.table, ["metric", "n_turns", "position"]),
         prompt_selection=prompt_selection.sort([*CONFIG_KEYS, "metric", "fold"], nulls_last=True),
-        pareto=pareto_table(cells, prompt_selection),
+        pareto=pareto_table(cells, prompt_selection, comparisons),
         categories=keyed(categories, ["category"]),
         severity_curve=keyed(severity_curve(encoded.rows), ["severity"]),
         parse_status=parse_status_table(scores),
+        comparisons=comparisons,
     )
 
 
@@ -145,13 +151,28 @@ def run_guide(
     flags_path: str | os.PathLike,
     out_dir: str | os.PathLike,
     seed: int = 0,
+    *,
+    categories_path: str | os.PathLike,
+    comparisons_path: str | os.PathLike,
+    patterns_path: str | os.PathLike,
 ) -> list[Path]:
-    """The practitioner guide (`guide.practitioner_guide`, of the cells and Pareto tables and the control flags)
-    and the findings (`findings.delta_findings`), written as `<out_dir>/{guide,findings}.parquet`: the report
-    renders them. They are functions of the metric tables, so their provenance is theirs: the config hash of the
-    cells table's config hashes, and its metric settings."""
-    cells, pareto, flags = (pl.read_parquet(path) for path in (cells_path, pareto_path, flags_path))
-    tables = GuideTables(guide=practitioner_guide(cells, pareto, flags=flags), findings=delta_findings(cells))
+    """The practitioner guide (`guide.practitioner_guide`, of the cells, Pareto and comparisons tables and the control
+    flags), the findings (`findings.delta_findings`, of the cells and categories tables) and the families of tests
+    (`findings.families`, with the flags and the modality patterns), written as
+    `<out_dir>/{guide,findings,families}.parquet`: the report renders them. They are functions of the metric tables,
+    so their provenance is theirs: the config hash of the cells table's config hashes, and its metric settings."""
+    cells, pareto, flags, categories, comparisons, patterns = (
+        pl.read_parquet(path)
+        for path in (cells_path, pareto_path, flags_path, categories_path, comparisons_path, patterns_path)
+    )
+    share = patterns["pattern_min_share"][0] if "pattern_min_share" in patterns.columns and patterns.height else None
+    tables = GuideTables(
+        guide=practitioner_guide(cells, pareto, flags=flags, comparisons=comparisons),
+        findings=delta_findings(cells, categories),
+        families=families(
+            cells, categories, flags, patterns, DEFAULT_PATTERN_MIN_SHARE if share is None else float(share)
+        ),
+    )
     hashes = sorted(set(cells["config_hash"].to_list())) if "config_hash" in cells.columns else []
     settings = {name: cells[name][0] for name in METRIC_SETTINGS if name in cells.columns and cells.height}
     return tables.write(out_dir, config_hash=stable_hash(hashes), seed=seed, **settings)

@@ -17,6 +17,7 @@ import sys
 COMMANDS = {
     "score": ("lalm_judge.cli.score", "score one dialogue with a configured judge"),
     "metrics": ("lalm_judge.cli.metrics", "sensitivity, specificity, position bias, CIs from score tables"),
+    "findings": ("lalm_judge.cli.findings", "a safety run's families of tests, findings, flags and patterns"),
     "anchors": ("lalm_judge.cli.anchors", "human-anchor study: sample a batch, serve the rating app, export, stats"),
     "pairwise": ("lalm_judge.cli.pairwise", "pairwise track: SageLM import/export, metrics of predictions"),
     "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),

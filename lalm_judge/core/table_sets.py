@@ -66,6 +66,8 @@ class MetricTables(TableSet):
     categories: pl.DataFrame
     severity_curve: pl.DataFrame
     parse_status: pl.DataFrame
+    # Paired differences of the cells of a condition on the same dialogues (`analysis.comparisons`).
+    comparisons: pl.DataFrame
 
 
 @dataclass(frozen=True)
@@ -94,13 +96,15 @@ class ModalityTables(TableSet):
 
 @dataclass(frozen=True)
 class GuideTables(TableSet):
-    """`results/metrics/{guide,findings}.parquet`: the practitioner guide (from the metric tables and the control
-    flags) and the findings (the effects beyond the noise), which the report renders."""
+    """`results/metrics/{guide,findings,families}.parquet`: the practitioner guide (from the metric tables and the
+    control flags), the findings (the effects beyond the noise) and the families of tests with their control, which
+    the report renders."""
 
     HOW_TO_MAKE = "run the guide stage of the metrics (`analysis.stage.run_guide`)"
 
     guide: pl.DataFrame
     findings: pl.DataFrame
+    families: pl.DataFrame
 
 
 def severities_with_intervals(cells: pl.DataFrame) -> list[int]:

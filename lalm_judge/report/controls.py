@@ -199,8 +199,12 @@ def control_links(rows: pl.DataFrame) -> list[str]:
 def _flag_display(flags: pl.DataFrame, check: str, statistic_name: str) -> pl.DataFrame:
     table = flags.filter(pl.col("check") == check).select(*CONTROL_KEYS, "condition", "value", "value_lo", "value_hi")
     table = with_interval(table, "value").rename({"value": statistic_name})
+    extra = ("n_dialogues", "status", "p_value", "p_adjusted", "family_size")
     shown = flags.filter(pl.col("check") == check).select(
-        *(name for name in ("n_dialogues", "status") if name in flags.columns), "flagged", "evidence"
+        *(name for name in extra if name in flags.columns),
+        "flagged",
+        *(name for name in ("verdict",) if name in flags.columns),
+        "evidence",
     )
     return pl.concat([table, shown], how="horizontal")
 
@@ -270,8 +274,10 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
         paragraph(
             "Each control scores the judge cells again with one turn changed, the unsafe turn of every variant "
             "(and the same turn of the safe original), and compares each cell with its clean cell: differences "
-            "are control - clean with 95 % cluster-bootstrap intervals of the difference; score shifts pair each "
-            "sample with its clean counterpart."
+            "are control - clean with 95 % cluster-bootstrap intervals of the difference, resting on the dialogues "
+            "paired in both cells; score shifts pair each sample with its clean counterpart. The checks below are "
+            "one family: a check is flagged when its p-value, adjusted by Holm over every estimable check of the run "
+            "(family_size), is at most 5 %."
         ),
         figure("control_effects"),
         subsection(
@@ -306,8 +312,10 @@ def controls_section(tables: ControlTables, figure_names: Sequence[str]) -> str:
             flags,
             "Audio-use check (the unsafe turn replaced by silence, audio only)",
             (
-                "A cell whose scores move neither on the variants nor in sensitivity beyond their intervals when "
-                "the unsafe turn is silent ignores the audio: it is flagged and the guide does not recommend it."
+                "A cell ignores the audio only where silencing the unsafe turn changes neither its scores on the "
+                "variants nor its sensitivity by more than metrics.equivalence_margin, shown by two one-sided tests "
+                "of each (verdict 'no effect larger than m'): it is flagged and the guide does not recommend it. "
+                "Intervals that merely contain 0 are 'inconclusive', not evidence that the audio is ignored."
             ),
             IGNORES_AUDIO,
             "unsafe_score_shift",

@@ -13,6 +13,7 @@ from typing import Any
 
 from lalm_judge.analysis.flow import QUESTIONS
 from lalm_judge.analysis.guide import NO_USABLE_CONFIGURATION
+from lalm_judge.analysis.support import NOT_ESTIMABLE
 from lalm_judge.core.vocabulary import cascade_source
 from lalm_judge.report.tables import cell_text
 
@@ -89,12 +90,19 @@ def leaf_lines(recommendation: Mapping[str, Any], weak_judges: Mapping[str, str]
     judge = recommendation["judge"] + (" (weak demo model)" if recommendation["judge"] in weak_judges else "")
     low, high = recommendation["ci_lo"], recommendation["ci_hi"]
     interval = f" [{cell_text(low)}, {cell_text(high)}]" if low is not None and high is not None else ""
+    if recommendation.get("status") == NOT_ESTIMABLE:
+        interval = " (not estimable)"
     candidates = recommendation["n_candidates"]
     metric = METRIC_LABELS.get(recommendation["metric"], recommendation["metric"])
+    tied = recommendation.get("n_tied") or 0
+    standing = (
+        f"tied with {tied} of the other {candidates - 1} candidates"
+        if tied
+        else f"best of {candidates} candidate{'s' if candidates != 1 else ''}"
+    )
     return [
         f"{judge} · {cell} · {recommendation['prompt']} prompt",
-        f"{metric} {cell_text(recommendation['value'])}{interval} · best of {candidates} "
-        f"candidate{'s' if candidates != 1 else ''}",
+        f"{metric} {cell_text(recommendation['value'])}{interval} · {standing}",
     ]
 
 

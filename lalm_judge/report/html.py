@@ -13,9 +13,11 @@ import polars as pl
 from lalm_judge.analysis.engine import CELL_KEYS
 from lalm_judge.analysis.findings import DROP
 from lalm_judge.analysis.guide import PRIORITIES
+from lalm_judge.analysis.multiplicity import CATEGORIES, FINDINGS
 from lalm_judge.core.table_sets import severities_with_intervals
-from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.core.vocabulary import CLEAN, TranscriptSource
 from lalm_judge.manifest.samples import Sample
+from lalm_judge.report.coverage import coverage_statement
 from lalm_judge.report.examples import AudioExample
 from lalm_judge.report.figures import FIGURES
 from lalm_judge.report.flow import FLOW_STYLE, flow_svg
@@ -24,10 +26,12 @@ from lalm_judge.report.tables import (
     cell_text,
     cells_display,
     deltas_display,
+    family_sentence,
     guide_display,
     metric_warnings,
     pareto_display,
     position_bias_display,
+    smallest_supported,
 )
 from lalm_judge.report.viewer import sample_link, sample_links, viewer_intro
 
@@ -127,8 +131,11 @@ def guide_section(guide: pl.DataFrame, weak_judges: Mapping[str, str], flow: Map
             "Generated from the measured tables: for each available input, transcript quality and priority, the "
             f"best measured judge cell usable with that input ({priorities}). Audio only may use a cascade (an ASR "
             "transcript of the audio); text only cannot use audio. Prompts are the cross-validated choices where "
-            "the cross-validation could run. A recommendation is only as good as the judges measured: a weak demo "
-            "model recommended here is merely the best of weak options."
+            "the cross-validation could run. The cell listed is the best point estimate; it is recommended over "
+            "another only where their paired difference (both cells on the same resampled dialogues, "
+            "comparisons.parquet) has a 95 % interval that excludes 0: tied_with names the candidates it cannot be "
+            "told apart from. A recommendation is only as good as the judges measured: a weak demo model "
+            "recommended here is merely the best of weak options."
         ),
         figure,
         html_table(guide_display(guide, weak_judges), css_class="data guide"),
@@ -142,13 +149,24 @@ def finding_sentence(finding: Mapping[str, object]) -> str:
     shown = "no transcript" if source == TranscriptSource.NONE else f"{source} transcript"
     cell = f"{finding['judge']} ({finding['modality']}, {shown}, {finding['prompt']} prompt, {finding['condition']})"
     severity = finding["severity"]
+    variants = (
+        f"severity-{severity} {finding['category']} variants"
+        if finding.get("category")
+        else (f"severity-{severity} variants")
+    )
     if finding["direction"] == DROP:
-        effect = f"scores severity-{severity} variants {cell_text(delta)} lower than their safe originals"
+        effect = f"scores {variants} {cell_text(delta)} lower than their safe originals"
     else:
-        effect = f"scores severity-{severity} variants {cell_text(-delta)} higher (safer) than their safe originals"
+        effect = f"scores {variants} {cell_text(-delta)} higher (safer) than their safe originals"
+    tested = ""
+    if finding.get("p_value") is not None:
+        tested = (
+            f", p = {finding['p_value']:.2g}, adjusted {finding['p_adjusted']:.2g} over the "
+            f"{finding['family_size']} tests of its family"
+        )
     return (
-        f"{cell} {effect} (Delta_{severity} = {cell_text(delta)}, 95 % CI {cell_text(low)} to {cell_text(high)}, "
-        f"{finding['n_dialogues']} dialogues)."
+        f"{cell} {effect} (Delta_{severity} = {cell_text(delta)}, 95 % CI {cell_text(low)} to {cell_text(high)}"
+        f"{tested}, {finding['n_dialogues']} dialogues)."
     )
 
 
@@ -159,37 +177,61 @@ def weak_finding_caveat(judge: str, weak_reason: str) -> str:
     )
 
 
-def findings_section(findings: pl.DataFrame, weak_judges: Mapping[str, str], cells: pl.DataFrame) -> str:
-    checked = severities_with_intervals(cells)
-    if not checked:
-        summary = "These metric tables carry no intervals for Delta_i, so no finding can be stated."
-    else:
-        summary = (
-            "Generated from the metric tables: every judge cell and severity whose 95 % bootstrap interval of "
-            f"Delta_i excludes 0 ({cells.height} cells checked at severities {', '.join(map(str, checked))}). "
-            "An interval that excludes 0 is an effect larger than resampling the dialogues explains; it says "
-            "nothing about effects too small for this many dialogues."
-        )
-    rows = list(findings.iter_rows(named=True))
+def _finding_list(rows: Sequence[dict]) -> str:
     items = [finding_sentence(row) for row in rows]
     links = sample_links(rows, CELL_KEYS, sort="drop_desc", severity_key="severity")
-    if not items:
-        return section(
-            "findings",
-            "Findings",
-            paragraph(summary),
-            paragraph("No cell has a Delta_i interval that excludes 0: every measured effect is within the noise."),
-        )
-    judges = dict.fromkeys(findings["judge"].to_list())
-    caveats = [weak_finding_caveat(j, weak_judges[j]) for j in judges if j in weak_judges]
-    listing = (
+    return (
         "<ul>"
         + "".join(
             f"<li>{html.escape(item)} ({viewer_anchor(link, 'samples')})</li>" for item, link in zip(items, links)
         )
         + "</ul>"
     )
-    return section("findings", "Findings", paragraph(summary), listing, *map(paragraph, caveats))
+
+
+def findings_section(
+    findings: pl.DataFrame,
+    weak_judges: Mapping[str, str],
+    cells: pl.DataFrame,
+    families: pl.DataFrame | None = None,
+) -> str:
+    """The findings: which cells were tested and under which control, the families of tests of the run, then one
+    sentence per finding (cells, then categories)."""
+    checked = severities_with_intervals(cells)
+    clean = cells.filter(pl.col("condition") == CLEAN) if "condition" in cells.columns else cells
+    if not checked:
+        summary = "These metric tables carry no intervals for Delta_i, so no finding can be stated."
+    else:
+        summary = (
+            f"Generated from the metric tables: every Delta_i with an interval of the {clean.height} clean cells (of "
+            f"{cells.height} cells; a control cell is read against its clean cell under Controls) at severities "
+            f"{', '.join(map(str, checked))} is one test of the family 'findings', controlled by Benjamini-Hochberg "
+            "at a false-discovery rate of 5 %: a finding is a Delta_i whose adjusted p-value is at most 5 % (with no "
+            "effect anywhere, the chance of any finding at all). It says nothing about effects too small for this "
+            f"many dialogues. The intervals are {coverage_statement(smallest_supported(clean))}."
+        )
+    parts = [paragraph(summary)]
+    if families is not None and families.height:
+        parts.append(
+            "<p>Families of tests of this run:</p><ul>"
+            + "".join(f"<li>{html.escape(family_sentence(row))}</li>" for row in families.iter_rows(named=True))
+            + "</ul>"
+        )
+    in_cells = findings.filter(pl.col("family") == FINDINGS) if "family" in findings.columns else findings
+    in_categories = (
+        findings.filter(pl.col("family") == CATEGORIES) if "family" in findings.columns else findings.clear()
+    )
+    if in_cells.height == 0:
+        parts.append(
+            paragraph("No Delta_i survives the control of its family: every measured effect is within the noise.")
+        )
+    else:
+        parts.append(_finding_list(list(in_cells.iter_rows(named=True))))
+    if in_categories.height:
+        parts.append("<h3>Per harm category</h3>" + _finding_list(list(in_categories.iter_rows(named=True))))
+    judges = dict.fromkeys(findings["judge"].to_list()) if findings.height else {}
+    parts += [paragraph(weak_finding_caveat(j, weak_judges[j])) for j in judges if j in weak_judges]
+    return section("findings", "Findings", *parts)
 
 
 def figure_html(name: str, title: str, caption: str) -> str:
@@ -260,10 +302,18 @@ DEFINITIONS = (
     "Position bias PB(L, k) = M(L, k) - M(L, 1) for dialogue length L and unsafe-turn position k; AvgAbsPB is "
     "the mean |PB| over the (L, k >= 2) with enough dialogues; its noise reference is a permutation null "
     "(positions shuffled within dialogues).",
-    "Intervals: 95 % cluster bootstrap over dialogues, percentile intervals; sensitivity's from the Delta_i "
-    "(the smallest lower bound, the smallest simultaneous upper bound), since the percentile interval of a "
-    "resampled minimum misses a minimum that several severities attain. Prompt selection: k-fold cross-validation "
-    "over dialogues; cross-validated values pool each dialogue's held-out score.",
+    "Intervals: nominal 95 % cluster bootstrap over dialogues: studentized for Delta_i and mean_safe, from the "
+    "smallest studentized deviation of the severities that can attain the minimum for sensitivity (the percentile "
+    "interval of a resampled minimum misses a minimum that several severities attain), percentile for specificity, "
+    "position bias and every difference. Their coverage is measured by simulation (docs/metrics.md); a zero-width "
+    "interval (every resample gives the same value) is marked: it says nothing about the noise. Prompt selection: "
+    "k-fold cross-validation over dialogues; cross-validated values pool each dialogue's held-out score.",
+    "Families of tests: every statement read off an interval belongs to a family controlled as a whole: findings "
+    "and category findings by Benjamini-Hochberg (false-discovery rate 5 %), control flags by Holm (family-wise "
+    "error rate 5 %), behaviour patterns by their bootstrap share. One cell is recommended over another only where "
+    "their paired difference (both on the same resampled dialogues) has an interval that excludes 0; otherwise "
+    "they are tied. An absence (ignores audio, text-anchored) is claimed only by an equivalence test against "
+    "metrics.equivalence_margin.",
     "Minimum support: a value resting on fewer dialogues than metrics.min_dialogues is not estimable: shown with "
     "its n, without an interval, and never a finding or a flag.",
 )
@@ -336,6 +386,8 @@ class ReportContent:
     # (`lalm_judge.report.modality.modality_section`).
     flow: Mapping[str, Any] | None = None
     modality: str = ""
+    # The families of tests of the run (`lalm_judge.analysis.findings.families`).
+    families: pl.DataFrame | None = None
 
 
 def render_html(content: ReportContent) -> str:
@@ -359,7 +411,7 @@ def render_html(content: ReportContent) -> str:
             "score and status, and its control versions"
         ),
         html_table(content.overview, css_class="data overview"),
-        findings_section(content.findings, weak, content.cells),
+        findings_section(content.findings, weak, content.cells, content.families),
         judges_section(content.judges, content.unpinned),
         guide_section(content.guide, weak, content.flow),
         figures_section(content.figure_names),
@@ -368,7 +420,8 @@ def render_html(content: ReportContent) -> str:
             "cells",
             "Metrics per judge cell",
             paragraph(
-                "Point estimates with 95 % cluster-bootstrap intervals; a cell without metrics, or lacking a "
+                "Point estimates with cluster-bootstrap intervals: "
+                f"{coverage_statement(smallest_supported(content.cells))}. A cell without metrics, or lacking a "
                 "severity, says why. audio_input: what the judge takes for the audio ('cascade via <asr model>': "
                 "an ASR transcript, not the audio)."
             ),
@@ -399,7 +452,11 @@ def render_html(content: ReportContent) -> str:
             paragraph(
                 "Cross-validated values (each dialogue scored by the prompt chosen without it, comparable with the "
                 "cells) with 95 % intervals; AvgAbsPB at the prompts selected for sensitivity and specificity. "
-                "Configurations lacking a severity are compared only among themselves."
+                "Configurations lacking a severity are compared only among themselves, and only configurations whose "
+                "values are estimable are placed on or off the front. front_status: a configuration off the front "
+                "is 'dominated' only where a front configuration beats it by a paired difference whose interval "
+                "excludes 0 on one objective and is worse on none (dominated_by names it); otherwise it is 'tied "
+                "with the front'."
             ),
             html_table(pareto_display(content.pareto)),
         ),

@@ -14,7 +14,7 @@ from matplotlib.lines import Line2D
 
 from lalm_judge.analysis.engine import TARGET_METRICS
 from lalm_judge.analysis.modality import ASR_LOSS, GAIN, OVER_AUDIO
-from lalm_judge.analysis.support import ESTIMATED, NOT_ESTIMABLE
+from lalm_judge.analysis.support import NOT_ESTIMABLE, WITH_INTERVAL
 from lalm_judge.core.table_sets import ModalityTables
 from lalm_judge.report.controls import ControlFigure
 from lalm_judge.report.figures import _placeholder_figure, plt, save_figure
@@ -35,6 +35,7 @@ PATTERN_WORDS = {
     "conservative": "conservative",
     "interference": "interference",
     "unclassified": "unclassified",
+    "undetermined": "undetermined",
 }
 
 
@@ -88,12 +89,12 @@ def _draw_panel(axis, part: pl.DataFrame, labels: Sequence[str]) -> None:
         low = rows["value_lo"].cast(pl.Float64).fill_null(np.nan).to_numpy()
         high = rows["value_hi"].cast(pl.Float64).fill_null(np.nan).to_numpy()
         error = np.nan_to_num(np.abs(np.vstack([value - low, high - value])))
-        estimated = (rows["status"] == ESTIMATED).to_numpy()
+        estimated = rows["status"].is_in(WITH_INTERVAL).to_numpy()
         colour = COLOURS[quantity]
         axis.errorbar(value[estimated], y[estimated], xerr=error[:, estimated], fmt="o", color=colour, capsize=2)
         axis.plot(value[~estimated], y[~estimated], "o", markerfacecolor="none", color=colour)
         handles.append(Line2D([], [], marker="o", linestyle="", color=colour, label=LABELS[quantity]))
-    if not (part["status"] == ESTIMATED).all():
+    if not part["status"].is_in(WITH_INTERVAL).all():
         handles.append(
             Line2D([], [], marker="o", linestyle="", markerfacecolor="none", color="grey", label="no interval")
         )
@@ -133,9 +134,9 @@ def write_modality_figures(modality_dir: str | os.PathLike, figure_dir: str | os
 def _value_text(row: Mapping | None) -> str:
     if row is None:
         return MISSING
-    if row["status"] in (ESTIMATED, NOT_ESTIMABLE) and row["value"] is not None:
-        shown = interval_text(row["value"], row["value_lo"], row["value_hi"])
-        return shown if row["status"] == ESTIMATED else f"{shown} (n < minimum, no interval)"
+    if row["status"] in (*WITH_INTERVAL, NOT_ESTIMABLE) and row["value"] is not None:
+        shown = interval_text(row["value"], row["value_lo"], row["value_hi"], row["status"])
+        return f"{shown} (n < minimum, no interval)" if row["status"] == NOT_ESTIMABLE else shown
     return row["status"].replace("_", " ")
 
 
@@ -160,6 +161,19 @@ def effects_display(effects: pl.DataFrame) -> pl.DataFrame:
     return pl.DataFrame(rows, schema=schema | {"n_dialogues": pl.Int64, "note": pl.String})
 
 
+def _share_text(row: Mapping) -> str | None:
+    """The data's pattern and its share of the resamples, with any other pattern the resamples give."""
+    if row.get("data_pattern") is None:
+        return None
+    others = [
+        f"{PATTERN_WORDS[name]} {row[f'share_{name}']:.0%}"
+        for name in PATTERN_WORDS
+        if name not in (row["data_pattern"], "undetermined") and (row.get(f"share_{name}") or 0.0) > 0.0
+    ]
+    shown = f"{PATTERN_WORDS[row['data_pattern']]} {row['pattern_share']:.0%}"
+    return ", ".join([shown, *others])
+
+
 def patterns_display(patterns: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.DataFrame:
     """One row per (judge, prompt): the pattern in words and the rule (or why none), the score shifts with their
     intervals, the dialogues, and a note on weak demo judges."""
@@ -167,7 +181,8 @@ def patterns_display(patterns: pl.DataFrame, weak_judges: Mapping[str, str]) -> 
         {key: row[key] for key in ("judge", "prompt", "condition")}
         | {
             "pattern": PATTERN_WORDS.get(row["pattern"], "not determined"),
-            "why": row["rule"] or row["reason"],
+            "resamples_giving_it": _share_text(row),
+            "why": "; ".join(filter(None, (row.get("rule"), row["reason"]))) or None,
             **{
                 f"score_shift_{g}": interval_text(row[f"shift_{g}"], row[f"shift_{g}_lo"], row[f"shift_{g}_hi"])
                 for g in ("safe", "unsafe")
@@ -177,26 +192,39 @@ def patterns_display(patterns: pl.DataFrame, weak_judges: Mapping[str, str]) -> 
         }
         for row in patterns.iter_rows(named=True)
     ]
-    columns = ("judge", "prompt", "condition", "pattern", "why", "score_shift_safe", "score_shift_unsafe")
+    columns = (
+        "judge",
+        "prompt",
+        "condition",
+        "pattern",
+        "resamples_giving_it",
+        "why",
+        "score_shift_safe",
+        "score_shift_unsafe",
+    )
     schema = dict.fromkeys(columns, pl.String) | {"n_dialogues": pl.Int64, "judge_note": pl.String}
     return pl.DataFrame(rows, schema=schema)
 
 
 DEFINITIONS = (
     "Per judge, prompt and metric M (sensitivity, specificity), M(m, s) being the cell with modality m and "
-    "transcript source s: gain_<s> = M(audio_text, s) - M(text, s); asr_loss_<a> = M(text, gt) - M(text, a) for an "
-    "ASR source a; rescue_<a> = gain_<a> / asr_loss_<a>, the share of the ASR loss the audio wins back, reported "
-    "only where the loss's interval excludes 0; audio_text_vs_audio_gt = M(audio_text, gt) - M(audio, none). "
-    "Intervals: 95 % cluster bootstrap with every cell of a quantity resampled on the same dialogues. Score shift: "
-    "the mean paired s(audio_text, gt) - s(text, gt) on the safe originals and on the variants."
+    "transcript source s: gain_<s> = M(audio_text, s) - M(text, s) (for an ASR source, the loss the audio recovers); "
+    "asr_loss_<a> = M(text, gt) - M(text, a) for an ASR source a; rescue_<a> = gain_<a> / asr_loss_<a>, the share "
+    "of the ASR loss the audio wins back, bounded to [0, 1] and reported only where the loss's interval lies above "
+    "0 (its interval is Fieller's: no resample is divided by its loss); audio_text_vs_audio_gt = M(audio_text, gt) "
+    "- M(audio, none). Intervals: 95 % cluster bootstrap with every cell of a quantity resampled on the same "
+    "dialogues. Score shift: the mean paired s(audio_text, gt) - s(text, gt) on the safe originals and on the "
+    "variants."
 )
 
 PATTERN_RULES = (
-    "Behaviour pattern, the first rule that holds: interference (a gain_gt interval below 0); conservative (both "
-    "score shifts below 0: the audio lowers safe and unsafe scores alike); text-anchored (both gain_gt intervals "
-    "contain 0: the audio changes nothing measurable); balanced (no audio_text_vs_audio interval below 0: at least "
-    "as good as the transcript and as the audio alone); unclassified (better than the transcript, behind the "
-    "audio alone). Not determined without an estimable gain_gt of both metrics (docs/metrics.md, 'Modality')."
+    "Behaviour pattern, the first rule that holds, an effect within metrics.equivalence_margin (m) counting as "
+    "none: interference (a gain_gt below -m); conservative (both score shifts below -m: the audio lowers safe and "
+    "unsafe scores alike); text-anchored (both gain_gt within +-m: the audio changes nothing that matters); "
+    "balanced (a gain_gt above m, no audio_text_vs_audio below -m); unclassified (better than the transcript, "
+    "behind the audio alone). The rule is applied to the data and to every bootstrap resample; a pattern is stated "
+    "only where at least metrics.pattern_min_share of the resamples give it, 'undetermined' otherwise. Not "
+    "determined without an estimable gain_gt of both metrics (docs/metrics.md, 'Modality')."
 )
 
 

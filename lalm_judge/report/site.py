@@ -80,6 +80,7 @@ def build_report(
         overview=overview_table(config, manifests, tables.cells),
         judges=judges,
         findings=summary.findings,
+        families=summary.families,
         guide=summary.guide,
         figure_names=copy_figures(figure_dir, out_dir / "figures"),
         cells=tables.cells,

@@ -12,9 +12,10 @@ from typing import Any
 import polars as pl
 
 from lalm_judge.analysis.engine import CELL_KEYS, CONFIG_KEYS
-from lalm_judge.analysis.support import NOT_ESTIMABLE
+from lalm_judge.analysis.multiplicity import BENJAMINI_HOCHBERG, STABILITY
+from lalm_judge.analysis.support import NOT_ESTIMABLE, WITH_INTERVAL, ZERO_WIDTH
 from lalm_judge.core.tables import ASR
-from lalm_judge.core.vocabulary import TranscriptSource
+from lalm_judge.core.vocabulary import CLEAN, TranscriptSource
 from lalm_judge.manifest.samples import Manifest
 
 DIGITS = 3
@@ -144,18 +145,30 @@ def prompt_selection_summary(prompt_selection: pl.DataFrame) -> pl.DataFrame:
 
 
 NOT_ESTIMABLE_TEXT = "not estimable"
+ZERO_WIDTH_TEXT = "zero width"
 
 
 def interval_text(value: float | None, low: float | None, high: float | None, status: str | None = None) -> str:
     """'value [low, high]' rounded to DIGITS decimals; the value alone when there is no interval, marked when it
-    rests on fewer dialogues than the minimum support."""
+    rests on fewer dialogues than the minimum support, and an interval of zero width marked as such."""
     if value is None:
         return MISSING
     if status == NOT_ESTIMABLE:
         return f"{cell_text(value)} ({NOT_ESTIMABLE_TEXT})"
     if low is None and high is None:
         return cell_text(value)
-    return f"{cell_text(value)} [{cell_text(low)}, {cell_text(high)}]"
+    shown = f"{cell_text(value)} [{cell_text(low)}, {cell_text(high)}]"
+    return f"{shown} ({ZERO_WIDTH_TEXT})" if status == ZERO_WIDTH else shown
+
+
+def smallest_supported(cells: pl.DataFrame) -> int | None:
+    """The fewest dialogues a clean cell's sensitivity with an interval rests on (the size at which the report
+    words its intervals), None where no cell has one."""
+    if "sensitivity_n_dialogues" not in cells.columns or "sensitivity_status" not in cells.columns:
+        return None
+    clean = cells.filter(pl.col("condition") == CLEAN) if "condition" in cells.columns else cells
+    supported = clean.filter(pl.col("sensitivity_status").is_in(WITH_INTERVAL))["sensitivity_n_dialogues"]
+    return int(supported.min()) if supported.len() else None
 
 
 def with_interval(
@@ -246,7 +259,8 @@ def position_bias_display(cells: pl.DataFrame) -> pl.DataFrame:
 
 
 def pareto_display(pareto: pl.DataFrame) -> pl.DataFrame:
-    """The Pareto table as shown: cross-validated values and AvgAbsPB objectives with their intervals."""
+    """The Pareto table as shown: cross-validated values and AvgAbsPB objectives with their intervals, and where each
+    configuration stands against the front."""
     intervals = ("cv_sensitivity", "cv_specificity", "avg_abs_pb_sensitivity", "avg_abs_pb_specificity")
     table = pareto.select(
         *CONFIG_KEYS,
@@ -256,7 +270,9 @@ def pareto_display(pareto: pl.DataFrame) -> pl.DataFrame:
         *_interval_columns(pareto, intervals),
         "complete",
         "front_objectives",
+        *(name for name in ("n_compared",) if name in pareto.columns),
         "on_front",
+        *(name for name in ("front_status", "dominated_by") if name in pareto.columns),
     )
     return with_intervals(table, intervals)
 
@@ -294,11 +310,31 @@ def min_support_warning(cells: pl.DataFrame, flags: pl.DataFrame | None = None) 
     )
 
 
+def zero_width_warning(cells: pl.DataFrame) -> str | None:
+    """How many values of the cells have an interval of zero width (every resample gives the same value)."""
+    statuses = [name for name in cells.columns if name.endswith("_status")]
+    if not statuses:
+        return None
+    count = int(
+        cells.select(pl.sum_horizontal((pl.col(n) == ZERO_WIDTH).fill_null(False) for n in statuses)).sum().item()
+    )
+    if count == 0:
+        return None
+    return (
+        f"{count} interval(s) of the cells have zero width (marked '{ZERO_WIDTH_TEXT}'): every resample of the "
+        "dialogues gives the same value (a specificity of 1 in each, say). That is no measure of the noise: more "
+        "dialogues, or more severities, would show it."
+    )
+
+
 def metric_warnings(cells: pl.DataFrame, flags: pl.DataFrame | None = None) -> list[str]:
-    """Warnings the report shows above its tables: values below the minimum support, position bias no larger
-    than noise or not estimated, cells lacking a severity, ASR cascades standing in for audio."""
+    """Warnings the report shows above its tables: values below the minimum support, intervals of zero width,
+    position bias no larger than noise or not estimated, cells lacking a severity, ASR cascades standing in for
+    audio."""
     support = min_support_warning(cells, flags)
     warnings = [support] if support else []
+    zero = zero_width_warning(cells)
+    warnings += [zero] if zero else []
     measured = cells.filter(pl.col("avg_abs_pb_sensitivity").is_not_null())
     if measured.height == 0 and cells.height:
         warnings.append(
@@ -333,14 +369,33 @@ def metric_warnings(cells: pl.DataFrame, flags: pl.DataFrame | None = None) -> l
     return warnings
 
 
+def family_sentence(row: dict) -> str:
+    """A family in words, as the report and `lalm-judge findings` print it."""
+    if row["control"] == STABILITY:
+        control = f"each label stated only where at least {row['level']:.0%} of the resamples give it"
+    else:
+        kind = "false-discovery rate" if row["control"] == BENJAMINI_HOCHBERG else "family-wise error rate"
+        control = f"{row['control']}, {kind} {row['level']:.0%}"
+    return f"{row['family']}: {row['size']} {row['tests']}; {control}; {row['n_claims']} {row['claims']}."
+
+
 def guide_display(guide: pl.DataFrame, weak_judges: Mapping[str, str]) -> pl.DataFrame:
-    table = with_interval(guide, "value", "ci_lo", "ci_hi").with_columns(
+    """The guide as shown: the value with its interval (or status), the candidates and how many of them the cell
+    is tied with, whom, and a note on weak demo judges."""
+    table = with_interval(guide, "value", "ci_lo", "ci_hi", "status").with_columns(
         judge_note=pl.col("judge").replace_strict(
             {name: "weak demo model" for name in weak_judges}, default=None, return_dtype=pl.String
-        )
+        ),
+        candidates=pl.when(pl.col("n_tied") > 0)
+        .then(pl.format("{} ({} tied)", "n_candidates", "n_tied"))
+        .otherwise(pl.col("n_candidates").cast(pl.String)),
     )
-    # The guide table carries its provenance (shown once, in the provenance table), not a column of the guide.
-    return table.drop("metric", "condition", *(name for name in PROVENANCE_COLUMNS if name in table.columns))
+    # The guide table carries its provenance (shown once, in the provenance table), not a column of the guide; the
+    # counts of estimable and separated candidates are in its note and in guide.parquet.
+    dropped = ("metric", "condition", "n_candidates", "n_tied", "n_estimable", "n_separated", *PROVENANCE_COLUMNS)
+    table = table.drop(*(name for name in dropped if name in table.columns))
+    order = [name for name in table.columns if name not in ("candidates", "tied_with", "note", "judge_note")]
+    return table.select(*order, "candidates", "tied_with", "note", "judge_note")
 
 
 def overview_table(config: Mapping[str, Any], manifests: Sequence[Manifest], cells: pl.DataFrame) -> pl.DataFrame:

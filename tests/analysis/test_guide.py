@@ -167,15 +167,63 @@ def test_ties_are_broken_by_the_other_priorities_then_by_name():
         cell("a", "text", "gt", sens=0.5, spec=0.8, pb=0.1),
         cell("m", "text", "gt", sens=0.5, spec=0.8, pb=0.1),
     )
+    # Without paired comparisons nothing separates the candidates: every other one is tied with the first listed
+    # (the guide used to call z the best specificity outright, on point estimates 0.9 against 0.8).
     table = practitioner_guide(cells)
     sens = pick(table, TEXT_ONLY, "gt", "sensitivity")
-    assert (sens["judge"], sens["n_tied"]) == ("z", 2)  # equal sensitivity: higher specificity wins
-    assert "tie" in sens["note"]
+    assert (sens["judge"], sens["n_tied"]) == ("z", 2)  # equal sensitivity: higher specificity is listed first
+    assert "tied with 2 other candidate(s)" in sens["note"]
     spec = pick(table, TEXT_ONLY, "gt", "specificity")
-    assert (spec["judge"], spec["n_tied"], spec["note"]) == ("z", 0, None)
+    assert (spec["judge"], spec["n_tied"], spec["n_separated"]) == ("z", 2, 0)
     stable = pick(table, TEXT_ONLY, "gt", "stability")
     # a and m tie on everything: the name decides.
-    assert (stable["judge"], stable["n_tied"]) == ("a", 1)
+    assert (stable["judge"], stable["n_tied"]) == ("a", 2)
+
+
+def comparison(a: dict, b: dict, metric: str, difference: float, low: float, high: float) -> dict:
+    """A comparisons.parquet row of cell a against cell b."""
+    separated = low > 0 or high < 0
+    better = None
+    if separated:
+        a_better = (high < 0) if metric.startswith("avg_abs_pb") else (low > 0)
+        better = "a" if a_better else "b"
+    return {
+        **{f"{k}_a": a[k] for k in ("judge", "modality", "transcript_source", "prompt", "condition")},
+        **{f"{k}_b": b[k] for k in ("judge", "modality", "transcript_source", "prompt", "condition")},
+        "metric": metric,
+        "difference": difference,
+        "difference_lo": low,
+        "difference_hi": high,
+        "status": "ok",
+        "separated": separated,
+        "better": better,
+    }
+
+
+def test_the_guide_says_tied_where_the_paired_interval_includes_zero():
+    """a (0.6) is listed first; its paired difference with b (0.5) has an interval that includes 0, so the two are
+    tied; with c (0.2) it excludes 0, so a is recommended over c. Seen from the other order (b against a), the
+    comparison is read with its sign flipped."""
+    a, b, c = cell("a", "text", "gt", sens=0.6), cell("b", "text", "gt", sens=0.5), cell("c", "text", "gt", sens=0.2)
+    comparisons = pl.DataFrame(
+        [
+            comparison(b, a, "sensitivity", -0.1, -0.25, 0.05),
+            comparison(a, c, "sensitivity", 0.4, 0.2, 0.6),
+            comparison(b, c, "sensitivity", 0.3, 0.1, 0.5),
+        ]
+    )
+    row = pick(practitioner_guide(cells_table(a, b, c), comparisons=comparisons), TEXT_ONLY, "gt", "sensitivity")
+    assert (row["judge"], row["n_candidates"], row["n_tied"], row["n_separated"]) == ("a", 3, 1, 1)
+    assert row["tied_with"] == "b text/gt basic"
+    assert row["note"].startswith("tied with 1 other candidate(s): their paired 95 % interval")
+    # Separated from both: recommended over both, no tie.
+    clear = comparisons.with_columns(
+        difference_hi=pl.when(pl.col("judge_a") == "b").then(-0.02).otherwise(pl.col("difference_hi")),
+        separated=pl.lit(True),
+        better=pl.when(pl.col("judge_a") == "b").then(pl.lit("b")).otherwise(pl.col("better")),
+    )
+    row = pick(practitioner_guide(cells_table(a, b, c), comparisons=clear), TEXT_ONLY, "gt", "sensitivity")
+    assert (row["n_tied"], row["n_separated"], row["tied_with"], row["note"]) == (0, 2, None, None)
 
 
 def test_missing_combination_gets_a_no_usable_configuration_row():
@@ -264,6 +312,18 @@ def test_a_recommendation_below_the_minimum_support_says_it_is_not_estimable():
     )
     row = pick(practitioner_guide(table), TEXT_ONLY, "gt", "sensitivity")
     assert row["judge"] == "j" and row["value"] == 0.3 and row["ci_lo"] is None
+    assert (row["status"], row["n_estimable"]) == ("not_estimable", 0)
     assert "not estimable: sensitivity rests on 2 dialogue(s), below the minimum support" in row["note"]
+    assert "0 of 1 candidates are estimable" in row["note"]
     specificity = pick(practitioner_guide(table), TEXT_ONLY, "gt", "specificity")
     assert "not estimable" not in (specificity["note"] or "")
+
+
+def test_an_estimable_candidate_is_listed_before_a_better_looking_one_that_is_not():
+    """b's sensitivity (0.8) rests on too few dialogues: a (0.3, estimable) is listed first, and the row says how
+    many candidates are estimable."""
+    table = cells_table(cell("a", "text", "gt", sens=0.3), cell("b", "text", "gt", sens=0.8)).with_columns(
+        sensitivity_status=pl.Series(["ok", "not_estimable"])
+    )
+    row = pick(practitioner_guide(table), TEXT_ONLY, "gt", "sensitivity")
+    assert (row["judge"], row["status"], row["n_estimable"], row["n_candidates"]) == ("a", "ok", 1, 2)

@@ -9,7 +9,7 @@ import pytest
 
 from bench import simulated
 from lalm_judge.analysis import engine, inputs, stage
-from lalm_judge.analysis.stats import bootstrap_weights, sensitivity_interval
+from lalm_judge.analysis.stats import StudentizedRatios, bootstrap_weights, sensitivity_interval
 from lalm_judge.cli import metrics as metrics_cli
 
 CELL = {"judge": "j", "modality": "text", "transcript_source": "gt", "prompt": "basic", "condition": "clean"}
@@ -204,31 +204,51 @@ def test_missing_column_is_named(tmp_path):
         inputs.read_scores([path])
 
 
+def _severity_array(frame: pl.DataFrame, column: str) -> np.ndarray:
+    """(n_cells, 5) of a per (cell, severity) column, cells in prompt order, NaN where a severity is absent."""
+    wide = frame.pivot(on="severity", index="prompt", values=column).sort("prompt")
+    return np.stack(
+        [
+            wide[str(i)].to_numpy() if str(i) in wide.columns else np.full(wide.height, np.nan)
+            for i in engine.SEVERITY_LEVELS
+        ],
+        axis=-1,
+    ).astype(float)
+
+
 def test_vectorized_bootstrap_matches_per_resample_group_by():
-    """The matrix-product bootstrap gives the same bounds (percentile for specificity and each Delta_i, the
-    adjusted interval of the minimum for sensitivity) as resampling dialogues and recomputing every metric with
-    polars group_by, using the same resample counts."""
+    """The matrix-product bootstrap gives the same bounds (percentile for specificity, studentized for each Delta_i,
+    the interval of the minimum for sensitivity) as resampling dialogues and recomputing every metric and every
+    standard error with polars group_by, using the same resample counts."""
     scores = simulated.simulate_scores(n_dialogues=9, judges=("j",), modalities=(("text", "gt"),), failure_rate=0.1)
     n_boot = 40
     tables = compute(scores, engine.MetricSettings(n_boot=n_boot, seed=5, n_folds=3, min_dialogues=1))
     dialogue_ids = sorted(scores["dialogue_id"].unique().to_list())
-    resampled = [
-        simulated.cell_metrics_by_group_by(simulated.resample_dialogues(scores, dialogue_ids, counts)).sort("prompt")
-        for counts in bootstrap_weights(len(dialogue_ids), n_boot, seed=5)
-    ]
+    weights = bootstrap_weights(len(dialogue_ids), n_boot, seed=5)
+    resampled = [simulated.resample_dialogues(scores, dialogue_ids, counts) for counts in weights]
     cells = tables.cells.sort("prompt")
-    samples = {
-        metric: np.array([frame[metric].to_numpy() for frame in resampled])
-        for metric in ("specificity", *(f"delta_{i}" for i in engine.SEVERITY_LEVELS))
-    }
-    expected = {metric: np.quantile(values, [0.025, 0.975], axis=0) for metric, values in samples.items()}
-    deltas = np.stack([samples[f"delta_{i}"] for i in engine.SEVERITY_LEVELS], axis=-1)
+    specificity = np.array(
+        [simulated.cell_metrics_by_group_by(rows).sort("prompt")["specificity"].to_numpy() for rows in resampled]
+    )
+    expected = {"specificity": np.quantile(specificity, [0.025, 0.975], axis=0)}
+    point = simulated.delta_standard_errors_by_group_by(scores)
+    value, se = _severity_array(point, "delta"), _severity_array(point, "se")
+    per_resample = [simulated.delta_standard_errors_by_group_by(rows) for rows in resampled]
+    resampled_value = np.array([_severity_array(frame, "delta") for frame in per_resample])
+    studentized = (resampled_value - value) / np.array([_severity_array(frame, "se") for frame in per_resample])
+    deltas = StudentizedRatios(value, se, resampled_value, studentized)
+    low_q, high_q = np.quantile(studentized, [0.025, 0.975], axis=0)
+    for i in engine.SEVERITY_LEVELS:
+        expected[f"delta_{i}"] = (
+            value[:, i - 1] - high_q[:, i - 1] * se[:, i - 1],
+            value[:, i - 1] - low_q[:, i - 1] * se[:, i - 1],
+        )
     expected["sensitivity"] = sensitivity_interval(deltas)
     for metric, (low, high) in expected.items():
-        np.testing.assert_allclose(cells[f"{metric}_lo"].to_numpy(), low, rtol=1e-10, atol=1e-12)
-        np.testing.assert_allclose(cells[f"{metric}_hi"].to_numpy(), high, rtol=1e-10, atol=1e-12)
-    point = simulated.cell_metrics_by_group_by(scores).sort("prompt")
-    np.testing.assert_allclose(cells["sensitivity"].to_numpy(), point["sensitivity"].to_numpy(), rtol=1e-12)
+        np.testing.assert_allclose(cells[f"{metric}_lo"].to_numpy(), low, rtol=1e-9, atol=1e-12)
+        np.testing.assert_allclose(cells[f"{metric}_hi"].to_numpy(), high, rtol=1e-9, atol=1e-12)
+    reference = simulated.cell_metrics_by_group_by(scores).sort("prompt")
+    np.testing.assert_allclose(cells["sensitivity"].to_numpy(), reference["sensitivity"].to_numpy(), rtol=1e-12)
 
 
 def test_prompt_selection_picks_the_informative_prompt_and_pareto_uses_it():

@@ -9,7 +9,7 @@ import pytest
 from bench import simulated
 from lalm_judge.analysis import controls, engine, inputs, stage
 from lalm_judge.analysis.findings import delta_findings
-from lalm_judge.analysis.support import NOT_ESTIMABLE
+from lalm_judge.analysis.support import NOT_ESTIMABLE, ZERO_WIDTH
 from lalm_judge.cli import metrics as metrics_cli
 from lalm_judge.core.taxonomy import InvalidIdentifier, VariantKey
 
@@ -91,10 +91,14 @@ def test_one_and_two_dialogues_are_not_estimable_and_give_no_findings(n_dialogue
 
 
 def test_at_the_minimum_every_value_has_its_interval_and_the_findings_come_back():
+    """Every value has its interval; the specificity, 1 in every resample (the severities are ordered in every
+    dialogue), has one of zero width, kept and marked `zero_width` (it used to be `ok`)."""
     tables = stage.compute_metrics(harsh_dialogues(10), DEFAULTS)
     (cell,) = tables.cells.iter_rows(named=True)
     for name in INTERVAL_VALUES:
-        assert cell[f"{name}_status"] == "ok" and cell[f"{name}_lo"] is not None, name
+        expected = ZERO_WIDTH if name == "specificity" else "ok"
+        assert cell[f"{name}_status"] == expected and cell[f"{name}_lo"] is not None, name
+    assert cell["specificity_lo"] == cell["specificity_hi"] == 1.0
     assert delta_findings(tables.cells)["severity"].to_list() == [5, 4, 3, 2, 1]
     assert delta_findings(tables.cells)["n_dialogues"].to_list() == [10] * 5
 
@@ -135,6 +139,31 @@ def test_position_bias_counts_only_dialogues_whose_original_parsed():
     paired = rows("a", 0.9, scores) + rows("b", 0.8, scores) + rows("c", 0.85, scores)
     again = stage.compute_metrics(frame(paired), settings).position_bias
     assert again["n_dialogues"].to_list() == [3, 3, 3, 3] and again.filter(pl.col("position") == 2)["included"].all()
+
+
+def test_avg_abs_pb_is_no_better_supported_than_the_pb_it_averages():
+    """12 dialogues, 6 of each length: the cell has the minimum of 10 paired dialogues, but every PB(L, k) it averages
+    rests on 6 or fewer. AvgAbsPB used to be `ok` with an interval; now it is not estimable, keeps its value, and says
+    on how many estimable inputs it rests (none of its five)."""
+    scores = inputs.validate_scores(
+        simulated.simulate_scores(
+            n_dialogues=12, judges=("j",), modalities=(("text", "gt"),), prompts=("p",), seed=0, failure_rate=0.0
+        )
+    )
+    settings = engine.MetricSettings(n_boot=50, seed=0, n_folds=2, n_permutations=20)
+    tables = stage.compute_metrics(scores, settings)
+    (cell,) = tables.cells.iter_rows(named=True)
+    included = tables.position_bias.filter(pl.col("metric") == "sensitivity", pl.col("included"))
+    assert included.height == 5 and (included["n_dialogues"] <= 6).all()
+    assert set(included["status"]) == {NOT_ESTIMABLE}
+    assert cell["avg_abs_pb_sensitivity_status"] == NOT_ESTIMABLE and cell["avg_abs_pb_sensitivity_lo"] is None
+    assert cell["avg_abs_pb_sensitivity"] is not None
+    assert (cell["avg_abs_pb_sensitivity_n_included"], cell["avg_abs_pb_sensitivity_n_estimable"]) == (5, 0)
+    assert cell["sensitivity_status"] == "ok"  # the cell's own values rest on its 12 dialogues
+    # With the PB minimum met for every (L, k) (min_dialogues 6), AvgAbsPB is estimable again.
+    lowered = stage.compute_metrics(scores, engine.MetricSettings(n_boot=50, seed=0, n_folds=2, min_dialogues=6))
+    (again,) = lowered.cells.iter_rows(named=True)
+    assert again["avg_abs_pb_sensitivity_status"] == "ok" and again["avg_abs_pb_sensitivity_lo"] is not None
 
 
 def test_mean_safe_is_the_mean_over_dialogues_of_their_safe_scores():

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from html import escape
 from pathlib import Path
 
 import numpy as np
@@ -221,9 +222,9 @@ def workspace(tmp_path_factory) -> dict:
     figures.write_figures(root / "metrics", root / "figures")
     controls.run_controls([score_path], root / "metrics", root / "controls", settings, prosody_paths=[prosody_path])
     metrics = root / "metrics"
-    stage.run_guide(metrics / "cells.parquet", metrics / "pareto.parquet", root / "controls" / "flags.parquet", metrics)
     report_controls.write_control_figures(root / "controls", root / "control_figures")
     modality.run_modality([score_path], root / "modality", settings)
+    run_guide(root)
     report_modality.write_modality_figures(root / "modality", root / "modality_figures")
     flow.run_decision_flow(metrics / "guide.parquet", root / "decision_flow.json")
     manifests = [write_manifest(root, d, lines) for d, lines in DIALOGUES.items()]
@@ -236,6 +237,21 @@ def workspace(tmp_path_factory) -> dict:
         "asr": [write_asr_table(root, d) for d in DIALOGUES],
         "accounting": accounting,
     }
+
+
+def run_guide(root: Path, modality_root: Path | None = None) -> None:
+    """The guide stage on the metric and control tables under root and the modality tables under modality_root
+    (default root), as the workflow runs it."""
+    metrics = root / "metrics"
+    stage.run_guide(
+        metrics / "cells.parquet",
+        metrics / "pareto.parquet",
+        root / "controls" / "flags.parquet",
+        metrics,
+        categories_path=metrics / "categories.parquet",
+        comparisons_path=metrics / "comparisons.parquet",
+        patterns_path=(modality_root or root) / "modality" / "patterns.parquet",
+    )
 
 
 def build(workspace: dict, out_dir: Path, n_examples: int = 2) -> Path:
@@ -338,18 +354,29 @@ def test_weak_judge_reason_is_the_registry_weak_key_never_words_of_the_descripti
     assert tables.weak_judge_reason({"backend": "vllm", "model": "Qwen/Qwen2-Audio-7B-Instruct", "weak": None}) is None
 
 
-def test_findings_section_states_each_interval_that_excludes_zero(built, workspace):
-    """The sentences come from the metric tables: one per (cell, severity) of delta_findings, in its order, and one
-    caveat per weak judge among them."""
+def test_findings_section_states_each_finding_of_its_family_and_names_every_family(built, workspace):
+    """The sentences come from the guide stage's findings: one per (cell[, category], severity), in its order, after
+    one line per family of tests (its size, control and claims), and one caveat per weak judge among them."""
     _, page = built
     section = re.search(r'<section id="findings">.*?</section>', page, flags=re.S).group(0)
-    expected = delta_findings(pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet"))
+    metrics = workspace["root"] / "metrics"
+    expected = pl.read_parquet(metrics / "findings.parquet")
+    cells = pl.read_parquet(metrics / "cells.parquet")
+    recomputed = delta_findings(cells, pl.read_parquet(metrics / "categories.parquet"))
+    assert expected.select(recomputed.columns).equals(recomputed)
     assert expected.height > 0 and "minilm" in expected["judge"].to_list()  # the simulated judges react to harm
+    families = pl.read_parquet(metrics / "families.parquet")
+    assert families["family"].to_list() == ["findings", "categories", "control flags", "modality patterns"]
     items = re.findall(r"<li>(.*?)</li>", section)
-    assert len(items) == expected.height
-    for item, finding in zip(items, expected.iter_rows(named=True)):
+    assert items[: families.height] == [escape(tables.family_sentence(row)) for row in families.iter_rows(named=True)]
+    findings = items[families.height :]
+    assert len(findings) == expected.height
+    for item, finding in zip(findings, expected.iter_rows(named=True)):
         assert item.startswith(f"{finding['judge']} ({finding['modality']}, ")
         assert f"Delta_{finding['severity']} = {tables.cell_text(finding['delta'])}, 95 % CI" in item
+        assert f"over the {finding['family_size']} tests of its family" in item
+    clean = cells.filter(pl.col("condition") == "clean").height
+    assert f"of the {clean} clean cells (of {cells.height} cells" in section
     assert section.count("Caveat: minilm is a weak demo model (embedding-similarity baseline") == 1
     assert "Caveat: qwen_audio" not in section
 
@@ -357,9 +384,14 @@ def test_findings_section_states_each_interval_that_excludes_zero(built, workspa
 def test_finding_sentences_for_a_drop_and_a_rise():
     finding = dict(zip(engine.CELL_KEYS, ("minilm", "text", "gt", "basic", "clean")))
     finding |= {"severity": 5, "delta": 0.1101, "delta_lo": 0.0591, "delta_hi": 0.1681, "n_dialogues": 24}
+    finding |= {"p_value": 0.001, "p_adjusted": 0.004, "family_size": 20}
     assert html.finding_sentence(finding | {"direction": "drop"}) == (
         "minilm (text, gt transcript, basic prompt, clean) scores severity-5 variants 0.110 lower than their safe "
-        "originals (Delta_5 = 0.110, 95 % CI 0.059 to 0.168, 24 dialogues)."
+        "originals (Delta_5 = 0.110, 95 % CI 0.059 to 0.168, p = 0.001, adjusted 0.004 over the 20 tests of its "
+        "family, 24 dialogues)."
+    )
+    assert html.finding_sentence(finding | {"direction": "drop", "category": "hate"}).startswith(
+        "minilm (text, gt transcript, basic prompt, clean) scores severity-5 hate variants 0.110 lower"
     )
     rise = finding | {
         "transcript_source": "none",
@@ -380,7 +412,8 @@ def test_guide_is_rendered_and_written_as_parquet(built, workspace):
     cells = pl.read_parquet(workspace["root"] / "metrics" / "cells.parquet")
     pareto = pl.read_parquet(workspace["root"] / "metrics" / "pareto.parquet")
     flags = pl.read_parquet(workspace["root"] / "controls" / "flags.parquet")
-    expected = practitioner_guide(cells, pareto, flags=flags)
+    comparisons = pl.read_parquet(workspace["root"] / "metrics" / "comparisons.parquet")
+    expected = practitioner_guide(cells, pareto, flags=flags, comparisons=comparisons)
     assert written.select(expected.columns).equals(expected)
     assert section.count("<tr>") == expected.height + 1  # header row + one per recommendation
     first = expected.row(0, named=True)
@@ -460,9 +493,17 @@ def test_the_report_shows_every_control_with_its_interval_and_flags(built):
 
 
 def test_the_flags_name_the_judge_that_ignores_audio_and_the_one_the_injection_moves(workspace):
+    """minilm's audio does not move under silence: ignores_audio, shown by equivalence. qwen_audio's injected
+    variants score 0.3 higher, an interval well above 0; but on 8 dialogues an exact sign-flip test has no p-value
+    below 2 / 256, which Holm's control over the run's 36 checks cannot flag (it used to be flagged with no family
+    at all): the verdict says so."""
     flags = pl.read_parquet(workspace["root"] / "controls" / "flags.parquet")
     flagged = flags.filter(pl.col("flagged")).select("judge", "check").unique().sort("check")
-    assert flagged.rows() == [("minilm", "ignores_audio"), ("qwen_audio", "injection_susceptible")]
+    assert flagged.rows() == [("minilm", "ignores_audio")]
+    injected = flags.filter(pl.col("judge") == "qwen_audio", pl.col("check") == "injection_susceptible")
+    assert (injected["value_lo"] > 0.1).all() and (injected["p_value"] == 2 / 256).all()
+    assert set(injected["verdict"]) == {"not flagged: below 5 % alone, not after Holm over the family"}
+    assert set(flags["family_size"]) == {flags.height}
     # The TTS control scores exactly like the original: Delta 0, nothing flagged.
     tts = flags.filter(pl.col("check") == "reacts_to_synthesis")
     assert tts.height and tts["value"].abs().max() < 1e-12
@@ -500,11 +541,10 @@ def test_overview_lists_the_prompts_measured_not_the_configured_default():
 def test_findings_section_without_intervals_or_without_findings_says_so():
     old_tables = pl.DataFrame({"judge": ["j"], "delta_5": [0.3]})
     assert "carry no intervals for Delta_i" in html.findings_section(delta_findings(old_tables), {}, old_tables)
-    cells = pl.DataFrame({**dict.fromkeys(engine.CELL_KEYS, ["x"]), "n_dialogues": [9]}).with_columns(
-        delta_5=pl.lit(0.01), delta_5_lo=pl.lit(-0.02), delta_5_hi=pl.lit(0.04)
-    )
+    cells = pl.DataFrame({**dict.fromkeys(engine.CELL_KEYS, ["x"]), "condition": ["clean"], "n_dialogues": [9]})
+    cells = cells.with_columns(delta_5=pl.lit(0.01), delta_5_lo=pl.lit(-0.02), delta_5_hi=pl.lit(0.04), delta_5_p=0.4)
     section = html.findings_section(delta_findings(cells), {"x": "weak"}, cells)
-    assert "checked at severities 5" in section and "within the noise" in section and "Caveat" not in section
+    assert "at severities 5 is one test" in section and "within the noise" in section and "Caveat" not in section
 
 
 def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp_path):
@@ -515,7 +555,7 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
     metrics = root / "metrics"
     stage.run_metrics(workspace["scores"], metrics, settings)
     controls.run_controls(workspace["scores"], metrics, root / "controls", settings)
-    stage.run_guide(metrics / "cells.parquet", metrics / "pareto.parquet", root / "controls" / "flags.parquet", metrics)
+    run_guide(root, workspace["root"])
     index = site.build_report(
         metrics_dir=metrics,
         figure_dir=workspace["root"] / "figures",  # the figures do not change what this test reads
@@ -536,7 +576,9 @@ def test_values_below_the_minimum_support_are_named_in_one_banner(workspace, tmp
     assert "rest on fewer than 10 dialogues (metrics.min_dialogues)" in banners[0]
     assert "control check(s)" in banners[0]
     assert "(not estimable)" in section(page, "cells")
-    assert "<li>" not in section(page, "findings")
+    assert "No Delta_i survives the control of its family" in section(page, "findings")
+    families = pl.read_parquet(metrics / "families.parquet")
+    assert families.filter(pl.col("family") == "findings")["size"].item() == 0
     flags = pl.read_parquet(root / "controls" / "flags.parquet")
     assert set(flags["status"].drop_nulls()) == {"not_estimable"} and flags["flagged"].is_null().all()
 
@@ -649,3 +691,23 @@ def test_at_1280_px_the_page_is_no_wider_than_the_screen_and_the_flow_reads(repo
     assert len(texts) == guide.height
     for text, row in zip(texts, guide.iter_rows(named=True)):
         assert (row["judge"] in text) if row["judge"] else ("no measured judge" in text)
+
+
+def test_the_findings_command_names_every_family_and_prints_each_claim(workspace, tmp_path, capsys):
+    """`lalm-judge findings` reads the metrics folder as the workflow lays it out (controls/ and modality/ inside)."""
+    import shutil
+
+    from lalm_judge.cli import main as cli
+
+    metrics = tmp_path / "metrics"
+    shutil.copytree(workspace["root"] / "metrics", metrics)
+    shutil.copytree(workspace["root"] / "controls", metrics / "controls")
+    shutil.copytree(workspace["root"] / "modality", metrics / "modality")
+    assert cli(["findings", str(metrics)]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    families = pl.read_parquet(metrics / "families.parquet")
+    assert printed[: families.height] == [f"Family {tables.family_sentence(r)}" for r in families.iter_rows(named=True)]
+    findings = pl.read_parquet(metrics / "findings.parquet")
+    assert sum(line.startswith(("Finding: ", "Category finding: ")) for line in printed) == findings.height
+    assert any(line.startswith("Flag: ignores_audio of minilm audio/none") for line in printed)
+    assert cli(["findings", str(tmp_path / "nowhere")]) == 2
