@@ -1,6 +1,8 @@
 """Fixtures shared across test modules: tiny random-weight models built from configs (about 1 MB each); the order in
 which the suite's two processes take the modules."""
 
+from pathlib import Path
+
 import pytest
 
 from bench.models import (
@@ -9,6 +11,24 @@ from bench.models import (
     build_tiny_qwen2audio,
     build_tiny_qwen25omni_thinker,
 )
+
+
+def run_test_workflow(workdir):
+    from tests.support.workflow import prepare_workdir, snakemake
+
+    configfile = prepare_workdir(workdir)
+    snakemake(workdir, configfile, "--cores", "2", timeout_s=1500)
+    return {"workdir": str(workdir), "configfile": str(configfile)}
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, worker_id):
+    """The test workflow (tests/config/test.yaml) run to its end once per test run: (working folder, config file).
+    Shared by the processes of the run, so a module that changes it works on a copy."""
+    from tests.support.shared import build_once
+
+    run = build_once(tmp_path_factory, worker_id, "workflow", run_test_workflow)
+    return Path(run["workdir"]), Path(run["configfile"])
 
 
 @pytest.fixture(scope="session")

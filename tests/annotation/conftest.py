@@ -29,7 +29,6 @@ import yaml
 from lalm_judge.annotation.sample import draw_sample, read_pool, write_batch
 from lalm_judge.audio.waveform import write_wav
 from lalm_judge.core.files import write_json
-from tests.support.workflow import prepare_workdir, snakemake
 
 SAMPLE_RATE = 16000
 CATEGORIES = ("harassment", "hate")
@@ -130,11 +129,10 @@ def batch(tmp_path) -> Path:
 
 
 @pytest.fixture(scope="session")
-def finished_test_run(tmp_path_factory) -> Path:
-    """The test workflow run up to its manifests (Piper, espeak-ng, Whisper tiny.en); returns its results dir."""
-    workdir = tmp_path_factory.mktemp("test_run")
-    configfile = prepare_workdir(workdir, with_tiny_lalm=False)
-    snakemake(workdir, configfile, "manifests", "--cores", "2")
+def finished_test_run(finished_run) -> Path:
+    """The results folder of the finished test workflow (Piper, espeak-ng, Whisper tiny.en: its manifests and what
+    the annotation app samples from); the annotation tests only read it."""
+    workdir, _ = finished_run
     return workdir / "results"
 
 

@@ -2,10 +2,10 @@
 
 Each env's pip list goes through `pip install --dry-run --ignore-installed --report` in a scratch venv with
 pip 26.3, isolated from this machine's pip configuration (local wheel folders, indexes and constraints), so
-the resolver sees what a GPU node's fresh conda env sees: PyPI only, CUDA builds of torch included.
+the resolver sees what a GPU node's fresh conda env sees: PyPI only, CUDA builds of torch included. The envs resolve
+side by side (one pip process each; a resolution mostly waits on PyPI), and one test per env reads its result.
 pip >= 25.3 reads wheel metadata with HTTP range requests (`--use-feature=fast-deps`), so a check downloads tens
-of MB instead of whole CUDA wheels (about 5-30 s per env). One test per env: they run side by side under
-pytest-xdist (each worker builds its own scratch venv). The conda-only lines (python, espeak-ng) are not pip's.
+of MB instead of whole CUDA wheels (about 5-30 s per env). The conda-only lines (python, espeak-ng) are not pip's.
 Needs PyPI (marker `network`); it fails, naming the problem, when PyPI cannot be reached.
 """
 
@@ -16,6 +16,7 @@ import os
 import re
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -65,33 +66,60 @@ def scratch_pip(tmp_path_factory) -> Path:
     return python
 
 
+@dataclass(frozen=True)
+class Resolution:
+    requirements: list[str]
+    result: subprocess.CompletedProcess
+    report: Path
+
+
+@pytest.fixture(scope="module")
+def resolutions(scratch_pip: Path, tmp_path_factory) -> dict[Path, Resolution]:
+    """Every env's pip list resolved at once: each resolution mostly waits on PyPI (about 8 s of CPU in 30 s), so
+    the resolutions run side by side, one pip process each."""
+    started = {}
+    for env_file in ENV_FILES:
+        python, requirements = conda_env(env_file)
+        assert python == f"{sys.version_info.major}.{sys.version_info.minor}", (
+            f"{env_file.name} wants python {python}; resolve it with that interpreter"
+        )
+        assert requirements, f"{env_file.name} has no pip list"
+        folder = tmp_path_factory.mktemp(env_file.stem)
+        (folder / "requirements.txt").write_text("\n".join(requirements) + "\n")
+        command = [
+            scratch_pip,
+            "-m",
+            "pip",
+            *PIP_FLAGS,
+            "install",
+            "--dry-run",
+            "--ignore-installed",
+            "--use-feature=fast-deps",
+            "--report",
+            folder / "report.json",
+            "-r",
+            folder / "requirements.txt",
+        ]
+        # No -q: pip explains a conflict ("The conflict is caused by: ...") on stdout.
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=pip_env())
+        started[env_file] = (requirements, process, command, folder / "report.json")
+    finished = {}
+    for env_file, (requirements, process, command, report) in started.items():
+        stdout, stderr = process.communicate(timeout=600)
+        result = subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+        finished[env_file] = Resolution(requirements, result, report)
+    return finished
+
+
 @pytest.mark.slow
 @pytest.mark.network
 @pytest.mark.parametrize("env_file", ENV_FILES, ids=[p.stem for p in ENV_FILES])
-def test_env_resolves_with_pip(env_file: Path, scratch_pip: Path, tmp_path: Path):
-    python, requirements = conda_env(env_file)
-    assert python == f"{sys.version_info.major}.{sys.version_info.minor}", (
-        f"{env_file.name} wants python {python}; resolve it with that interpreter"
+def test_env_resolves_with_pip(env_file: Path, resolutions: dict[Path, Resolution]):
+    requirements, result, report = (
+        resolutions[env_file].requirements,
+        resolutions[env_file].result,
+        resolutions[env_file].report,
     )
-    assert requirements, f"{env_file.name} has no pip list"
-    (tmp_path / "requirements.txt").write_text("\n".join(requirements) + "\n")
-    report = tmp_path / "report.json"
-    command = [
-        scratch_pip,
-        "-m",
-        "pip",
-        *PIP_FLAGS,
-        "install",
-        "--dry-run",
-        "--ignore-installed",
-        "--use-feature=fast-deps",
-        "--report",
-        report,
-        "-r",
-        tmp_path / "requirements.txt",
-    ]
-    # No -q: pip explains a conflict ("The conflict is caused by: ...") on stdout.
-    result = subprocess.run(command, capture_output=True, text=True, env=pip_env(), timeout=600)
     assert result.returncode == 0, (
         f"{env_file.name} does not resolve:\n{result.stdout[-3000:]}\n{result.stderr[-2000:]}"
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -253,8 +254,11 @@ def test_wer_is_stored_per_turn(finished_run):
     assert asr["wer"].mean() < 0.35
 
 
-def test_variant_tables_and_transcripts_are_byte_identical_on_rerun(finished_run):
-    workdir, configfile = finished_run
+def test_variant_tables_and_transcripts_are_byte_identical_on_rerun(finished_run, tmp_path_factory):
+    # On a copy (other modules read the run meanwhile), as deep as the run so that its relative paths stay the same.
+    workdir = tmp_path_factory.mktemp("rerun")
+    shutil.copytree(finished_run[0], workdir, symlinks=True, dirs_exist_ok=True)
+    configfile = workdir / finished_run[1].name
     outputs = sorted((workdir / "results/variants").rglob("*.parquet")) + sorted(
         (workdir / "results/asr").rglob("*.parquet")
     )
