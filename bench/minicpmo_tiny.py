@@ -208,7 +208,7 @@ def _config(tokenizer: Any) -> dict[str, Any]:
         "num_attention_heads": 4,
         "num_key_value_heads": 2,
         "head_dim": 64,
-        "max_position_embeddings": 4096,
+        "max_position_embeddings": 40960,  # the released 4.5's (Qwen3-8B)
         "rms_norm_eps": 1e-6,
         "tie_word_embeddings": False,
         "bos_token_id": tokenizer.convert_tokens_to_ids("<|im_start|>"),

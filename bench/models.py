@@ -476,6 +476,13 @@ def build_tiny_llama31(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     return _save(out_dir, _finish(model, tokenizer, ends), tokenizer)
 
 
+def build_tiny_minicpmo(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """MiniCPM-o 4.5, whose classes are hub code: `bench.minicpmo_tiny` (stand-ins written into the folder)."""
+    from bench.minicpmo_tiny import build_tiny_minicpmo as build
+
+    return build(out_dir, seed=seed)
+
+
 def build_tiny_qwen25omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     """Save a random-weight Qwen2.5-Omni in the full model's layout (`Qwen2_5OmniForConditionalGeneration`, as
     Qwen/Qwen2.5-Omni-7B is saved): the thinker of `build_tiny_qwen25omni_thinker` copied into it by the project's
@@ -501,12 +508,14 @@ TINY_MODELS = {
     "qwen25_omni": "build_tiny_qwen25omni",
     "llama": "build_tiny_llama",
     "llama31": "build_tiny_llama31",
+    "minicpm_o": "build_tiny_minicpmo",
 }
 MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
 ROOT = Path(__file__).resolve().parents[1]
 # What decides a cached model's files: the code that builds them and the transformers that saves them.
 BUILDER_SOURCES = (
     "bench/models.py",
+    "bench/minicpmo_tiny.py",
     "lalm_judge/judging/backends/omni.py",
     "lalm_judge/judging/backends/checkpoints.py",
 )

@@ -121,3 +121,13 @@ def test_calibrated_p_safe_is_gemma2s_with_its_attention_softcap(backend, model_
     assert output.p_safe == pytest.approx(reference_p_safe(), rel=1e-4)
     uncapped = reference_p_safe(without=("attn_logit_softcapping",))
     assert abs(uncapped - output.p_safe) > 1e-3, f"attention softcap {SOFTCAPS['attn_logit_softcapping']} unseen"
+
+
+def test_the_meralion_judge_job_scores_every_cell_through_the_workflow(model_dir, tmp_path_factory, monkeypatch):
+    """The `meralion2_10b` entry of configs/paper.yaml (`max_model_len: auto`, the plugin's prompt format) in a judge
+    job of the workflow, as tests/engine/test_judge_jobs.py runs the other paper judges."""
+    from tests.engine.jobs import check_scored, run_safety_jobs
+
+    monkeypatch.setenv("PATH", os.pathsep.join(d for d in os.environ["PATH"].split(os.pathsep) if not which_nvcc(d)))
+    workdir, _, _ = run_safety_jobs(tmp_path_factory.mktemp("safety"), {"meralion2_10b": model_dir})
+    check_scored(workdir, "meralion2_10b", model_dir)

@@ -118,3 +118,15 @@ def test_minicpmo_prompt_places_its_audio_placeholder_with_thinking_off():
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
     assert "<audio>" not in render(text_request())
+
+
+def test_a_vllm_judge_gets_a_whole_submission_and_an_endpoint_enough_to_fill_its_concurrency():
+    """vLLM batches itself: a judge job hands it up to VLLM_REQUESTS_PER_CALL requests per call, whatever batch_size
+    says; an OpenAI-compatible judge gets enough requests to keep its concurrency busy (the schema's default
+    batch_size of 8 once capped Gemini's 16 requests in flight at 8)."""
+    from lalm_judge.judging.backends.capabilities import VLLM_REQUESTS_PER_CALL, request_batch_size
+
+    spec = JudgeSpec(name="q", backend="vllm", model="m", modalities=("text",), batch_size=8)
+    assert request_batch_size(spec) == VLLM_REQUESTS_PER_CALL == 4096
+    assert request_batch_size(dataclasses.replace(spec, backend="transformers")) == 8
+    assert request_batch_size(dataclasses.replace(spec, backend="openai", options={"concurrency": 16})) == 64

@@ -10,8 +10,8 @@ backend keeps `options.concurrency` requests in flight, so each call gets enough
 A judge's registry entry says what its model can serve (`capabilities`, `modalities`, `max_audio_s`,
 `backend`); for the families below those facts are known, and `lalm_judge.workflow.config` rejects an entry
 that contradicts them when the config is parsed, naming the judge, the key and the reason, instead of a
-job failing (or silently cutting audio) hours later. Models that match no family (local folders, other hub
-ids) are checked only against their own entry.
+job failing (or silently cutting audio) hours later. A hub id is matched by its name, a local folder by the
+architecture its config.json names; models that match no family are checked only against their own entry.
 
 The facts and where they come from:
 - Qwen2-Audio: its WhisperFeatureExtractor keeps 30 s (transformers `processing_qwen2_audio.py` forces
@@ -38,6 +38,7 @@ The facts and where they come from:
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,27 +101,44 @@ class ModelFamily:
     prompt_format: str | None = None
     logprobs: bool | None = None
     gated: bool = False
+    # The `architectures` of its checkpoints' config.json: a local copy (a folder) is matched by them.
+    architectures: tuple[str, ...] = ()
 
     def matches(self, model: str) -> bool:
         return re.match(self.pattern, model, flags=re.IGNORECASE) is not None
 
 
 FAMILIES: tuple[ModelFamily, ...] = (
-    ModelFamily("Qwen2-Audio", r"Qwen/Qwen2-Audio", ("transformers", "vllm"), max_audio_s=30.0, prompt_format="chat"),
+    ModelFamily(
+        "Qwen2-Audio",
+        r"Qwen/Qwen2-Audio",
+        ("transformers", "vllm"),
+        max_audio_s=30.0,
+        prompt_format="chat",
+        architectures=("Qwen2AudioForConditionalGeneration",),
+    ),
     ModelFamily(
         "Audio Flamingo 3",
         r"nvidia/audio-flamingo-3",
         ("transformers", "vllm"),
         max_audio_s=600.0,
         prompt_format="chat",
+        architectures=("AudioFlamingo3ForConditionalGeneration",),
     ),
-    ModelFamily("Qwen2.5-Omni", r"Qwen/Qwen2\.5-Omni", ("transformers", "vllm"), prompt_format="chat"),
+    ModelFamily(
+        "Qwen2.5-Omni",
+        r"Qwen/Qwen2\.5-Omni",
+        ("transformers", "vllm"),
+        prompt_format="chat",
+        architectures=("Qwen2_5OmniForConditionalGeneration", "Qwen2_5OmniThinkerForConditionalGeneration"),
+    ),
     ModelFamily(
         "MiniCPM-o",
         r"openbmb/MiniCPM-o",
         ("vllm",),
         why_backends="its remote modeling code does not import under transformers 5; vLLM serves it natively",
         prompt_format="minicpmo",
+        architectures=("MiniCPMO",),
     ),
     ModelFamily(
         "MERaLiON-2",
@@ -130,6 +148,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
         max_audio_s=300.0,
         system_role=False,
         prompt_format="meralion",
+        architectures=("MERaLiON2ForConditionalGeneration",),
     ),
     ModelFamily(
         "Llama-3.1-Instruct",
@@ -145,8 +164,25 @@ FAMILIES: tuple[ModelFamily, ...] = (
 
 
 def family_of(model: str) -> ModelFamily | None:
-    """The known family of a model id, or None (local folders and models this project has no facts about)."""
-    return next((family for family in FAMILIES if family.matches(model)), None)
+    """The known family of a model: a hub id by its name, a local folder (a copy of a checkpoint on a cluster's file
+    system, a fine-tune) by the architecture its config.json names; None for models this project has no facts about.
+    (Llama-3.1's architecture is every Llama's, so a local Llama is not taken for it.)"""
+    named = next((family for family in FAMILIES if family.matches(model)), None)
+    if named is not None:
+        return named
+    architectures = set(local_architectures(model))
+    return next((family for family in FAMILIES if architectures & set(family.architectures)), None)
+
+
+def local_architectures(model: str) -> list[str]:
+    """The architectures a local checkpoint folder's config.json names (none for a hub id)."""
+    config = Path(model) / "config.json"
+    if not config.is_file():
+        return []
+    try:
+        return list(json.loads(config.read_text(encoding="utf-8")).get("architectures") or [])
+    except (OSError, ValueError):
+        return []  # an unreadable config is the loader's to report, naming the file
 
 
 def resolved_commit(model: str, revision: str) -> str | None:
