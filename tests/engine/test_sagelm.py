@@ -57,5 +57,8 @@ class TestSageLM(AudioEngineContract):
     def test_the_row_answer_is_the_first_seeds(self, sampled):
         (output,) = sampled.generate(pairwise_requests(1)[:1])
         assert output.text == output.extra[SAMPLES][0]["text"]
+        # Each sample says why it stopped (a cut sample casts no vote in the pairwise majority).
+        assert output.extra[SAMPLES][0]["finish_reason"] == output.finish_reason
+        assert {sample["finish_reason"] for sample in output.extra[SAMPLES]} <= {"stop", "length"}
         greedy = dataclasses.replace(sampled.spec, generation={"max_new_tokens": MAX_NEW_TOKENS})
         assert greedy.generation_settings != sampled.spec.generation_settings

@@ -44,6 +44,9 @@ def test_same_seed_same_answers_other_seed_other_answers(llama_dir):
     for output, texts in zip(outputs, first):
         assert [s["seed"] for s in output.extra["samples"]] == [42, 123, 1234]
         assert output.text == texts[0], "a request's answer is its first seed's sample"
+        # Each sample says why it stopped (a cut sample casts no vote in the pairwise majority).
+        assert output.extra["samples"][0]["finish_reason"] == output.finish_reason
+        assert {s["finish_reason"] for s in output.extra["samples"]} <= {"stop", "length"}
     # Another seed gives other answers; the samples of one request differ from each other.
     other = answers(llama(llama_dir, **SAGELM, seeds=[7]))
     assert [texts[0] for texts in other] != [texts[0] for texts in first]

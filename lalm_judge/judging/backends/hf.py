@@ -417,8 +417,14 @@ class TransformersBackend:
             text, n_output = samples[0][row]
             extra = {}
             if self.decoding.seeds:
+                limit = self.generation_config.max_new_tokens
                 extra[SAMPLES] = [
-                    {"seed": seed, "text": sample[row][0]} for seed, sample in zip(self.decoding.seeds, samples)
+                    {
+                        "seed": seed,
+                        "text": sample[row][0],
+                        "finish_reason": finish_reason(tokens[row], self.eos_ids, limit),
+                    }
+                    for seed, sample, tokens in zip(self.decoding.seeds, samples, generated)
                 ]
             outputs.append(
                 JudgeOutput(

@@ -376,7 +376,12 @@ class VLLMBackend:
             for index, output in enumerate(outputs):
                 answers = results[index :: len(requests)]
                 output.extra[SAMPLES] = [
-                    {"seed": s, "text": self.answer_text(a.outputs[0])} for s, a in zip(seeds, answers)
+                    {
+                        "seed": seed,
+                        "text": self.answer_text(answer.outputs[0]),
+                        "finish_reason": vllm_finish_reason(answer.outputs[0].finish_reason),
+                    }
+                    for seed, answer in zip(seeds, answers)
                 ]
         self._log_prefix_cache()
         return outputs
