@@ -47,6 +47,14 @@ AGREEMENT_JUDGES = {
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
+# The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
+# to text requests against transformers' own class of their text decoder on the same decoder weights (config, name,
+# the module of bench/ that builds the tiny model and its reference decoder). MERaLiON-2's row runs in its own CPU
+# twin (vLLM 0.16): `.venv-vllm-meralion/bin/python -m bench.engine_agreement --judges meralion2_10b`.
+DECODER_REFERENCE_JUDGES = {
+    "minicpm_o": ("configs/paper.yaml", "minicpm_o", "bench.minicpmo_tiny"),
+    "meralion2_10b": ("configs/paper.yaml", "meralion2_10b", "bench.meralion_tiny"),
+}
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the
 # worker in-process: executor `uni`), eagerly (no torch.compile), with 1 GiB of KV cache, and with the prefill budget
 # of a large GPU (vLLM's CPU default of 4096 tokens also sizes the encoder cache, below one 300 s Qwen2.5-Omni audio
@@ -276,6 +284,84 @@ def compare(judge: str, n_dialogues: int = 3) -> Agreement:
     )
 
 
+def decoder_reference_answers(module: Any, model: Path, prompts: list[list[int]], stops: list[int]) -> list[tuple]:
+    """(answer tokens, P(safe) inputs: the first position's log-probabilities) of transformers' class of the text
+    decoder, greedy, for each prompt's token ids."""
+    import torch
+
+    decoder = module.reference_decoder(model)
+    answers = []
+    for ids in prompts:
+        with torch.inference_mode():
+            generated = decoder.generate(
+                torch.tensor([ids]),
+                max_new_tokens=MAX_NEW_TOKENS,
+                do_sample=False,
+                eos_token_id=stops,
+                output_logits=True,
+                return_dict_in_generate=True,
+            )
+        tokens = generated.sequences[0, len(ids) :].tolist()
+        answers.append((tokens, torch.log_softmax(generated.logits[0][0].double(), dim=-1)))
+    return answers
+
+
+def compare_decoder(judge: str, n_dialogues: int = 3) -> Agreement:
+    """vLLM against transformers' text decoder (`DECODER_REFERENCE_JUDGES`) on the judge's text requests: the same
+    answer tokens (up to the first end token) and P(safe) of the calibrated ones (all logprobs listed, where vLLM has
+    no `logprob_token_ids`)."""
+    import importlib
+    import tempfile
+
+    from lalm_judge.judging.backends.chat import p_safe_from_logprobs
+    from lalm_judge.judging.backends.vllm_backend import VLLMBackend
+
+    config, name, builder = DECODER_REFERENCE_JUDGES[judge]
+    module = importlib.import_module(builder)
+    build = next(getattr(module, attr) for attr in dir(module) if attr.startswith("build_tiny_"))
+    model = build(Path(tempfile.mkdtemp(prefix=f"{judge}-")) / judge)
+    vocabulary = len(json.loads((model / "tokenizer.json").read_text(encoding="utf-8"))["model"]["vocab"])
+    spec = tiny_spec(config, name, model, "vllm", modalities=["text"])
+    listed = {"top_logprobs": vocabulary, "engine_kwargs": {**CPU_ENGINE_KWARGS, "max_logprobs": vocabulary}}
+    spec = dataclasses.replace(spec, options={**spec.options, **listed})
+    started = time.perf_counter()
+    engine = VLLMBackend(spec)
+    start_s = time.perf_counter() - started
+    requests = safety_requests(["text"], n_dialogues)
+    engine.generate([warm_up(requests[0])])
+    started = time.perf_counter()
+    outputs = engine.generate(requests)
+    engine_s = time.perf_counter() - started
+    prompts = [engine.build_prompt(request)["prompt_token_ids"] for request in requests]
+    stops = sorted({engine.tokenizer.eos_token_id, *engine.decoding.get("stop_token_ids", [])})
+    started = time.perf_counter()
+    reference = decoder_reference_answers(module, model, prompts, stops)
+    reference_s = time.perf_counter() - started
+    differences, dps = [], []
+    for request, output, (tokens, logprobs) in zip(requests, outputs, reference):
+        text = engine.tokenizer.decode(tokens, skip_special_tokens=True)
+        if (text, len(tokens)) != (output.text, output.n_output_tokens):
+            differences.append(f"{request.request_id}: decoder {text!r}, vLLM {output.text!r}")
+        ids = engine.request_score_ids(request)
+        if ids is not None:
+            expected = p_safe_from_logprobs({t: float(logprobs[t]) for t in ids[0] + ids[1]}, *ids)
+            dps.append(abs(expected.p_safe - output.p_safe) if output.p_safe is not None else float("inf"))
+    architecture = json.loads((model / "config.json").read_text(encoding="utf-8"))["architectures"][0]
+    return Agreement(
+        judge=judge,
+        architecture=f"{architecture}, text decoder",
+        requests=len(requests),
+        identical=len(requests) - len(differences),
+        scored=len(dps),
+        max_abs_dp=float(np.max(dps)) if dps else float("nan"),
+        transformers_rps=len(requests) / reference_s,
+        vllm_rps=len(requests) / engine_s,
+        transformers_load_s=0.0,
+        vllm_start_s=start_s,
+        differences=differences,
+    )
+
+
 def table(rows: Sequence[Agreement]) -> str:
     lines = [
         "| judge (architecture) | requests | identical answers | scored | max abs dP(safe) | transformers req/s "
@@ -292,7 +378,14 @@ def table(rows: Sequence[Agreement]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--judges", nargs="*", default=list(AGREEMENT_JUDGES), choices=list(AGREEMENT_JUDGES))
+    judges = [*AGREEMENT_JUDGES, *DECODER_REFERENCE_JUDGES]
+    parser.add_argument(
+        "--judges",
+        nargs="*",
+        default=[judge for judge in judges if judge != "meralion2_10b"],
+        choices=judges,
+        help="default: every judge this environment runs (meralion2_10b runs in its own twin)",
+    )
     parser.add_argument("--dialogues", type=int, default=4, help="demo dialogues per prompt (pairwise: items)")
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")
     args = parser.parse_args()
@@ -300,7 +393,10 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    rows = [compare(judge, args.dialogues) for judge in args.judges]
+    rows = [
+        compare(judge, args.dialogues) if judge in AGREEMENT_JUDGES else compare_decoder(judge, args.dialogues)
+        for judge in args.judges
+    ]
     print(table(rows))
     summary = json.dumps([dataclasses.asdict(row) for row in rows])
     if args.out:
