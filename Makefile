@@ -10,6 +10,9 @@ CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
+# A folder for the test runs' JUnit XML reports (main.xml, engine.xml, meralion.xml; `python -m bench.test_durations`).
+TEST_REPORTS ?=
+REPORT = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml)
 STAMP := $(VENV)/.installed-stamp
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_MERALION_STAMP := $(VLLM_MERALION_VENV)/.installed-stamp
@@ -98,10 +101,11 @@ pairwise-demo: setup
 test: environments
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/python -m bench.models >/dev/null
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
+	  $(call REPORT,main) $(PYTEST_ARGS)
 	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
-	  --ignore=tests/engine/test_meralion.py $(PYTEST_ARGS)
-	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py $(PYTEST_ARGS)
+	  --ignore=tests/engine/test_meralion.py $(call REPORT,engine) $(PYTEST_ARGS)
+	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py $(call REPORT,meralion) $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo

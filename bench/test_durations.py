@@ -1,0 +1,70 @@
+"""Where the test suite's time goes: each module's share and the slowest tests, from pytest's JUnit XML reports.
+
+    make test TEST_REPORTS=reports                   # each pytest run of `make test` writes its JUnit report there
+    python -m bench.test_durations reports/*.xml     # the tables of docs/benchmarks.md, "The test suite"
+
+A test's time is pytest's (set-up, call and tear-down: a module's first test carries the fixtures it builds, such as a
+finished workflow run or an engine). Module times add up the time of their tests on whichever process ran them; the
+wall time of a run is shorter, since its two processes run modules side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import xml.etree.ElementTree as ElementTree
+from collections import defaultdict
+from pathlib import Path
+
+
+def test_times(report: Path) -> dict[str, float]:
+    """Test id ('tests/x/test_y.py::name') -> seconds, from one JUnit XML report."""
+    times = {}
+    for case in ElementTree.parse(report).iter("testcase"):
+        classname = case.get("classname", "")
+        parts = classname.split(".")
+        # pytest writes 'tests.x.test_y' or 'tests.x.test_y.TestClass'.
+        module_parts = parts if not parts[-1][:1].isupper() else parts[:-1]
+        path = "/".join(module_parts) + ".py"
+        times[f"{path}::{case.get('name')}"] = float(case.get("time") or 0.0)
+    return times
+
+
+def module_of(test: str) -> str:
+    return test.split("::", 1)[0]
+
+
+def tables(times: dict[str, float], slowest: int = 25, modules: int = 25) -> str:
+    by_module: dict[str, float] = defaultdict(float)
+    counts: dict[str, int] = defaultdict(int)
+    for test, seconds in times.items():
+        by_module[module_of(test)] += seconds
+        counts[module_of(test)] += 1
+    total = sum(by_module.values())
+    lines = [
+        f"{len(times)} tests, {total / 60:.1f} min of test time in all",
+        "",
+        "| module | tests | seconds | share |",
+        "|---|---:|---:|---:|",
+    ]
+    for module, seconds in sorted(by_module.items(), key=lambda item: -item[1])[:modules]:
+        lines.append(f"| {module} | {counts[module]} | {seconds:.0f} | {100 * seconds / total:.1f} % |")
+    lines += ["", "| slowest tests | seconds |", "|---|---:|"]
+    for test, seconds in sorted(times.items(), key=lambda item: -item[1])[:slowest]:
+        lines.append(f"| {test} | {seconds:.1f} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("reports", nargs="+", type=Path, help="JUnit XML reports of pytest runs (--junitxml)")
+    parser.add_argument("--slowest", type=int, default=25)
+    parser.add_argument("--modules", type=int, default=25)
+    args = parser.parse_args()
+    times: dict[str, float] = {}
+    for report in args.reports:
+        times.update(test_times(report))
+    print(tables(times, args.slowest, args.modules))
+
+
+if __name__ == "__main__":
+    main()
