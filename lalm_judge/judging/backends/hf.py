@@ -4,7 +4,8 @@ Options (`spec.options`):
 - `model_class`: transformers class name; default by the checkpoint's `architectures` in its config.json (a
   Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
   thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
-  thinker, Audio Flamingo 3; without torchvision the Omni processor is built for audio and text only,
+  thinker, Audio Flamingo 3, the Qwen3-Omni thinker (from the full model's checkpoint), Gemma 3n, Granite Speech;
+  without torchvision the Qwen2.5-Omni processor is built for audio and text only,
   `judging.backends.omni`), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
   `AutoProcessor`).
   MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
@@ -88,6 +89,8 @@ DEFAULT_MODEL_CLASSES = {
     # Qwen3-Omni answers through its thinker, from the full model's checkpoint (talker weights left unread).
     "qwen3_omni_moe": QWEN3_OMNI_THINKER_CLASS,
     "qwen3_omni_moe_thinker": QWEN3_OMNI_THINKER_CLASS,
+    "gemma3n": "Gemma3nForConditionalGeneration",
+    "granite_speech": "GraniteSpeechForConditionalGeneration",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
