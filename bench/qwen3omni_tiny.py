@@ -33,7 +33,11 @@ QWEN3_OMNI_TOKENS = {
     "audio_eos_token": "<|audio_end|>",
 }
 # The released processor's image and video processors (Qwen3-Omni's vision: 16-pixel patches merged 2 x 2).
-RELEASED_QWEN3_OMNI_IMAGE_PROCESSOR = {"image_processor_type": "Qwen2VLImageProcessor", "patch_size": 16, "merge_size": 2}
+RELEASED_QWEN3_OMNI_IMAGE_PROCESSOR = {
+    "image_processor_type": "Qwen2VLImageProcessor",
+    "patch_size": 16,
+    "merge_size": 2,
+}
 RELEASED_QWEN3_OMNI_VIDEO_PROCESSOR = {
     "video_processor_type": "Qwen2VLVideoProcessor",
     "patch_size": 16,

@@ -132,21 +132,44 @@ class ModelFamily:
 
 
 FAMILIES: tuple[ModelFamily, ...] = (
-    ModelFamily("Qwen2-Audio", r"Qwen/Qwen2-Audio", ("transformers", "vllm"), max_audio_s=30.0, prompt_format="chat"),
+    ModelFamily(
+        "Qwen2-Audio",
+        r"Qwen/Qwen2-Audio",
+        ("transformers", "vllm"),
+        max_audio_s=30.0,
+        prompt_format="chat",
+        placeholder="<|audio_bos|><|AUDIO|><|audio_eos|>",
+        verified_by=("tests/engine/test_qwen2_audio.py",),
+    ),
     ModelFamily(
         "Audio Flamingo 3",
         r"nvidia/audio-flamingo-3",
         ("transformers", "vllm"),
         max_audio_s=600.0,
         prompt_format="chat",
+        placeholder="<sound>",
+        verified_by=("tests/engine/test_audio_flamingo3.py",),
     ),
-    ModelFamily("Qwen2.5-Omni", r"Qwen/Qwen2\.5-Omni", ("transformers", "vllm"), prompt_format="chat"),
+    ModelFamily(
+        "Qwen2.5-Omni",
+        r"Qwen/Qwen2\.5-Omni",
+        ("transformers", "vllm"),
+        prompt_format="chat",
+        placeholder="<|audio_bos|><|AUDIO|><|audio_eos|>",
+        assumes="its thinker answers; a checkpoint saved as its thinker alone (SageLM) is served by vLLM from a copy "
+        "in the full model's layout",
+        verified_by=("tests/engine/test_qwen25_omni.py", "tests/engine/test_sagelm.py"),
+    ),
     ModelFamily(
         "MiniCPM-o",
         r"openbmb/MiniCPM-o",
         ("vllm",),
         why_backends="its remote modeling code does not import under transformers 5; vLLM serves it natively",
         prompt_format="minicpmo",
+        placeholder="(<audio>./</audio>)",
+        assumes="thinking off, so that the verdict is the first token; one image allowed per prompt so that vLLM "
+        "sizes an encoder cache for the audio",
+        verified_by=("tests/engine/test_minicpmo.py",),
     ),
     ModelFamily(
         "MERaLiON-2",
@@ -156,6 +179,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
         max_audio_s=300.0,
         system_role=False,
         prompt_format="meralion",
+        placeholder="<SpeechHere>",
+        assumes="the plugin's no-repeat-n-gram processor off",
+        verified_by=("tests/engine/test_meralion.py",),
     ),
     ModelFamily(
         "Llama-3.1-Instruct",
@@ -164,6 +190,7 @@ FAMILIES: tuple[ModelFamily, ...] = (
         audio=False,
         prompt_format="chat",
         gated=True,
+        verified_by=("tests/engine/test_llama31.py",),
     ),
     ModelFamily(
         "Qwen3-Omni",
@@ -220,7 +247,13 @@ FAMILIES: tuple[ModelFamily, ...] = (
         retires="served until further notice (https://ai.google.dev/gemini-api/docs/deprecations, read 2026-12-01); "
         "Google names gemini-3.5-flash-lite as its replacement, which accepts no sampling parameters",
     ),
-    ModelFamily("Gemini (OpenAI-compatible endpoint)", r"(models/)?gemini-", ("openai",), logprobs=False),
+    ModelFamily(
+        "Gemini (OpenAI-compatible endpoint)",
+        r"(models/)?gemini-",
+        ("openai",),
+        logprobs=False,
+        verified_by=("tests/judging/test_backend_openai.py",),
+    ),
     ModelFamily("GPT-4o audio", r"gpt-(4o-(mini-)?audio|audio)", ("openai",), logprobs=False),
 )
 
