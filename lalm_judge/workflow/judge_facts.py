@@ -46,7 +46,9 @@ def family_lines(family: ModelFamily) -> list[str]:
     """The facts of a family, one line each."""
     lines = [f"engines: {', '.join(family.backends)}" + (f" ({family.why_backends})" if family.why_backends else "")]
     if family.audio:
-        window = f"{family.max_audio_s:g} s (longer audio would be cut silently)" if family.max_audio_s else "none known"
+        window = (
+            f"{family.max_audio_s:g} s (longer audio would be cut silently)" if family.max_audio_s else "none known"
+        )
         lines.append(f"audio window: {window}")
         if "openai" not in family.backends:
             lines.append(f"audio tokens: {audio_rate_text(family)}")
@@ -67,7 +69,9 @@ def family_lines(family: ModelFamily) -> list[str]:
         if text:
             lines.append(f"{label}: {text}")
     lines.append(
-        f"verified by: {', '.join(family.verified_by)}" if family.verified_by else "verified by: no test in this project"
+        f"verified by: {', '.join(family.verified_by)}"
+        if family.verified_by
+        else "verified by: no test in this project"
     )
     return lines
 
