@@ -81,6 +81,25 @@ def use_cpu_engine() -> None:
         os.environ.setdefault(name, value)
 
 
+def ensure_expert_parallel_group() -> None:
+    """Give this process's vLLM distributed state an expert-parallel group where it has none, so that a
+    mixture-of-experts engine (Qwen3-Omni) starts after a dense one in the same process. vLLM creates the process's
+    parallel groups once, for the first engine's model (`distributed/parallel_state.py` `initialize_model_parallel`:
+    no expert-parallel group for a dense model), and a later engine only checks that they exist, so a MoE model
+    started second finds none ("expert parallel group is not initialized"). Its group is the one vLLM would have
+    made: every rank of the world group, which is the one process of an in-process CPU engine."""
+    import torch
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized() or parallel_state._EP is not None:
+        return
+    world = parallel_state.get_world_group()
+    backend = torch.distributed.get_backend(world.device_group)  # as `ensure_model_parallel_initialized` reads it
+    parallel_state._EP = parallel_state.init_model_parallel_group(
+        [list(world.ranks)], world.local_rank, backend, group_name="ep"
+    )
+
+
 def shipped_entry(config: str, name: str) -> dict[str, Any]:
     """A judge's registry entry as configs/ ships it."""
     return yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))["judges"][name]
@@ -201,6 +220,8 @@ def run_engine(spec: Any, requests: list) -> EngineRun:
     from lalm_judge.judging.backends import BACKENDS
 
     started = time.perf_counter()
+    if spec.backend == "vllm":
+        ensure_expert_parallel_group()
     backend = BACKENDS.get(spec.backend)(spec)
     load_s = time.perf_counter() - started
     backend.generate([warm_up(requests[0])])  # first-call set-up is not part of the rate
