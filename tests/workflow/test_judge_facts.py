@@ -58,9 +58,9 @@ def test_a_model_of_no_known_family_says_what_is_assumed():
     lines = judge_facts("local", entry).lines()
     assert lines[1] == "  family: none known; the entry is checked only against itself"
     assert lines[2] == (
-        '  assumes: its capabilities hold (system_role true, prompt_format "chat", logprobs true); the model reads 20 s '
-        "of audio whole; options.max_model_len: auto counts 50 audio tokens a second assumed (Whisper's unpooled "
-        "frame rate)"
+        '  assumes: its capabilities hold (system_role true, prompt_format "chat", logprobs true); the model reads '
+        "20 s of audio whole; options.max_model_len: auto counts 50 audio tokens a second assumed (Whisper's "
+        "unpooled frame rate)"
     )
 
 
