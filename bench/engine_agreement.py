@@ -46,6 +46,7 @@ AGREEMENT_JUDGES = {
     "llama31_8b": ("configs/paper.yaml", "llama31_8b", "llama31"),
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
     "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
+    "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the

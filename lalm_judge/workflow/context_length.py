@@ -52,7 +52,10 @@ AUDIO_TOKENS_PER_S = {
 }
 # Gemma 3n: every audio item is 188 tokens, whatever its length (`audio_seq_length`; vLLM `gemma3n_mm.py`).
 AUDIO_TOKENS_PER_ITEM = {"Gemma 3n": 188}
-MERALION_TOKENS_PER_CHUNK, MERALION_CHUNK_S = 100, 30
+# Audio counted per started chunk (tokens per chunk, chunk seconds, tokens per item besides): MERaLiON-2's 100 per
+# 30 s; Voxtral's 375 per 30 s and its `[BEGIN_AUDIO]` (mistral_common pads the audio to whole 30 s chunks, 12.5
+# tokens a second: tekken.json `audio`, vLLM `voxtral.py`).
+AUDIO_TOKENS_PER_CHUNK = {"MERaLiON-2": (100, 30, 0), "Voxtral": (375, 30, 1)}
 UNKNOWN_AUDIO_TOKENS_PER_S = 50
 AUDIO_MARKER_TOKENS = 8
 # The models' own context (max_position_embeddings of the released configs).
@@ -66,6 +69,7 @@ CONTEXT_TOKENS = {
     # The thinker's context as Qwen serves Qwen3-Omni-30B-A3B (Qwen Cloud's model table: 65,536 tokens).
     "Qwen3-Omni": 65536,
     "Gemma 3n": 32768,
+    "Voxtral": 32768,  # the model card: a 32k token context
 }
 
 
@@ -87,8 +91,9 @@ def dialogue_turn_texts(corpus: Mapping[str, Any], dialogues: Sequence[SourceDia
 def audio_tokens(model: str, seconds: float) -> int:
     """Tokens of one audio item of `seconds` in the model's encoder (an upper bound; module docstring)."""
     family = family_of(model)
-    if family is not None and family.name == "MERaLiON-2":
-        return MERALION_TOKENS_PER_CHUNK * max(1, math.ceil(seconds / MERALION_CHUNK_S))
+    if family is not None and family.name in AUDIO_TOKENS_PER_CHUNK:
+        per_chunk, chunk_s, markers = AUDIO_TOKENS_PER_CHUNK[family.name]
+        return per_chunk * max(1, math.ceil(seconds / chunk_s)) + markers
     if family is not None and family.name in AUDIO_TOKENS_PER_ITEM:
         return AUDIO_TOKENS_PER_ITEM[family.name] + AUDIO_MARKER_TOKENS
     rate = AUDIO_TOKENS_PER_S.get(family.name, UNKNOWN_AUDIO_TOKENS_PER_S) if family else UNKNOWN_AUDIO_TOKENS_PER_S

@@ -18,11 +18,10 @@ from typing import Any
 
 from lalm_judge.judging.backends.capabilities import FAMILIES, ModelFamily, family_of
 from lalm_judge.workflow.context_length import (
+    AUDIO_TOKENS_PER_CHUNK,
     AUDIO_TOKENS_PER_ITEM,
     AUDIO_TOKENS_PER_S,
     CONTEXT_TOKENS,
-    MERALION_CHUNK_S,
-    MERALION_TOKENS_PER_CHUNK,
     UNKNOWN_AUDIO_TOKENS_PER_S,
 )
 
@@ -31,8 +30,9 @@ def audio_rate_text(family: ModelFamily | None) -> str:
     """How many audio tokens the `auto` context counts for one audio item of the family."""
     if family is None:
         return f"{UNKNOWN_AUDIO_TOKENS_PER_S} audio tokens a second assumed (Whisper's unpooled frame rate)"
-    if family.name == "MERaLiON-2":
-        return f"{MERALION_TOKENS_PER_CHUNK} audio tokens per started {MERALION_CHUNK_S} s"
+    if family.name in AUDIO_TOKENS_PER_CHUNK:
+        per_chunk, chunk_s, _ = AUDIO_TOKENS_PER_CHUNK[family.name]
+        return f"{per_chunk} audio tokens per started {chunk_s} s"
     if family.name in AUDIO_TOKENS_PER_ITEM:
         return f"{AUDIO_TOKENS_PER_ITEM[family.name]} audio tokens per audio item, whatever its length"
     if family.name in AUDIO_TOKENS_PER_S:

@@ -42,6 +42,11 @@ that proves it):
   `Qwen3OmniMoeThinkerForConditionalGeneration`, which reads the same checkpoint; the chat template writes
   `<|audio_start|><|audio_pad|><|audio_end|>`, which both expand to 13 tokens per 100 mel frames (12.5 a second:
   `_get_feat_extract_output_lengths`); the processor pads to the longest clip and cuts nothing (`truncation: False`).
+- Voxtral (Mini 3B, Small 24B): no chat template; mistral_common's chat encoding (`tekken.json`) writes the prompt,
+  `[BEGIN_AUDIO]` and 375 `[AUDIO]` tokens per started 30 s, the audio padded to whole 30 s chunks and nothing cut
+  (the model card: 30 min for transcription, 40 min for understanding, "System prompts are not yet supported");
+  vLLM 0.32 (`voxtral.py`) loads only the Mistral-format files, transformers the Hugging Face ones
+  (`VoxtralForConditionalGeneration`); `judging.backends.voxtral`.
 - Gemma 3n: the feature extractor cuts audio at 480,000 samples, 30 s (transformers
   `feature_extraction_gemma3n.py`, truncation on), and every clip becomes 188 audio tokens (`audio_seq_length`,
   vLLM `gemma3n_mm.py` `audio_soft_tokens_per_image`). Both engines build its vision tower from timm
@@ -202,6 +207,18 @@ FAMILIES: tuple[ModelFamily, ...] = (
         "class from the full checkpoint); the Thinking checkpoint reasons before its verdict",
         limits="a 30B mixture of experts: two 80 GB GPUs for bfloat16 weights and a long context",
         verified_by=("tests/engine/test_qwen3_omni.py",),
+    ),
+    ModelFamily(
+        "Voxtral",
+        r"mistralai/Voxtral-(Mini-3B|Small-24B)-2507",
+        ("transformers", "vllm"),
+        system_role=False,
+        prompt_format="voxtral",
+        placeholder="[BEGIN_AUDIO] and 375 [AUDIO] tokens per started 30 s",
+        assumes="mistral_common's chat encoding writes the prompt (no chat template); vLLM loads the Mistral-format "
+        "files (tekken.json, params.json, consolidated.safetensors)",
+        limits="no system role: the system prompt goes before the user text",
+        verified_by=("tests/engine/test_voxtral.py",),
     ),
     ModelFamily(
         "Gemma 3n",
