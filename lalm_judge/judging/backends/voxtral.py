@@ -38,10 +38,10 @@ def voxtral_text(request: JudgeRequest) -> str:
 def chat_request(request: JudgeRequest, waveforms: list[np.ndarray], sampling_rate: int) -> Any:
     """mistral_common's chat request of a judge request whose audio items are `waveforms` at `sampling_rate`: one user
     message, the audio items first or each at its slot."""
-    from mistral_common.audio import Audio
     from mistral_common.protocol.instruct.chunk import AudioChunk, TextChunk
     from mistral_common.protocol.instruct.messages import UserMessage
     from mistral_common.protocol.instruct.request import ChatCompletionRequest
+    from mistral_common.tokens.tokenizers.audio import Audio
 
     audios = [
         AudioChunk.from_audio(Audio(np.asarray(waveform, dtype=np.float32), sampling_rate, format="wav"))
