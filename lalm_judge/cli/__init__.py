@@ -21,6 +21,7 @@ COMMANDS = {
     "anchors": ("lalm_judge.cli.anchors", "human-anchor study: sample a batch, serve the rating app, export, stats"),
     "pairwise": ("lalm_judge.cli.pairwise", "pairwise track: SageLM import/export, metrics of predictions"),
     "validate-config": ("lalm_judge.cli.validate", "check a config file against the schema"),
+    "judges": ("lalm_judge.cli.judges", "what the project knows about each judge's model family and will assume"),
     "provenance": ("lalm_judge.cli.provenance", "how each row of output tables was made; rows that differ"),
     "export": ("lalm_judge.cli.export", "the run's benchmark as a Hugging Face dataset ('export --format hf')"),
     "import": ("lalm_judge.cli.import_benchmark", "a released benchmark as a corpus to judge ('import --format hf')"),

@@ -40,8 +40,22 @@ DEFAULT_MAX_NEW_TOKENS = 256  # the vllm backend's (`vllm_backend.DEFAULT_MAX_NE
 # with audio_pool_step 2; 4.5 pools by 5, 10 per second), plus begin/end markers per item or per 1 s chunk.
 # MERaLiON-2: 100 tokens per started 30 s chunk (vllm-plugin-meralion2 `vllm0101.py`,
 # `fixed_speech_embeds_length`). Other models: Whisper's unpooled 50 frames per second.
-AUDIO_TOKENS_PER_S = {"Qwen2-Audio": 25, "Qwen2.5-Omni": 25, "MiniCPM-o": 27, "Audio Flamingo 3": 25}
-MERALION_TOKENS_PER_CHUNK, MERALION_CHUNK_S = 100, 30
+# Qwen3-Omni: 13 tokens per 100 mel frames (`qwen3_omni_moe_thinker.py` `_get_feat_extract_output_lengths`); Granite
+# Speech 3.3: 10 (`granite_speech.py`: 50 encoder frames a second, a 15-frame window pooled by 5).
+AUDIO_TOKENS_PER_S = {
+    "Qwen2-Audio": 25,
+    "Qwen2.5-Omni": 25,
+    "MiniCPM-o": 27,
+    "Audio Flamingo 3": 25,
+    "Qwen3-Omni": 13,
+    "Granite Speech 3.3": 10,
+}
+# Gemma 3n: every audio item is 188 tokens, whatever its length (`audio_seq_length`; vLLM `gemma3n_mm.py`).
+AUDIO_TOKENS_PER_ITEM = {"Gemma 3n": 188}
+# Audio counted per started chunk (tokens per chunk, chunk seconds, tokens per item besides): MERaLiON-2's 100 per
+# 30 s; Voxtral's 375 per 30 s and its `[BEGIN_AUDIO]` (mistral_common pads the audio to whole 30 s chunks, 12.5
+# tokens a second: tekken.json `audio`, vLLM `voxtral.py`).
+AUDIO_TOKENS_PER_CHUNK = {"MERaLiON-2": (100, 30, 0), "Voxtral": (375, 30, 1)}
 UNKNOWN_AUDIO_TOKENS_PER_S = 50
 AUDIO_MARKER_TOKENS = 8
 # The models' own context (max_position_embeddings of the released configs).
@@ -52,6 +66,10 @@ CONTEXT_TOKENS = {
     "MiniCPM-o": 40960,
     "MERaLiON-2": 8192,
     "Llama-3.1-Instruct": 131072,
+    # The thinker's context as Qwen serves Qwen3-Omni-30B-A3B (Qwen Cloud's model table: 65,536 tokens).
+    "Qwen3-Omni": 65536,
+    "Gemma 3n": 32768,
+    "Voxtral": 32768,  # the model card: a 32k token context
 }
 
 
@@ -73,8 +91,11 @@ def dialogue_turn_texts(corpus: Mapping[str, Any], dialogues: Sequence[SourceDia
 def audio_tokens(model: str, seconds: float) -> int:
     """Tokens of one audio item of `seconds` in the model's encoder (an upper bound; module docstring)."""
     family = family_of(model)
-    if family is not None and family.name == "MERaLiON-2":
-        return MERALION_TOKENS_PER_CHUNK * max(1, math.ceil(seconds / MERALION_CHUNK_S))
+    if family is not None and family.name in AUDIO_TOKENS_PER_CHUNK:
+        per_chunk, chunk_s, markers = AUDIO_TOKENS_PER_CHUNK[family.name]
+        return per_chunk * max(1, math.ceil(seconds / chunk_s)) + markers
+    if family is not None and family.name in AUDIO_TOKENS_PER_ITEM:
+        return AUDIO_TOKENS_PER_ITEM[family.name] + AUDIO_MARKER_TOKENS
     rate = AUDIO_TOKENS_PER_S.get(family.name, UNKNOWN_AUDIO_TOKENS_PER_S) if family else UNKNOWN_AUDIO_TOKENS_PER_S
     return math.ceil(rate * seconds) + AUDIO_MARKER_TOKENS
 

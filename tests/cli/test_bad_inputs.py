@@ -169,6 +169,11 @@ CASES: dict[str, dict[str, Case]] = {
         "unreadable_file": lambda f: [str(f["yaml"])],
         "bad_value": lambda f: [str(f["bad_config"]), "--config-only"],
     },
+    "judges": {
+        "missing_file": lambda f: [str(f["missing"])],
+        "unreadable_file": lambda f: [str(f["yaml"])],
+        "bad_value": lambda f: [str(ROOT / "config.yaml"), "--judge", "no_such_judge"],
+    },
     "provenance": {
         "missing_file": lambda f: [str(f["missing"])],
         "unreadable_file": lambda f: [str(f["parquet"])],

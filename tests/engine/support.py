@@ -18,6 +18,7 @@ from bench.engine_agreement import (
     AGREEMENT_JUDGES,
     MAX_NEW_TOKENS,
     SAMPLE_RATE,
+    ensure_expert_parallel_group,
     identical,
     release,
     requests_for,
@@ -42,6 +43,7 @@ def live_engine(spec: Any) -> Any:
     """A vLLM backend of `spec` that lives as long as the test process."""
     from lalm_judge.judging.backends.vllm_backend import VLLMBackend
 
+    ensure_expert_parallel_group()  # a mixture of experts after a dense engine of the same process
     _ENGINES.append(VLLMBackend(spec))
     return _ENGINES[-1]
 

@@ -238,19 +238,71 @@ def test_a_reordered_paper_config_plans_the_same_jobs(checkout, plan, reordered_
     assert {(job.rule, job.outputs, job.resources) for job in again} == {(j.rule, j.outputs, j.resources) for j in jobs}
 
 
-def test_a_reordered_paper_config_recomputes_nothing_after_a_run(tmp_path, reordered_paper, licence_accepted):
-    """Every job recorded as run with the original config (outputs present, `--touch` writes Snakemake's metadata:
-    params, code, software env); then the reordered config schedules nothing. One two-turn dialogue keeps the
-    run short (`--touch` pauses 0.1 s per job)."""
-    shutil.copy(ROOT / "config.yaml", tmp_path / "config.yaml")
-    write_hub_corpus(tmp_path / PAPER_CONFIG["corpus"]["path"], [("dialogues_x", "pets_1_2", 2)])
-    write_ravdess(tmp_path / PAPER_CONFIG["tts"]["emotion_reference"]["path"])
-    planned = paper_dry_run(tmp_path)
-    materialize_outputs(tmp_path, planned.stdout + planned.stderr)
-    snakemake(tmp_path, PAPER, "--touch", "--forceall", "--cores", "1")
+@pytest.fixture(scope="module")
+def finished_paper_run(tmp_path_factory) -> Path:
+    """A paper run recorded as finished on one two-turn dialogue: every planned job's outputs present and Snakemake's
+    metadata written by `--touch` (params, code, software env), as after a real run. One dialogue keeps it short
+    (`--touch` pauses 0.1 s per job)."""
+    workdir = tmp_path_factory.mktemp("finished_paper")
+    shutil.copy(ROOT / "config.yaml", workdir / "config.yaml")
+    write_hub_corpus(workdir / PAPER_CONFIG["corpus"]["path"], [("dialogues_x", "pets_1_2", 2)])
+    write_ravdess(workdir / PAPER_CONFIG["tts"]["emotion_reference"]["path"])
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COQUI_TOS_AGREED", "1")
+        planned = paper_dry_run(workdir)
+        materialize_outputs(workdir, planned.stdout + planned.stderr)
+        snakemake(workdir, PAPER, "--touch", "--forceall", "--cores", "1")
     tts_table = next(job.outputs[0] for job in planned_jobs(planned) if job.rule == "synthesize_variants")
     voice = {"device": "cuda", "engine": "xtts", "language": "en"}
-    assert repr({"default_a": voice, "default_b": voice}) in recorded_params(tmp_path, tts_table), "no demo voice"
+    assert repr({"default_a": voice, "default_b": voice}) in recorded_params(workdir, tts_table), "no demo voice"
+    return workdir
 
-    assert "Nothing to be done" in paper_dry_run(tmp_path).stdout
-    assert "Nothing to be done" in paper_dry_run(tmp_path, reordered_paper).stdout
+
+def test_a_reordered_paper_config_recomputes_nothing_after_a_run(finished_paper_run, reordered_paper, licence_accepted):
+    assert "Nothing to be done" in paper_dry_run(finished_paper_run).stdout
+    assert "Nothing to be done" in paper_dry_run(finished_paper_run, reordered_paper).stdout
+
+
+# The aggregates every change of the judges reruns (tests/workflow/test_partial_recompute.py).
+AGGREGATES = {
+    "compute_metrics",
+    "control_metrics",
+    "figures",
+    "control_figures",
+    "guide",
+    "modality_analysis",
+    "modality_figures",
+    "decision_flow",
+    "report",
+    "all",
+}
+JUDGES_2026 = yaml.safe_load((ROOT / "configs" / "judges-2026.yaml").read_text())
+
+
+def test_adding_a_2026_judge_to_the_finished_paper_run_plans_only_its_jobs_and_the_aggregates(
+    finished_paper_run, tmp_path, licence_accepted
+):
+    """Qwen3-Omni's entry of configs/judges-2026.yaml copied into the paper config, as that file's header says: the dry
+    run plans its judge jobs and the aggregates, nothing of the shared stages and no other judge's job."""
+    config = yaml.safe_load(PAPER.read_text())
+    config["judges"]["qwen3_omni_30b"] = JUDGES_2026["judges"]["qwen3_omni_30b"]
+    config["evaluation"]["judges"].append("qwen3_omni_30b")
+    configfile = tmp_path / "paper_with_qwen3_omni.yaml"
+    configfile.write_text(yaml.safe_dump(config))
+    jobs = planned_jobs(paper_dry_run(finished_paper_run, configfile))
+    judge_jobs = [job for job in jobs if job.rule == "judge_qwen3_omni_30b"]
+    assert judge_jobs and all(job.resource("gpu") == "2" for job in judge_jobs)
+    assert {job.rule for job in jobs} - {"shard_index"} == {"judge_qwen3_omni_30b"} | AGGREGATES
+
+
+def test_the_2026_judges_config_reads_the_papers_data_as_the_paper_does(finished_paper_run, licence_accepted):
+    """configs/judges-2026.yaml's shared stages are the paper's key for key, so that in the finished paper run's folder
+    it plans only the jobs of its judges the paper has not run (its Gemini entry is the paper's) and the aggregates."""
+    for key in ("seed", "corpus", "audio", "variants", "tts", "asr", "metrics"):
+        assert JUDGES_2026[key] == PAPER_CONFIG[key], key
+    evaluation = {k: v for k, v in JUDGES_2026["evaluation"].items() if k != "judges"}
+    assert evaluation == {k: v for k, v in PAPER_CONFIG["evaluation"].items() if k != "judges"}
+    assert set(JUDGES_2026["evaluation"]["judges"]) == set(JUDGES_2026["judges"])
+    jobs = planned_jobs(paper_dry_run(finished_paper_run, ROOT / "configs" / "judges-2026.yaml"))
+    new_judges = {"judge_qwen3_omni_30b", "judge_voxtral_mini_3b", "judge_gpt_audio_15"}
+    assert {job.rule for job in jobs} - {"shard_index"} == new_judges | AGGREGATES

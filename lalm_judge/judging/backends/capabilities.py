@@ -34,6 +34,31 @@ The facts and where they come from:
 - Llama-3.1-Instruct: a text model; the hub repo is gated (needs an HF_TOKEN with access).
 - Gemini through its OpenAI-compatible endpoint and GPT-4o audio models: no logprobs (Gemini returns
   HTTP 400 "Logprobs is not enabled for models/..."; OpenAI's audio-preview models reject the parameter).
+
+The families added for the judges of configs/judges-2026.yaml (docs/judges.md has one row per family, with the test
+that proves it):
+- Qwen3-Omni (Instruct, Thinking): vLLM 0.32 serves the full checkpoint through its thinker
+  (`qwen3_omni_moe_thinker.py`: `talker.` and `code2wav.` weights dropped), transformers through
+  `Qwen3OmniMoeThinkerForConditionalGeneration`, which reads the same checkpoint; the chat template writes
+  `<|audio_start|><|audio_pad|><|audio_end|>`, which both expand to 13 tokens per 100 mel frames (12.5 a second:
+  `_get_feat_extract_output_lengths`); the processor pads to the longest clip and cuts nothing (`truncation: False`).
+- Voxtral (Mini 3B, Small 24B): no chat template; mistral_common's chat encoding (`tekken.json`) writes the prompt,
+  `[BEGIN_AUDIO]` and 375 `[AUDIO]` tokens per started 30 s, the audio padded to whole 30 s chunks and nothing cut
+  (the model card: 30 min for transcription, 40 min for understanding, "System prompts are not yet supported");
+  vLLM 0.32 (`voxtral.py`) loads only the Mistral-format files, transformers the Hugging Face ones
+  (`VoxtralForConditionalGeneration`); `judging.backends.voxtral`.
+- Gemma 3n: the feature extractor cuts audio at 480,000 samples, 30 s (transformers
+  `feature_extraction_gemma3n.py`, truncation on), and every clip becomes 188 audio tokens (`audio_seq_length`,
+  vLLM `gemma3n_mm.py` `audio_soft_tokens_per_image`). Both engines build its vision tower from timm
+  (`TimmWrapperModel`), which neither of the project's CPU environments has.
+- Granite Speech 3.3: 10 audio tokens a second (100 mel frames stacked by 2, a 15-frame window pooled by 5:
+  `projector_window_size`, `projector_downsample_rate`), `<|audio|>`, one audio item per prompt (vLLM
+  `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
+  torch, and its LoRA adapter applies to audio requests only (transformers enables it itself; vLLM needs a LoRA
+  request per prompt, which the vllm backend does not send).
+- GPT-Audio 1.5, the successor OpenAI names for gpt-4o-audio-preview (shut down 2026-05-07), and Gemini 2.5
+  Flash-Lite: audio input through Chat Completions (`input_audio`, base64 wav), no logprobs; their retirement as the
+  providers' deprecation pages state it is `retires`.
 """
 
 from __future__ import annotations
@@ -103,6 +128,12 @@ class ModelFamily:
     gated: bool = False
     # The `architectures` of its checkpoints' config.json: a local copy (a folder) is matched by them.
     architectures: tuple[str, ...] = ()
+    # What a judge of the family is told and assumes, for `lalm-judge judges` and docs/judges.md.
+    placeholder: str | None = None  # the audio placeholder its prompt carries, one per audio item
+    assumes: str = ""  # what is switched off or relied on (thinking, talker, LoRA)
+    limits: str = ""  # known limits of serving it here
+    verified_by: tuple[str, ...] = ()  # the tests that run it on its engines
+    retires: str | None = None  # API models: the shutdown date the provider states, or that none is announced
 
     def matches(self, model: str) -> bool:
         return re.match(self.pattern, model, flags=re.IGNORECASE) is not None
@@ -116,6 +147,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
         max_audio_s=30.0,
         prompt_format="chat",
         architectures=("Qwen2AudioForConditionalGeneration",),
+        placeholder="<|audio_bos|><|AUDIO|><|audio_eos|>",
+        verified_by=("tests/engine/test_qwen2_audio.py",),
     ),
     ModelFamily(
         "Audio Flamingo 3",
@@ -124,6 +157,8 @@ FAMILIES: tuple[ModelFamily, ...] = (
         max_audio_s=600.0,
         prompt_format="chat",
         architectures=("AudioFlamingo3ForConditionalGeneration",),
+        placeholder="<sound>",
+        verified_by=("tests/engine/test_audio_flamingo3.py",),
     ),
     ModelFamily(
         "Qwen2.5-Omni",
@@ -131,6 +166,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
         ("transformers", "vllm"),
         prompt_format="chat",
         architectures=("Qwen2_5OmniForConditionalGeneration", "Qwen2_5OmniThinkerForConditionalGeneration"),
+        placeholder="<|audio_bos|><|AUDIO|><|audio_eos|>",
+        assumes="its thinker answers; a checkpoint saved as its thinker alone (SageLM) is served by vLLM from a copy "
+        "in the full model's layout",
+        verified_by=("tests/engine/test_qwen25_omni.py", "tests/engine/test_sagelm.py"),
     ),
     ModelFamily(
         "MiniCPM-o",
@@ -139,6 +178,10 @@ FAMILIES: tuple[ModelFamily, ...] = (
         why_backends="its remote modeling code does not import under transformers 5; vLLM serves it natively",
         prompt_format="minicpmo",
         architectures=("MiniCPMO",),
+        placeholder="(<audio>./</audio>)",
+        assumes="thinking off, so that the verdict is the first token; one image allowed per prompt so that vLLM "
+        "sizes an encoder cache for the audio",
+        verified_by=("tests/engine/test_minicpmo.py",),
     ),
     ModelFamily(
         "MERaLiON-2",
@@ -149,6 +192,9 @@ FAMILIES: tuple[ModelFamily, ...] = (
         system_role=False,
         prompt_format="meralion",
         architectures=("MERaLiON2ForConditionalGeneration",),
+        placeholder="<SpeechHere>",
+        assumes="the plugin's no-repeat-n-gram processor off",
+        verified_by=("tests/engine/test_meralion.py",),
     ),
     ModelFamily(
         "Llama-3.1-Instruct",
@@ -157,8 +203,84 @@ FAMILIES: tuple[ModelFamily, ...] = (
         audio=False,
         prompt_format="chat",
         gated=True,
+        verified_by=("tests/engine/test_llama31.py",),
     ),
-    ModelFamily("Gemini (OpenAI-compatible endpoint)", r"(models/)?gemini-", ("openai",), logprobs=False),
+    ModelFamily(
+        "Qwen3-Omni",
+        r"Qwen/Qwen3-Omni-30B-A3B-(Instruct|Thinking)",
+        ("transformers", "vllm"),
+        prompt_format="chat",
+        placeholder="<|audio_start|><|audio_pad|><|audio_end|>",
+        assumes="its thinker answers (vLLM drops the talker and code2wav weights; transformers loads the thinker "
+        "class from the full checkpoint); the Thinking checkpoint reasons before its verdict",
+        limits="a 30B mixture of experts: two 80 GB GPUs for bfloat16 weights and a long context",
+        verified_by=("tests/engine/test_qwen3_omni.py",),
+        architectures=("Qwen3OmniMoeForConditionalGeneration",),
+    ),
+    ModelFamily(
+        "Voxtral",
+        r"mistralai/Voxtral-(Mini-3B|Small-24B)-2507",
+        ("transformers", "vllm"),
+        system_role=False,
+        prompt_format="voxtral",
+        placeholder="[BEGIN_AUDIO] and 375 [AUDIO] tokens per started 30 s",
+        assumes="mistral_common's chat encoding writes the prompt (no chat template); vLLM loads the Mistral-format "
+        "files (tekken.json, params.json, consolidated.safetensors)",
+        limits="no system role: the system prompt goes before the user text",
+        verified_by=("tests/engine/test_voxtral.py",),
+        architectures=("VoxtralForConditionalGeneration",),
+    ),
+    ModelFamily(
+        "Gemma 3n",
+        r"google/gemma-3n-E[24]B",
+        ("transformers", "vllm"),
+        max_audio_s=30.0,
+        prompt_format="chat",
+        placeholder="<audio_soft_token>",
+        assumes="each audio item is 188 tokens whatever its length",
+        limits="both engines build its timm vision tower (TimmWrapperModel): the judge environments need timm; not "
+        "run in this project's tests (no timm in the CPU environments)",
+    ),
+    ModelFamily(
+        "Granite Speech 3.3",
+        r"ibm-granite/granite-speech-3\.3-",
+        ("transformers",),
+        why_backends="its LoRA adapter applies to audio requests, which vLLM serves only with a LoRA request per "
+        "prompt and the vllm backend sends none",
+        prompt_format="chat",
+        placeholder="<|audio|>",
+        assumes="transformers enables the LoRA adapter for requests with audio",
+        limits="its feature extractor needs torchaudio (not built for the pinned torch): not run in this project's "
+        "tests; one audio item per prompt",
+    ),
+    ModelFamily(
+        "GPT-Audio 1.5",
+        r"gpt-audio-1\.5",
+        ("openai",),
+        logprobs=False,
+        limits="no token probabilities: the calibrated prompt is scored from its parsed SAFETY_SCORE",
+        verified_by=("tests/judging/test_api_judges_2026.py",),
+        retires="no shutdown announced (https://developers.openai.com/api/docs/deprecations, read 2026-12-01); it "
+        "succeeds gpt-4o-audio-preview, shut down 2026-05-07",
+    ),
+    ModelFamily(
+        "Gemini 2.5 Flash-Lite",
+        r"(models/)?gemini-2\.5-flash-lite",
+        ("openai",),
+        logprobs=False,
+        assumes="thinking off (reasoning_effort: none), so that its thinking tokens do not use up max_tokens",
+        limits="no token probabilities: the calibrated prompt is scored from its parsed SAFETY_SCORE",
+        verified_by=("tests/judging/test_api_judges_2026.py", "tests/judging/test_backend_openai.py"),
+        retires="served until further notice (https://ai.google.dev/gemini-api/docs/deprecations, read 2026-12-01); "
+        "Google names gemini-3.5-flash-lite as its replacement, which accepts no sampling parameters",
+    ),
+    ModelFamily(
+        "Gemini (OpenAI-compatible endpoint)",
+        r"(models/)?gemini-",
+        ("openai",),
+        logprobs=False,
+        verified_by=("tests/judging/test_backend_openai.py",),
+    ),
     ModelFamily("GPT-4o audio", r"gpt-(4o-(mini-)?audio|audio)", ("openai",), logprobs=False),
 )
 

