@@ -134,6 +134,11 @@ CASES: dict[str, dict[str, Case]] = {
         "unreadable_file": lambda f: [str(f["broken_batch"]), "--out", str(f["out"])],
         "bad_value": lambda f: [str(f["empty"]), "--out", str(f["out"])],
     },
+    "anchors free": {
+        "missing_file": lambda f: [str(f["missing_dir"]), "rater1", "--reason", "returned"],
+        "unreadable_file": lambda f: [str(f["broken_batch"]), "rater1", "--reason", "returned"],
+        "bad_value": lambda f: [str(f["broken_batch"]), "rater1", "--reason", "bored"],
+    },
     "anchors stats": {
         "missing_file": lambda f: [str(f["missing"]), "--out", str(f["out"])],
         "unreadable_file": lambda f: [str(f["csv"]), "--out", str(f["out"])],
@@ -168,6 +173,11 @@ CASES: dict[str, dict[str, Case]] = {
         "missing_file": lambda f: [str(f["missing"])],
         "unreadable_file": lambda f: [str(f["yaml"])],
         "bad_value": lambda f: [str(f["bad_config"]), "--config-only"],
+    },
+    "findings": {
+        "missing_file": lambda f: [str(f["missing_dir"])],
+        "unreadable_file": lambda f: [str(f["broken_metrics"])],
+        "bad_value": lambda f: [str(f["parquet"])],
     },
     "judges": {
         "missing_file": lambda f: [str(f["missing"])],

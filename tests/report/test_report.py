@@ -646,7 +646,7 @@ VIEWPORT = {"width": 1280, "height": 900}
 @pytest.fixture(scope="module")
 def report_page(built):
     """The built report open in headless chromium at 1280 px (a laptop screen)."""
-    from tests.annotation.test_browser import CHROMIUM, CHROMIUM_ARGS
+    from tests.support.browser import CHROMIUM, CHROMIUM_ARGS
 
     if not Path(CHROMIUM).exists():
         pytest.skip("chromium is not installed: 'make setup' installs it as root ('apt-get install chromium')")

@@ -74,7 +74,7 @@ def training_section(model: Path, data: dict[str, Path], output_dir: Path, **hyp
             {"name": "acoustic", "mix": {"acoustic": 1, "semantic": 0.5}},
         ],
         "hyperparameters": {
-            "learning_rate": 3e-3,
+            "learning_rate": 1e-3,
             "max_steps": 4,
             "per_device_batch_size": 2,
             "gradient_accumulation_steps": 1,
