@@ -32,10 +32,10 @@ def job_logs(workdir: Path, judge: str) -> tuple[str, dict]:
     return (logs / "shard0.log").read_text(), json.loads((logs / "shard0.requests.json").read_text())
 
 
-def run_safety_jobs(workdir: Path, models: dict[str, Path]) -> tuple[Path, Path, str]:
-    """The safety track up to its scores, with these paper judges on these tiny models, in `workdir`: two demo
+def safety_config(workdir: Path, models: dict[str, Path]) -> dict:
+    """A safety-track config with these paper judges on these tiny models, and its corpus in `workdir`: two demo
     dialogues spoken by espeak-ng, the `basic` and `calibrated` prompts in every modality of each judge, from the
-    ground-truth transcript (no ASR model). (workdir, config file, the dry run's output)."""
+    ground-truth transcript (no ASR model)."""
     write_corpus(workdir, extra=())
     config = load_test_config()
     config["tts"]["voices"] = VOICES
@@ -49,7 +49,12 @@ def run_safety_jobs(workdir: Path, models: dict[str, Path]) -> tuple[Path, Path,
         "shards": 1,
     }
     config.pop("controls", None)
-    configfile = write_config(workdir, config)
+    return config
+
+
+def run_safety_jobs(workdir: Path, models: dict[str, Path]) -> tuple[Path, Path, str]:
+    """The safety track up to its scores (`safety_config`): (workdir, config file, the dry run's output)."""
+    configfile = write_config(workdir, safety_config(workdir, models))
     plan = snakemake(workdir, configfile, "-n", "scores", "--cores", "2")
     snakemake(workdir, configfile, "scores", "--cores", "2", timeout_s=1200)
     return workdir, configfile, plan.stdout + plan.stderr

@@ -12,9 +12,14 @@ three demo items. MERaLiON-2's job runs in its own environment (tests/engine/tes
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
 import shutil
+import signal
+import sqlite3
+import time
 from pathlib import Path
 
 import polars as pl
@@ -23,8 +28,8 @@ import yaml
 
 from bench.engine_agreement import shipped_entry
 from bench.models import cached_tiny_model
-from tests.engine.jobs import VOICES, check_scored, job_logs, run_safety_jobs, score_tables, tiny_entry
-from tests.support.workflow import ROOT, snakemake, write_config
+from tests.engine.jobs import VOICES, check_scored, job_logs, run_safety_jobs, safety_config, score_tables, tiny_entry
+from tests.support.workflow import ROOT, snakemake, start_snakemake, write_config
 
 pytestmark = [pytest.mark.workflow, pytest.mark.slow]
 
@@ -113,3 +118,52 @@ def test_every_pairwise_vllm_judge_hears_both_responses_in_both_orders(pairwise_
     assert [sample["seed"] for sample in samples] == seeds
     assert samples[0]["answer"] == predictions["prediction"][0]
     assert samples[0]["answer_swapped"] == predictions["prediction_swapped"][0]
+
+
+def cached_answers(cache: Path) -> int | None:
+    """Answers stored in a judge's request cache (every dialogue's database), or None while the job writes."""
+    total = 0
+    for path in sorted(cache.glob("*.sqlite")):
+        try:
+            with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=0.5)) as database:
+                total += database.execute("SELECT count(*) FROM outputs").fetchone()[0]
+        except sqlite3.OperationalError:  # locked by the job, or not set up yet
+            return None
+    return total
+
+
+def test_a_vllm_judge_job_killed_after_its_first_call_resumes_with_only_the_unanswered_requests(tmp_path_factory):
+    """SIGKILL of the whole run (a node lost) once the Llama-3.1 job's first call is committed: the rerun computes
+    only the requests the cache lacks, and the scores equal an uninterrupted run's."""
+    from lalm_judge.judging.runner import FIRST_CALL
+
+    workdir = tmp_path_factory.mktemp("killed")
+    config = safety_config(workdir, {"llama31_8b": cached_tiny_model("llama31")})
+    # More requests than the job's first call: 2 categories x 5 severities of 7 turns and the originals, 5 prompts.
+    config["variants"].update(categories=["harassment", "hate"], severities=[1, 2, 3, 4, 5])
+    config["evaluation"]["prompts"] = ["basic", "cot", "fewshot", "rubric", "calibrated"]
+    configfile = write_config(workdir, config)
+    snakemake(workdir, configfile, "manifests", "--cores", "2", timeout_s=600)
+    uninterrupted = tmp_path_factory.mktemp("uninterrupted")
+    shutil.copytree(workdir, uninterrupted, symlinks=True, dirs_exist_ok=True)
+
+    cache = workdir / "results" / "cache" / "judges" / "llama31_8b"
+    run = start_snakemake(workdir, configfile, "scores", "--cores", "1", output=workdir / "killed.out")
+    try:
+        deadline = time.monotonic() + 600
+        while (cached_answers(cache) or 0) < FIRST_CALL:
+            assert run.poll() is None, (workdir / "killed.out").read_text()[-3000:]
+            assert time.monotonic() < deadline, "the first call was not committed within 10 minutes"
+            time.sleep(0.2)
+    finally:
+        os.killpg(run.pid, signal.SIGKILL)
+        run.wait(timeout=60)
+    committed = cached_answers(cache)
+    snakemake(workdir, configfile, "--unlock")
+    snakemake(workdir, configfile, "scores", "--cores", "2", timeout_s=600)
+    _, counts = job_logs(workdir, "llama31_8b")
+    assert committed is not None and FIRST_CALL <= committed < counts["distinct_requests"]
+    assert (counts["cached"], counts["computed"]) == (committed, counts["distinct_requests"] - committed)
+
+    snakemake(uninterrupted, uninterrupted / configfile.name, "scores", "--cores", "2", timeout_s=600)
+    assert score_tables(workdir, "llama31_8b").equals(score_tables(uninterrupted, "llama31_8b"))
