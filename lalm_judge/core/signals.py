@@ -33,7 +33,11 @@ from dataclasses import dataclass
 logger = logging.getLogger(__name__)
 
 EXIT_STATUS = 128 + signal.SIGTERM
-# Kept free before the job's time limit: writing its tables and leaving after the last commit.
+# Seconds of work between two commits of a judge job at most (a vLLM call at the job's measured rate,
+# `judging.runner.CallSizes`): what a SIGKILL may lose, and what the early warning must leave time for.
+CALL_S = 180.0
+# Kept free before the job's time limit (at most a quarter of its time): writing its tables and leaving after the
+# last commit.
 DEADLINE_MARGIN_S = 60.0
 # How long answers already in flight when the job is told to stop may still arrive (an endpoint's requests): under
 # SLURM's default KillWait of 30 s.
@@ -95,7 +99,7 @@ def check_stop(next_call_s: float = 0.0) -> None:
     if left is not None and next_call_s > left:
         raise StopAtCommit(
             f"the next call (about {next_call_s:.0f} s of work at the measured rate) would end past the job's time "
-            f"limit ({max(left, 0.0):.0f} s left before the limit's margin of {DEADLINE_MARGIN_S:.0f} s)"
+            f"limit ({max(left, 0.0):.0f} s left before the margin kept for writing its tables)"
         )
 
 
@@ -146,7 +150,9 @@ def stop_on_sigterm(what: str, time_left_s: float | None = None) -> Iterator[Non
     with status 143. `time_left_s`: seconds until the job's time limit (default: SLURM's, `slurm_time_left`)."""
     time_left_s = slurm_time_left() if time_left_s is None else time_left_s
     _STATE.reason, _STATE.in_call = None, 0
-    _STATE.deadline = None if time_left_s is None else time.monotonic() + time_left_s - DEADLINE_MARGIN_S
+    # A short job (a test's minute) keeps a quarter of its time instead of the whole margin.
+    margin_s = None if time_left_s is None else min(DEADLINE_MARGIN_S, time_left_s / 4)
+    _STATE.deadline = None if time_left_s is None else time.monotonic() + time_left_s - margin_s
     if time_left_s is not None:
         logger.info("%s: %.0f s until the job's time limit; it stops at a commit before then", what, time_left_s)
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
