@@ -73,7 +73,7 @@ ENDPOINT_BACKENDS = ("openai",)
 # Seconds of work per vLLM call at the job's measured rate: a few minutes keep vLLM's continuous batching full, and
 # bound what a killed job loses; the SLURM early warning (rules/common.smk `get_judge_slurm_extra`) leaves time for
 # one such call to finish.
-CALL_S = 180.0
+CALL_S = signals.CALL_S
 # Requests of a vLLM job's first call, before it has measured its rate (at the 8 requests/s of docs/benchmarks.md,
 # about half a minute).
 FIRST_CALL = 256
@@ -270,7 +270,8 @@ class _Claims:
     def __init__(self, cache: RequestCache, ttl_s: float, renew_s: float):
         self.cache, self.ttl_s, self.renew_s = cache, ttl_s, renew_s
         self.holder = claim_holder()
-        self.partitions: set[str] = set()
+        self.partitions: set[str] = set()  # where this holder may have claims
+        self._lock = threading.Lock()  # a partition is claimed in and renewed one at a time
         self._done = threading.Event()
         self._renewing = threading.Thread(target=self._renew, name="request-claims", daemon=True)
         self._renewing.start()
@@ -283,8 +284,9 @@ class _Claims:
         granted: set[str] = set()
         stored: set[str] = set()
         for partition, keys in by_partition.items():
-            claimed = self.cache.claim(partition, keys, self.holder, self.ttl_s)
-            self.partitions.add(partition)
+            with self._lock:
+                claimed = self.cache.claim(partition, keys, self.holder, self.ttl_s)
+                self.partitions.add(partition)
             granted.update(claimed.granted)
             stored.update(claimed.stored)
         split: tuple[list[Any], list[Any], list[Any]] = ([], [], [])
@@ -293,9 +295,12 @@ class _Claims:
         return split
 
     def _renew(self) -> None:
+        """Every `renew_s`, renew the claims in each partition; one where none is left (all answered) is dropped."""
         while not self._done.wait(self.renew_s):
             for partition in list(self.partitions):
-                self.cache.renew(partition, self.holder)
+                with self._lock:
+                    if not self.cache.renew(partition, self.holder):
+                        self.partitions.discard(partition)
 
     def close(self) -> None:
         self._done.set()
