@@ -31,10 +31,11 @@ Requests in flight are claimed (`RequestCache.claim`), so that jobs sharing a ca
 once: in the workflow a partition is written by one job at a time, but two runs may share `cache_dir` (two checkouts,
 or a run started again while the first is still alive, e.g. after `--unlock`). Before a call, the request engine
 claims its requests in their partitions' `claims` table; a request another holder claimed and still renews (a
-heartbeat, every `CLAIM_RENEW_S`) is left to that holder and its answer read from the cache once stored; a claim not
-renewed for `CLAIM_TTL_S` (its holder died) may be taken over. Storing an answer drops its claims. Claims only
-decide who computes: an answer is an answer whoever stored it first (`INSERT OR IGNORE`), so a lost or expired claim
-costs at most a duplicated call, never a wrong row.
+heartbeat, every `CLAIM_RENEW_S`) is left to that holder and its answer read from the cache once stored; a claim whose
+holder is gone may be taken over: one not renewed for `CLAIM_TTL_S`, or at once one of a process of this host that no
+longer runs (a SIGKILLed job, whose retry then waits for nothing; `holder_is_gone`). Storing an answer drops its
+claims. Claims only decide who computes: an answer is an answer whoever stored it first (`INSERT OR IGNORE`), so a
+lost or expired claim costs at most a duplicated call, never a wrong row.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 import re
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -167,6 +171,27 @@ def _decode_output(text: str) -> JudgeOutput | None:
     not a complete answer, so not a hit)."""
     record = json.loads(text)
     return JudgeOutput(**record) if set(record) == _OUTPUT_FIELDS else None
+
+
+def claim_holder() -> str:
+    """A name for one process's claims, `<host>:<pid>:<random>`: unique across hosts and restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_gone(holder: str) -> bool:
+    """Whether a claim's holder is a process of this host that no longer runs (of another host, or one this process
+    may not signal, it is taken to live: its claim then expires by its age)."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
 
 
 @dataclass(frozen=True)
@@ -427,10 +452,11 @@ class RequestCache:
                 done = {row[0] for row in connection.execute(f"SELECT key FROM outputs WHERE key IN ({marks})", chunk)}
                 live = f"SELECT key, holder FROM claims WHERE key IN ({marks}) AND renewed >= ?"
                 claims = dict(connection.execute(live, [*chunk, now - ttl_s]))
+                gone = {other: holder_is_gone(other) for other in set(claims.values()) - {holder}}
                 for key in chunk:
                     if key in done:
                         stored.append(key)
-                    elif claims.get(key, holder) != holder:
+                    elif claims.get(key, holder) != holder and not gone[claims[key]]:
                         held.append(key)
                     else:
                         granted.append(key)

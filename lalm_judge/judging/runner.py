@@ -34,13 +34,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-import os
 import queue
 import re
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -59,6 +56,7 @@ from lalm_judge.judging.cache import (
     CLAIM_RENEW_S,
     CLAIM_TTL_S,
     RequestCache,
+    claim_holder,
     judge_identity,
     request_key,
     waveform_digest,
@@ -256,11 +254,6 @@ class RequestCounts:
         )
         if stats_path is not None:
             write_json(stats_path, self.to_json())
-
-
-def claim_holder() -> str:
-    """A name for this process's claims, unique across hosts and restarts."""
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 class _Claims:

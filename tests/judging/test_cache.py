@@ -8,7 +8,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import multiprocessing
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -22,7 +24,14 @@ import pytest
 from lalm_judge.core import signals
 from lalm_judge.judging import runner
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
-from lalm_judge.judging.cache import RequestCache, entry_checksum, is_servable, judge_identity, request_key
+from lalm_judge.judging.cache import (
+    RequestCache,
+    entry_checksum,
+    holder_is_gone,
+    is_servable,
+    judge_identity,
+    request_key,
+)
 from lalm_judge.judging.runner import CallSizes, RequestEngine
 from tests.support.workflow import ROOT
 
@@ -366,6 +375,20 @@ def test_a_claim_is_granted_once_left_to_a_live_holder_and_taken_over_once_expir
     assert expired.granted == ["b", "c"] and cache.renew("p", "one") == 0
     cache.release("p", "two")
     assert cache.claim("p", ["b", "c"], "three").granted == ["b", "c"]
+
+
+def test_a_claim_of_a_process_of_this_host_that_no_longer_runs_is_taken_over_at_once(tmp_path):
+    """A SIGKILLed job's claims: its retry on the same host takes them over without waiting for their age."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_holder = f"{socket.gethostname()}:{gone.stdout.strip()}:0000"
+    live_holder = f"{socket.gethostname()}:{os.getpid()}:0000"
+    assert holder_is_gone(dead_holder) and not holder_is_gone(live_holder)
+    assert not holder_is_gone(f"another-host:{gone.stdout.strip()}:0000"), "another host's holder expires by age"
+    cache = RequestCache(tmp_path)
+    cache.claim("p", ["a"], dead_holder)
+    cache.claim("p", ["b"], live_holder)
+    claimed = cache.claim("p", ["a", "b"], "me")
+    assert (claimed.granted, claimed.held) == (["a"], ["b"])
 
 
 def test_call_sizes_follow_the_measured_rate_between_one_step_and_the_most():
