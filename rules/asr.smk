@@ -11,6 +11,7 @@ rule transcribe_dialogue:
     params:
         model_options=get_asr_model_options,
         seed=SEED,
+        code=get_code_digest("transcribe_dialogue"),
     threads: get_asr_threads
     resources:
         gpu=get_asr_gpus,

@@ -1,21 +1,23 @@
 # Helpers shared by the rules: the plan (dialogues, turns, shards, judge cells) as a pure function
 # of the config, and the get_<thing>(wildcards) input functions. Every params value taken from the config
 # is canonical (`canonical`: keys sorted), so reordering or reformatting the config reruns nothing.
+import functools
 import os
 
 from snakemake.logging import logger
 
 from lalm_judge.core.vocabulary import BABBLE, RESPOKEN_AUDIT_KINDS, AuditCondition, Condition, TranscriptSource, wildcard_patterns
+from lalm_judge.core.files import file_sha256
 from lalm_judge.data import benchmark
 from lalm_judge.judging.backends.base import JudgeSpec
 from lalm_judge.workflow.config import PAIRWISE, PREFERENCE, SAFETY, canonical, tracks
-from lalm_judge.workflow.gpu import check_gpu_budget
+from lalm_judge.workflow.gpu import check_gpu_budget, gpu_constraint, gpu_features, judge_gpu_memory_gb
 from lalm_judge.workflow.preference import ROOT as PREFERENCE_ROOT
 from lalm_judge.workflow.preference import speak_gpus
 from lalm_judge.workflow.plan import export_checkout_to_jobs, gpu_requests, score_dir
 from lalm_judge.workflow.preflight import preflight, summarized
 from lalm_judge.workflow.pins import unpinned_models
-from lalm_judge.workflow.sizing import longest_partition_runtime
+from lalm_judge.workflow.sizing import PARTITIONS_FILE, early_warning_s, longest_partition_runtime
 
 # Every check the run makes before its first job (lalm_judge.workflow.preflight; `lalm-judge validate-config` runs
 # the same): problems stop the parse. Notes are cells routed to a documented alternative, unpinned revisions and
@@ -42,6 +44,15 @@ IMPORTED_VARIANTS = SAFETY in TRACKS and config["variants"]["source"] == benchma
 check_gpu_budget(gpu_requests(config), workflow.global_resources.get("gpu"))
 
 
+@functools.cache
+def get_code_digest(script):
+    """The SHA-256 of the workflow script a rule runs (`workflow_scripts/<script>.py`), a param of the rule: a changed
+    script reruns its jobs, and an unchanged one never does, whatever its mtime. Snakemake's own `code` trigger
+    compares the script's mtime with the outputs' (a new clone or checkout would rerun every job), so the profiles
+    leave that trigger out (docs/cluster.md, "What reruns")."""
+    return file_sha256(os.path.join(workflow.basedir, "workflow_scripts", f"{script}.py"))
+
+
 # Each wildcard matches exactly the words of the vocabulary it stands for (`core.vocabulary.wildcard_patterns`).
 wildcard_constraints:
     **wildcard_patterns(),
@@ -55,8 +66,17 @@ def get_dialogue_record_file(wildcards):
 
 
 def get_dialogue_files(wildcards):
-    """The files that define a dialogue besides a shared record: its clips, its JSON and recording or segments."""
-    return list(PLAN.source(wildcards.dialogue).files)
+    """The files that define a dialogue besides a shared record: its clips, its JSON and recording or segments, as
+    ancient inputs: their content decides (`get_dialogue_file_digests`), not their mtime."""
+    return [ancient(path) for path in PLAN.source(wildcards.dialogue).files]
+
+
+def get_dialogue_file_digests(wildcards):
+    """The SHA-256 of each file that defines a dialogue, a param of its index job: a file whose content changed reruns
+    its dialogue whatever its mtime (a copy that keeps mtimes: `cp -p`, `rsync -a`, `tar x`; results written under a
+    clock ahead of the corpus's), and one touched without a change reruns nothing. Its source.json records the same
+    digests. Computed when a job's params are compared: the main process reads every corpus file once per run."""
+    return {path: file_sha256(path) for path in PLAN.source(wildcards.dialogue).files}
 
 
 def get_record_digest(wildcards):
@@ -287,19 +307,51 @@ def get_judge_resources(judge):
     return config["judges"][judge_name(judge)]["schedule"]["resources"]
 
 
-def get_judge_runtime(judge):
-    """Minutes of an attempt of the judge's job: its runtime, doubled on each retry (a job SLURM stopped at its limit
-    resumes from the request cache with more time), at most the longest SLURM partition that takes it
-    (profiles/slurm/partitions.yaml)."""
-    resources = get_judge_resources(judge)
-    longest = longest_partition_runtime(resources["gpu"])
-    cap = max(int(longest[1]), resources["runtime"]) if longest else None
+# The SLURM profile's partition file, read once per parse.
+partition_runtime_cap = functools.cache(longest_partition_runtime)
+cluster_gpu_features = functools.cache(lambda: gpu_features(PARTITIONS_FILE))
+
+
+def get_judge_runtime(judge=None):
+    """Minutes of an attempt of the judge's job (a name; None: the job's `judge` wildcard, the pairwise track's rule):
+    its runtime, doubled on each retry (a job SLURM stopped at its limit resumes from the request cache with more
+    time), at most the longest SLURM partition that takes it (profiles/slurm/partitions.yaml)."""
 
     def runtime(wildcards, attempt):
+        resources = get_judge_resources(judge if judge is not None else wildcards)
+        longest = partition_runtime_cap(resources["gpu"])
         minutes = resources["runtime"] * 2 ** (attempt - 1)
-        return minutes if cap is None else min(minutes, cap)
+        return minutes if longest is None else min(minutes, max(int(longest[1]), resources["runtime"]))
 
     return runtime
+
+
+def get_judge_slurm_extra(judge=None):
+    """The SLURM options of an attempt of the judge's job: an early SIGTERM (`--signal=TERM@<s>`) a few minutes before
+    its time limit, enough for the call in flight to finish and commit (lalm_judge.workflow.sizing.early_warning_s;
+    the job then stops at that commit, lalm_judge.core.signals). Only the SLURM executor reads it. It replaces a
+    `slurm_extra` the profile's default-resources may set: add site options to it here."""
+    runtime = get_judge_runtime(judge)
+
+    def slurm_extra(wildcards, attempt):
+        return f"--signal=TERM@{early_warning_s(runtime(wildcards, attempt))}"
+
+    return slurm_extra
+
+
+def get_judge_constraint(judge=None):
+    """The SLURM constraint of the judge's jobs: the node features of the GPU models with the memory it needs
+    (lalm_judge.workflow.gpu: `judge_gpu_memory_gb`, the `gpu_memory_gb` table of profiles/slurm/partitions.yaml);
+    none for a judge without GPUs, with a `gpu_model` of its own, or on a cluster whose table lists no GPU model."""
+
+    def constraint(wildcards):
+        name = judge_name(judge if judge is not None else wildcards)
+        entry = config["judges"][name]
+        if entry["schedule"]["resources"]["gpu_model"]:
+            return None
+        return gpu_constraint(name, judge_gpu_memory_gb(entry), cluster_gpu_features())
+
+    return constraint
 
 
 def get_judge_resource(name):

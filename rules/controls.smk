@@ -19,6 +19,7 @@ rule synthesize_controls:
         emotion_reference=get_emotion_reference(),
         injection_text=config["controls"]["injection"]["text"],
         seed=SEED,
+        code=get_code_digest("synthesize_controls"),
     resources:
         gpu=config["tts"]["gpu"],
         mem_mb=get_tts_mem_mb(),
@@ -48,6 +49,7 @@ rule transcribe_conditions:
         controls=get_control_settings(),
         cache=get_asr_cache,
         seed=SEED,
+        code=get_code_digest("transcribe_conditions"),
     threads: get_asr_threads
     resources:
         gpu=get_asr_gpus,
@@ -69,6 +71,7 @@ rule describe_turns:
         "logs/prosody/{dialogue}.log",
     params:
         seed=SEED,
+        code=get_code_digest("describe_turns"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -104,6 +107,7 @@ rule control_metrics:
         min_dialogues=config["metrics"]["min_dialogues"],
         equivalence_margin=config["metrics"]["equivalence_margin"],
         seed=SEED,
+        code=get_code_digest("control_metrics"),
     resources:
         mem_mb=8000,
         runtime=60,
@@ -125,6 +129,8 @@ rule control_figures:
         prosody_correlation_svg=report("results/figures/controls/prosody_correlation.svg", caption="../report/prosody_correlation.rst", category="Figures", subcategory="SVG"),
     log:
         "logs/report/control_figures.log",
+    params:
+        code=get_code_digest("control_figures"),
     resources:
         mem_mb=2000,
         runtime=15,

@@ -16,6 +16,7 @@ rule import_variants:
         categories=canonical(config["variants"]["categories"]),
         severities=canonical(config["variants"]["severities"]),
         seed=SEED,
+        code=get_code_digest("import_variants"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -39,6 +40,7 @@ rule import_transcripts:
     params:
         benchmark=config["corpus"]["path"],
         seed=SEED,
+        code=get_code_digest("import_transcripts"),
     resources:
         mem_mb=1000,
         runtime=10,

@@ -2,7 +2,9 @@
 # transcript source x prompt x condition) on the shard's dialogues, writing one score table per cell into the job's
 # score folder, its one output besides the index: a plan's outputs are per job, not per cell (docs/benchmarks.md).
 # Each judge has a rule of its own, `judge_<name>`, made here from one template: its shard index is of the judge's
-# shard count (lalm_judge.workflow.sizing), its conda env and resources its own (`judges.<name>.schedule`).
+# shard count (lalm_judge.workflow.sizing), its conda env and resources its own (`judges.<name>.schedule`): on SLURM
+# a card with the memory it needs (`constraint`), twice the runtime on each retry, and an early SIGTERM before its
+# limit so that it stops at a commit (`slurm_extra`).
 # Requests already in the judge's request cache (`evaluation.cache_dir`) are not computed again: a rerun because a
 # cell was added (a prompt, a condition: the `params` trigger, the folder is emptied first), a dialogue joined the
 # shard, or the job was killed computes only the new requests (lalm_judge.judging.job). The job also writes the
@@ -34,6 +36,7 @@ for judge in PLAN.judges():
             audio_sample_rate=config["evaluation"]["audio_sample_rate"],
             cache_dir=config["evaluation"]["cache_dir"],
             seed=SEED,
+            code=get_code_digest("judge_shard"),
         threads: get_judge_resources(judge)["threads"]
         resources:
             gpu=get_judge_resources(judge)["gpu"],
@@ -41,6 +44,8 @@ for judge in PLAN.judges():
             mem_mb=get_judge_resources(judge)["mem_mb"],
             runtime=get_judge_runtime(judge),
             cpus_per_gpu=get_judge_resources(judge)["cpus_per_gpu"],
+            constraint=get_judge_constraint(judge),
+            slurm_extra=get_judge_slurm_extra(judge),
         conda:
             get_judge_conda_env(judge)
         script:

@@ -10,6 +10,7 @@ rule build_manifest:
         "logs/manifests/{dialogue}.log",
     params:
         asr_tables=get_asr_tables_by_model,
+        code=get_code_digest("build_manifest"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -26,6 +27,8 @@ rule audio_accounting:
         summary="results/summary/audio_accounting.json",
     log:
         "logs/summary/audio_accounting.log",
+    params:
+        code=get_code_digest("audio_accounting"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -46,6 +49,7 @@ rule export_audio:
         "logs/export/{dialogue}/{sample}.log",
     params:
         sample_rate=config["audio"]["sample_rate"],
+        code=get_code_digest("export_audio"),
     resources:
         mem_mb=1000,
         runtime=10,
@@ -66,6 +70,8 @@ rule shard_index:
         index="results/manifests/shards/of{n_shards}/shard{shard}.json",
     log:
         "logs/manifests/shards/of{n_shards}/shard{shard}.log",
+    params:
+        code=get_code_digest("shard_index"),
     resources:
         mem_mb=500,
         runtime=5,

@@ -33,6 +33,7 @@ rule compute_metrics:
         permutations=config["metrics"]["permutations"],
         min_dialogues=config["metrics"]["min_dialogues"],
         seed=SEED,
+        code=get_code_digest("compute_metrics"),
     resources:
         mem_mb=8000,
         runtime=60,
@@ -60,6 +61,7 @@ rule guide:
         "logs/metrics/guide.log",
     params:
         seed=SEED,
+        code=get_code_digest("guide"),
     resources:
         mem_mb=2000,
         runtime=15,
@@ -89,6 +91,7 @@ rule modality_analysis:
         equivalence_margin=config["metrics"]["equivalence_margin"],
         pattern_min_share=config["metrics"]["pattern_min_share"],
         seed=SEED,
+        code=get_code_digest("modality_analysis"),
     resources:
         mem_mb=8000,
         runtime=60,
@@ -107,6 +110,8 @@ rule decision_flow:
         flow="results/metrics/decision_flow.json",
     log:
         "logs/metrics/decision_flow.log",
+    params:
+        code=get_code_digest("decision_flow"),
     resources:
         mem_mb=2000,
         runtime=15,

@@ -1,7 +1,8 @@
 # The pairwise track (config `pairwise`): items -> response transcripts (the cascade's ASR) -> one judge job
 # per pairwise cell (judge, modality, transcript source, prompt), every item in both orders, through the judge's
 # request cache (`pairwise.cache_dir`: a rerun or a killed job computes only what is missing) -> metrics -> report.
-# Judge jobs take their resources and conda env from the judge registry, as the safety track's do.
+# Judge jobs take their resources and conda env from the judge registry, as the safety track's do (the GPU
+# constraint, the runtime doubled on each retry, the early SIGTERM before the limit).
 rule pairwise_items:
     input:
         sources=get_pairwise_item_sources(),
@@ -13,6 +14,7 @@ rule pairwise_items:
         settings=canonical(config["pairwise"]["items"]),
         sample_rate=config["pairwise"]["audio_sample_rate"],
         seed=SEED,
+        code=get_code_digest("pairwise_items"),
     resources:
         mem_mb=4000,
         runtime=60,
@@ -32,6 +34,7 @@ rule pairwise_transcribe:
     params:
         model_options=get_asr_model_options,
         seed=SEED,
+        code=get_code_digest("pairwise_transcribe"),
     threads: get_asr_threads
     resources:
         mem_mb=4000,
@@ -61,13 +64,16 @@ rule pairwise_judge:
         verdict_rule=config["pairwise"]["verdict_rule"],
         cache_dir=config["pairwise"]["cache_dir"],
         seed=SEED,
+        code=get_code_digest("pairwise_judge"),
     threads: get_judge_resource("threads")
     resources:
         gpu=get_judge_resource("gpu"),
         gpu_model=get_judge_resource("gpu_model"),
         mem_mb=get_judge_resource("mem_mb"),
-        runtime=get_judge_resource("runtime"),
+        runtime=get_judge_runtime(),
         cpus_per_gpu=get_judge_resource("cpus_per_gpu"),
+        constraint=get_judge_constraint(),
+        slurm_extra=get_judge_slurm_extra(),
     conda:
         get_judge_conda_env
     script:
@@ -91,6 +97,7 @@ rule pairwise_audit_items:
         settings=canonical(config["pairwise"]["items"]),
         sample_rate=config["pairwise"]["audio_sample_rate"],
         seed=SEED,
+        code=get_code_digest("pairwise_audit_items"),
     resources:
         mem_mb=4000,
         runtime=60,
@@ -144,6 +151,7 @@ rule pairwise_metrics:
         duration_bins=config["pairwise"]["metrics"]["duration_bins"],
         min_items=config["pairwise"]["metrics"]["min_items"],
         seed=SEED,
+        code=get_code_digest("pairwise_metrics"),
     resources:
         mem_mb=4000,
         runtime=30,
@@ -168,6 +176,7 @@ rule pairwise_report:
         "logs/pairwise/report.log",
     params:
         config=get_pairwise_report_config(),
+        code=get_code_digest("pairwise_report"),
     resources:
         mem_mb=2000,
         runtime=15,

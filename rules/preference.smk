@@ -15,6 +15,7 @@ rule preference_select:
         settings=canonical(config["preference"]["source"]),
         shards=config["preference"]["shards"],
         seed=SEED,
+        code=get_code_digest("preference_select"),
     resources:
         mem_mb=4000,
         runtime=30,
@@ -37,6 +38,7 @@ rule preference_speak:
         root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
+        code=get_code_digest("preference_speak"),
     resources:
         gpu=get_preference_tts_gpus,
         mem_mb=4000,
@@ -59,6 +61,7 @@ rule preference_transcribe:
         model_options=get_preference_asr_options(),
         root=get_preference_root,
         seed=SEED,
+        code=get_code_digest("preference_transcribe"),
     threads: get_preference_asr_threads()
     resources:
         gpu=get_preference_asr_gpus(),
@@ -83,6 +86,7 @@ rule preference_pairs:
         settings=get_preference_pair_settings(),
         cache_dir=config["preference"]["rationales"]["cache_dir"],
         seed=SEED,
+        code=get_code_digest("preference_pairs"),
     resources:
         mem_mb=4000,
         runtime=120,
@@ -106,6 +110,7 @@ rule preference_acoustic:
         root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
+        code=get_code_digest("preference_acoustic"),
     resources:
         gpu=get_preference_tts_gpus,
         mem_mb=4000,
@@ -134,6 +139,7 @@ rule preference_export:
         root=get_preference_root,
         sample_rate=config["preference"]["audio_sample_rate"],
         seed=SEED,
+        code=get_code_digest("preference_export"),
     resources:
         mem_mb=8000,
         runtime=60,

@@ -26,6 +26,8 @@ rule figures:
         categories_svg=report("results/figures/categories.svg", caption="../report/categories.rst", category="Figures", subcategory="SVG"),
     log:
         "logs/report/figures.log",
+    params:
+        code=get_code_digest("figures"),
     resources:
         mem_mb=2000,
         runtime=15,
@@ -44,6 +46,8 @@ rule modality_figures:
         modality_effects_svg=report("results/figures/modality/modality_effects.svg", caption="../report/modality_effects.rst", category="Figures", subcategory="SVG"),
     log:
         "logs/report/modality_figures.log",
+    params:
+        code=get_code_digest("modality_figures"),
     resources:
         mem_mb=2000,
         runtime=15,
@@ -82,6 +86,7 @@ rule report:
         viewer_condition_asr=get_condition_asr_tables(),
         viewer_controls=get_control_settings(),
         viewer_audio=config["controls"]["viewer_audio"],
+        code=get_code_digest("report"),
     # The viewer's audio encoding and data compression run in threads (fewer when the run has fewer cores); at
     # paper scale the viewer takes about 56 CPU-minutes and 5.5 GB of memory (docs/benchmarks.md).
     threads: 4

@@ -12,6 +12,7 @@ rule synthesize_variants:
         match_loudness=config["tts"]["match_loudness"],
         emotion_reference=get_emotion_reference(),
         seed=SEED,
+        code=get_code_digest("synthesize_variants"),
     resources:
         gpu=config["tts"]["gpu"],
         mem_mb=get_tts_mem_mb(),

@@ -11,6 +11,7 @@ rule rewrite_turn:
         generator=get_generator_options(),
         cache_dir=config["variants"]["generator"]["cache_dir"],
         seed=SEED,
+        code=get_code_digest("rewrite_turn"),
     resources:
         mem_mb=1000,
         runtime=30,

@@ -27,14 +27,15 @@ shared memory does not work across hosts of a network file system). Processes on
 database at once take turns (busy timeout; a connection that meets another while setting up starts again,
 `RequestCache._open`).
 
-Requests in flight are not claimed across processes, by design: in the workflow a partition is written by one
-job only (a dialogue belongs to one shard, a judge's partitions are its own folder, and Snakemake never runs two
-jobs of one judge and shard at once), so no request is ever sent twice there. Two processes outside the workflow
-that share a cache folder and judge the same dialogues at once (two `lalm-judge score` runs, or two checkouts with
-one `cache_dir`) each send the requests they found missing at their lookup: up to every shared request twice.
-The first answer stored wins (`INSERT OR IGNORE`), both processes write equal score rows for equal answers, and
-the cost is the duplicated calls; a claim table would add a lock round trip to every call for a case the
-workflow does not have (docs/reliability.md).
+Requests in flight are claimed (`RequestCache.claim`), so that jobs sharing a cache folder compute each request
+once: in the workflow a partition is written by one job at a time, but two runs may share `cache_dir` (two checkouts,
+or a run started again while the first is still alive, e.g. after `--unlock`). Before a call, the request engine
+claims its requests in their partitions' `claims` table; a request another holder claimed and still renews (a
+heartbeat, every `CLAIM_RENEW_S`) is left to that holder and its answer read from the cache once stored; a claim whose
+holder is gone may be taken over: one not renewed for `CLAIM_TTL_S`, or at once one of a process of this host that no
+longer runs (a SIGKILLed job, whose retry then waits for nothing; `holder_is_gone`). Storing an answer drops its
+claims. Claims only decide who computes: an answer is an answer whoever stored it first (`INSERT OR IGNORE`), so a
+lost or expired claim costs at most a duplicated call, never a wrong row.
 """
 
 from __future__ import annotations
@@ -43,10 +44,13 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import random
 import re
+import socket
 import sqlite3
 import time
+import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -67,6 +71,10 @@ KEY_LENGTH = 40
 BUSY_TIMEOUT_S = 300.0
 SETUP_BUSY_TIMEOUT_S = 1.0  # waiting of one attempt to set a connection up (`RequestCache._open`)
 LOOKUP_CHUNK = 500  # keys per SELECT (SQLite bounds the number of bound parameters)
+# A claim's holder renews its claims this often while it holds them; one not renewed for CLAIM_TTL_S is expired (its
+# holder died: a SIGKILL, a lost node) and may be taken over.
+CLAIM_RENEW_S = 20.0
+CLAIM_TTL_S = 120.0
 FAILED_FINISH_REASONS = frozenset({"abort", "error"})
 _PARTITION = re.compile(r"^[A-Za-z0-9_.\-]+$")
 
@@ -163,6 +171,37 @@ def _decode_output(text: str) -> JudgeOutput | None:
     not a complete answer, so not a hit)."""
     record = json.loads(text)
     return JudgeOutput(**record) if set(record) == _OUTPUT_FIELDS else None
+
+
+def claim_holder() -> str:
+    """A name for one process's claims, `<host>:<pid>:<random>`: unique across hosts and restarts."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def holder_is_gone(holder: str) -> bool:
+    """Whether a claim's holder is a process of this host that no longer runs (of another host, or one this process
+    may not signal, it is taken to live: its claim then expires by its age)."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a claim of some keys found (`RequestCache.claim`): the keys now held by the claimant, those already
+    stored (by another process since the claimant looked), and those another live holder is computing."""
+
+    granted: list[str]
+    stored: list[str]
+    held: list[str]
 
 
 @dataclass(frozen=True)
@@ -365,18 +404,89 @@ class RequestCache:
             return self._insert(partition, entries)
 
     def _insert(self, partition: str, entries: list[tuple[str, str, str, str]]) -> int:
+        with self._transaction(partition) as connection:
+            before = connection.total_changes
+            connection.executemany(f"INSERT OR IGNORE INTO outputs ({_ENTRY}) VALUES (?, ?, ?, ?)", entries)
+            added = connection.total_changes - before
+            # A stored answer needs no claim: whoever held it is done with it, or was computing it twice.
+            keys = [(entry[0],) for entry in entries]
+            connection.executemany("DELETE FROM claims WHERE key = ?", keys)
+        return added
+
+    @contextmanager
+    def _transaction(self, partition: str) -> Iterator[sqlite3.Connection]:
+        """One write transaction on the partition's database (created if missing, with its claims table)."""
         with self._connect(partition, create=True) as connection:
             assert connection is not None
             connection.execute("BEGIN IMMEDIATE")
             try:
-                before = connection.total_changes
-                connection.executemany(f"INSERT OR IGNORE INTO outputs ({_ENTRY}) VALUES (?, ?, ?, ?)", entries)
-                added = connection.total_changes - before
+                connection.execute(
+                    "CREATE TABLE IF NOT EXISTS claims (key TEXT PRIMARY KEY, holder TEXT NOT NULL, "
+                    "renewed REAL NOT NULL) WITHOUT ROWID"
+                )
+                yield connection
                 connection.execute("COMMIT")
             except BaseException:
-                connection.execute("ROLLBACK")
+                # A signal may land after the COMMIT went through (`core.signals`): nothing left to roll back.
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
                 raise
-        return added
+
+    def claim(self, partition: str, keys: Sequence[str], holder: str, ttl_s: float = CLAIM_TTL_S) -> Claimed:
+        """Claim the keys for `holder` in one transaction: a key neither stored nor claimed by another holder that
+        renewed its claim within `ttl_s` is granted (module docstring). A database that fails a check is moved aside
+        first."""
+        try:
+            return self._claim(partition, list(dict.fromkeys(keys)), holder, ttl_s)
+        except _FailedCheck as failed:
+            self._move_aside(failed)
+            return self._claim(partition, list(dict.fromkeys(keys)), holder, ttl_s)
+
+    def _claim(self, partition: str, keys: list[str], holder: str, ttl_s: float) -> Claimed:
+        granted, stored, held = [], [], []
+        now = time.time()
+        with self._transaction(partition) as connection:
+            for start in range(0, len(keys), LOOKUP_CHUNK):
+                chunk = keys[start : start + LOOKUP_CHUNK]
+                marks = ",".join("?" * len(chunk))
+                done = {row[0] for row in connection.execute(f"SELECT key FROM outputs WHERE key IN ({marks})", chunk)}
+                live = f"SELECT key, holder FROM claims WHERE key IN ({marks}) AND renewed >= ?"
+                claims = dict(connection.execute(live, [*chunk, now - ttl_s]))
+                gone = {other: holder_is_gone(other) for other in set(claims.values()) - {holder}}
+                for key in chunk:
+                    if key in done:
+                        stored.append(key)
+                    elif claims.get(key, holder) != holder and not gone[claims[key]]:
+                        held.append(key)
+                    else:
+                        granted.append(key)
+            connection.executemany(
+                "INSERT OR REPLACE INTO claims (key, holder, renewed) VALUES (?, ?, ?)",
+                [(key, holder, now) for key in granted],
+            )
+        return Claimed(granted, stored, held)
+
+    def renew(self, partition: str, holder: str) -> int:
+        """Renew every claim `holder` has in the partition (its heartbeat); how many it has (none in a database that
+        fails a check: moved aside)."""
+        try:
+            with self._transaction(partition) as connection:
+                return connection.execute(
+                    "UPDATE claims SET renewed = ? WHERE holder = ?", (time.time(), holder)
+                ).rowcount
+        except _FailedCheck as failed:
+            self._move_aside(failed)
+            return 0
+
+    def release(self, partition: str, holder: str) -> None:
+        """Drop every claim `holder` has in the partition (it stops without computing them)."""
+        if not self.path(partition).is_file():
+            return
+        try:
+            with self._transaction(partition) as connection:
+                connection.execute("DELETE FROM claims WHERE holder = ?", (holder,))
+        except _FailedCheck as failed:
+            self._move_aside(failed)
 
     def count(self, partition: str | None = None) -> int:
         """Entries in one partition, or in all of them (a database that fails a check is moved aside: 0)."""

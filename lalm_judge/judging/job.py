@@ -6,11 +6,13 @@ written to its own score table, so the metrics and partial recomputation keep th
    (`cache.request_key`). A sample's audio is assembled once and each condition applied to it once
    (`conditions.CONDITION_TRANSFORMS`); each cell cuts its long-audio windows from that, and a window's samples
    are hashed once for all cells that send it. Keys found in the judge's request cache are served from it.
-2. compute: the other requests, each distinct request once, are built again in the order below and sent to the
-   backend `spec.batch_size` at a time (`runner.RequestEngine`): one padded forward batch (transformers,
-   embedding), one submission that vLLM schedules by continuous batching, one round of concurrent requests
-   (openai). A call's outputs are in the cache when it returns, so a killed job loses at most the call in
-   flight. The backend, and its model, is built only if something is left to compute.
+2. compute: the other requests, each distinct request once, are claimed in the cache (another job sharing it does
+   not compute them too), built again in the order below and sent to the backend (`runner.RequestEngine`,
+   `runner.CallSizes`): one padded forward batch of `spec.batch_size` per call (transformers, embedding), calls of a
+   few minutes of work at the job's measured rate that vLLM schedules by continuous batching, one request per call
+   with `options.concurrency` in flight (openai). Each call's outputs, and each endpoint answer, are in the cache
+   when they return, so a stopped or killed job loses at most the call in flight (a SIGTERM lets it finish first,
+   `core.signals`). The backend, and its model, is built only if something is left to compute.
 3. write: one row per sample in each cell (`cell.score_row`), one parquet per cell, and the job's request
    counts (`JobStats`; the workflow writes them beside the job's log). Cached and computed outputs give the same
    rows, byte for byte.
@@ -121,6 +123,7 @@ class CellCounts:
     cached: int = 0  # served from the cache, stored there before this job
     computed: int = 0  # computed by this job (a request equal to one of another cell counts in both)
     reused: int = 0  # computed by this job for an earlier pass (a request two conditions' sample sets share)
+    awaited: int = 0  # computed by another job sharing the cache while this one waited
 
 
 @dataclass
@@ -389,9 +392,8 @@ def _merged(parts: Sequence[JobStats], engine: RequestEngine) -> JobStats:
         cached=sum(p.cached for p in parts),
         computed=sum(p.computed for p in parts),
         reused=sum(p.reused for p in parts),
-        model_loads=engine.n_loads,
-        load_s=round(engine.load_s, 3),
-        compute_s=round(engine.compute_s, 3),
+        awaited=sum(p.awaited for p in parts),
+        **engine.effort(),
         cells={label: counts for p in parts for label, counts in p.cells.items()},
     )
 

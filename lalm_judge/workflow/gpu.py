@@ -9,6 +9,12 @@ scheduler already sets CUDA_VISIBLE_DEVICES and nothing is changed.
 The GPUs of the machine, in order of precedence: LALM_JUDGE_GPUS (comma-separated device ids or
 UUIDs, the same tokens CUDA_VISIBLE_DEVICES takes), CUDA_VISIBLE_DEVICES as the workflow was
 started with (a restriction the user chose), or the indexes `nvidia-smi -L` lists.
+
+On a cluster, a judge's jobs go to cards with the memory they need: `judge_gpu_memory_gb` (the judge's
+`schedule.resources.gpu_memory_gb`, else what its model family needs on its backend: `VLLM_GPU_MEMORY_GB`, or for the
+transformers backend the measured memory of its batch, `TRANSFORMERS_MEMORY`), and `gpu_constraint` turns it into a
+SLURM constraint on the node features of the cards that hold it (the `gpu_memory_gb` table of
+profiles/slurm/partitions.yaml, feature -> GB per card).
 """
 
 from __future__ import annotations
@@ -22,12 +28,59 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+from lalm_judge.core.files import read_yaml
+from lalm_judge.judging.backends.capabilities import family_of
 
 GPUS_ENV = "LALM_JUDGE_GPUS"
 LOCK_DIR_ENV = "LALM_JUDGE_GPU_LOCK_DIR"
 DEFAULT_TIMEOUT_S = 3600.0
+# A vLLM judge's card (docs/cluster.md, "GPU memory per judge"): bfloat16 weights of 15-18 GiB, and vLLM takes
+# `gpu_memory_utilization` (90 %) of the card for them and the KV cache of its context length; a 7-10 B audio model
+# needs a 40 GB card, Llama-3.1-8B (text, 128 KiB of KV cache per token) a 24 GB one.
+VLLM_GPU_MEMORY_GB = {
+    "Qwen2-Audio": 40,
+    "Audio Flamingo 3": 40,
+    "Qwen2.5-Omni": 40,
+    "MiniCPM-o": 40,
+    "MERaLiON-2": 40,
+    "Llama-3.1-Instruct": 24,
+}
+# Of a card's memory, what a job may plan to use (the rest: the CUDA context, fragmentation, longer requests).
+USABLE_SHARE = 0.9
+
+
+@dataclass(frozen=True)
+class BatchMemory:
+    """Peak GPU memory (GiB) of the transformers backend by batch size, measured (`points`: (batch, peak) pairs in
+    increasing order); between two measured batches the line through them, beyond the largest its last segment's."""
+
+    points: tuple[tuple[int, float], ...]
+
+    def peak_gib(self, batch_size: int) -> float:
+        pairs = list(zip(self.points, self.points[1:]))
+        (b0, m0), (b1, m1) = next(((a, b) for a, b in pairs if batch_size <= b[0]), pairs[-1])
+        return m0 + (m1 - m0) * (batch_size - b0) / (b1 - b0)
+
+    def largest_batch(self, card_gb: float) -> int:
+        """The largest batch, up to the largest measured one, whose peak fits `USABLE_SHARE` of a card (0: none)."""
+        largest = self.points[-1][0]
+        return next((b for b in range(largest, 0, -1) if self.peak_gib(b) <= card_gb * USABLE_SHARE), 0)
+
+
+# Measured on one H200 (2026-12-04, `python -m bench.gpu_judges --batch-sizes 1 8 32`, then `64 128`; docs/benchmarks.md
+# "GPU judges"): full-size random-weight models in bfloat16, about 1,000 input tokens (30 s windows of the demo's audio)
+# and 64 generated tokens per request. Qwen2-Audio ran out of memory at batch 128 (over 139 GiB). Longer answers (the
+# paper's 512 new tokens) hold more KV cache: the 10 % of the card left over covers some of it,
+# `schedule.resources.gpu_memory_gb` the rest.
+TRANSFORMERS_MEMORY = {
+    "Qwen2-Audio": BatchMemory(((1, 16.49), (8, 22.22), (32, 41.85), (64, 68.03))),
+    "Audio Flamingo 3": BatchMemory(((1, 15.70), (8, 17.05), (32, 21.77))),
+    "Qwen2.5-Omni": BatchMemory(((1, 17.10), (8, 19.57), (32, 28.09), (64, 39.45), (128, 62.18))),
+}
 
 
 class GpuUnavailable(RuntimeError):
@@ -185,3 +238,46 @@ def job_gpus(count: int, *, environ: MutableMapping[str, str] | None = None) -> 
                 environ.pop("CUDA_VISIBLE_DEVICES", None)
             else:
                 environ["CUDA_VISIBLE_DEVICES"] = previous
+
+
+def judge_gpu_memory_gb(entry: Mapping[str, Any]) -> float | None:
+    """GPU memory (GB per card) one job of a judge needs: its `schedule.resources.gpu_memory_gb`, else what its model
+    family needs on its backend (module docstring); None for a judge without GPUs or without a known need."""
+    resources = entry["schedule"]["resources"]
+    if not resources.get("gpu"):
+        return None
+    if resources.get("gpu_memory_gb"):
+        return float(resources["gpu_memory_gb"])
+    family = family_of(entry["model"])
+    if family is None:
+        return None
+    if entry["backend"] == "vllm":
+        return VLLM_GPU_MEMORY_GB.get(family.name)
+    memory = TRANSFORMERS_MEMORY.get(family.name) if entry["backend"] == "transformers" else None
+    return None if memory is None else round(memory.peak_gib(int(entry["batch_size"])) / USABLE_SHARE, 1)
+
+
+def gpu_features(partitions_file: Path) -> dict[str, float]:
+    """Node feature -> memory (GB) of each GPU model of the cluster: the `gpu_memory_gb` table of the SLURM profile's
+    partition file (empty without the file or the table)."""
+    if not partitions_file.is_file():
+        return {}
+    table = (read_yaml(partitions_file) or {}).get("gpu_memory_gb") or {}
+    return {str(feature): float(gb) for feature, gb in table.items()}
+
+
+def gpu_constraint(judge: str, need_gb: float | None, features: Mapping[str, float]) -> str | None:
+    """The SLURM constraint (`--constraint`, node features joined by `|`) of the cards with at least `need_gb`;
+    None when nothing is needed or the cluster lists no GPU models. A need no listed card meets is an error naming
+    the judge."""
+    if need_gb is None or not features:
+        return None
+    fitting = [feature for feature, gb in features.items() if gb >= need_gb]
+    if not fitting:
+        listed = ", ".join(f"{feature} {gb:g} GB" for feature, gb in features.items())
+        raise GpuUnavailable(
+            f"judge {judge} needs a card with {need_gb:g} GB, and no GPU model of profiles/slurm/partitions.yaml "
+            f"(gpu_memory_gb: {listed}) has that much; add the cards that do, lower the judge's batch_size, or set "
+            f"judges.{judge}.schedule.resources.gpu_memory_gb"
+        )
+    return "|".join(sorted(fitting, key=lambda feature: (features[feature], feature)))

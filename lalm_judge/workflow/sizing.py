@@ -7,16 +7,19 @@ judge. With a throughput per judge (`schedule.requests_per_hour`, else the rate 
 the model on that backend, else the backend's) each job has an estimated duration: its requests over the rate,
 plus one model load.
 
-`evaluation.shards: auto` gives each judge the smallest shard count whose every job fits its runtime
-(`schedule.resources.runtime`); an integer gives every judge that count, and a job that would not fit is an error
-naming the judge, its estimate and its runtime, unless the judge has `schedule.allow_overrun: true` (it then
-finishes over several attempts, resumed from the request cache; the SLURM profile retries it). A runtime over the
-longest SLURM partition such a job fits (`profiles/slurm/partitions.yaml`) is an error too: SLURM would never
-start the job.
+`evaluation.shards: auto` gives each judge the smallest shard count whose every job fits `PLANNED_SHARE` (75 %) of its
+runtime (`schedule.resources.runtime`): the rest is headroom for a rate below the estimate, a slow node, and the
+minutes before the limit in which the job stops at a commit (`core.signals`: the SLURM profile's early warning,
+`early_warning_s`). An integer gives every judge that count, and a job that would not fit is an error naming the
+judge, its estimate and its runtime, unless the judge has `schedule.allow_overrun: true` (it then finishes over
+several attempts, resumed from the request cache; the SLURM profile retries it). A runtime over the longest SLURM
+partition such a job fits (`profiles/slurm/partitions.yaml`) is an error too: SLURM would never start the job.
 
 The estimate is an upper bound of the work in requests (a request two cells or two windows share is computed once
-and counted in each) and a plain division by the rate for the time; `bench/gpu_judges.py` measures the rates on a
-GPU, and `schedule.requests_per_hour` takes a measured one.
+and counted in each) and a plain division by the rate for the time. The rates of the transformers backend are
+measured (`MEASURED_TRANSFORMERS`, by batch size, with their conditions); those of vLLM and the endpoints are
+assumptions until measured; `schedule.requests_per_hour` takes a measured one (a job logs its own measured rate and
+writes it to its `.requests.json`).
 """
 
 from __future__ import annotations
@@ -30,17 +33,20 @@ from typing import Any
 
 from lalm_judge.core.endpoints import endpoint_defaults
 from lalm_judge.core.files import read_yaml, shard_of
+from lalm_judge.core.signals import CALL_S
 from lalm_judge.core.vocabulary import BABBLE, CLEAN, INJECTION, MASKED, NOISE, SILENCE, TEXT, TTS_CONTROL, Condition
 from lalm_judge.judging.backends.capabilities import family_of
 
 AUTO = "auto"
 PARTITIONS_FILE = Path(__file__).resolve().parents[2] / "profiles" / "slurm" / "partitions.yaml"
 
-# Scoring throughput of one 80 GB GPU at about 150 generated tokens per request (docs/benchmarks.md, "GPU-hours of
-# the paper run per judge"; `bench/judge_stage.py` uses the same numbers): vLLM's continuous batching of a 7-10 B
-# model, and the transformers backend's padded static batches at about a quarter of it. Audio Flamingo 3 and the
-# Qwen2.5-Omni thinker are 7 B Qwen2.5 decoders behind Whisper-style encoders of 25 audio tokens per second, as
-# Qwen2-Audio: on vLLM they get its rate; their transformers rates are those of the documented alternative.
+# Jobs are planned to at most this share of their runtime (module docstring).
+PLANNED_SHARE = 0.75
+# Assumed scoring throughput of vLLM on one 80 GB GPU at about 150 generated tokens per request (docs/benchmarks.md,
+# "GPU-hours of the paper run per judge"; `bench/judge_stage.py` uses the same numbers): continuous batching of a
+# 7-10 B model. Not measured (no vLLM on the GPU machine that measured the transformers backend). Audio Flamingo 3 and
+# the Qwen2.5-Omni thinker are 7 B Qwen2.5 decoders behind Whisper-style encoders of 25 audio tokens per second, as
+# Qwen2-Audio: they get its rate.
 REQUESTS_PER_S = {
     ("Qwen2-Audio", "vllm"): 8.0,
     ("MERaLiON-2", "vllm"): 8.0,
@@ -48,8 +54,16 @@ REQUESTS_PER_S = {
     ("Llama-3.1-Instruct", "vllm"): 15.0,
     ("Audio Flamingo 3", "vllm"): 8.0,
     ("Qwen2.5-Omni", "vllm"): 8.0,
-    ("Audio Flamingo 3", "transformers"): 2.0,
-    ("Qwen2.5-Omni", "transformers"): 1.5,
+}
+# Measured: the transformers backend on one H200 (2026-12-04; `python -m bench.gpu_judges --batch-sizes 1 8 32`, then
+# `64 128`; docs/benchmarks.md, "GPU judges"), requests/s by batch size: full-size random-weight models in bfloat16,
+# about 1,000 input tokens (30 s of audio) and exactly 64 generated tokens each (random weights never stop). Answers
+# of the paper's prompts run longer (up to 512 tokens), so a real job is slower: its own measured rate
+# (`schedule.requests_per_hour`) replaces these. A judge gets the rate of the largest measured batch up to its own.
+MEASURED_TRANSFORMERS = {
+    "Qwen2-Audio": {1: 0.50, 8: 2.34, 32: 7.89, 64: 10.67},
+    "Audio Flamingo 3": {1: 0.52, 8: 2.95, 32: 8.32},
+    "Qwen2.5-Omni": {1: 0.67, 8: 4.37, 32: 11.16, 64: 11.09, 128: 13.75},
 }
 # Models without a stated rate: a 7-10 B model on that backend; an endpoint answers one request per concurrency
 # slot in about two seconds; the embedding baseline is a forward pass of a small encoder.
@@ -93,7 +107,8 @@ class JudgeSizing:
 
     @property
     def fits(self) -> bool:
-        return self.hours_per_job * 60 <= self.runtime_min
+        """Whether the largest job is planned to at most `PLANNED_SHARE` of its runtime."""
+        return self.hours_per_job * 60 <= self.runtime_min * PLANNED_SHARE
 
 
 def condition_samples(condition: str, work: DialogueWork) -> int:
@@ -136,8 +151,13 @@ def judge_rate(entry: Mapping[str, Any]) -> tuple[float, str]:
         return float(stated), "schedule.requests_per_hour"
     backend = entry["backend"]
     family = family_of(entry["model"])
+    measured = MEASURED_TRANSFORMERS.get(family.name, {}) if family is not None and backend == "transformers" else {}
+    batches = [batch for batch in measured if batch <= int(entry["batch_size"])]
+    if batches:
+        batch = max(batches)
+        return measured[batch] * 3600, f"{family.name} on transformers at batch {batch}, measured on an H200"
     if family is not None and (family.name, backend) in REQUESTS_PER_S:
-        return REQUESTS_PER_S[(family.name, backend)] * 3600, f"{family.name} on {backend} (docs/benchmarks.md)"
+        return REQUESTS_PER_S[(family.name, backend)] * 3600, f"{family.name} on {backend}, assumed"
     if backend == "openai":
         slots = int(entry["options"].get("concurrency", endpoint_defaults()["concurrency"]))
         return slots * ENDPOINT_REQUESTS_PER_S_PER_SLOT * 3600, f"{slots} concurrent endpoint requests"
@@ -192,8 +212,9 @@ class _JudgeModel:
         )
 
     def smallest_fit(self) -> JudgeSizing:
-        """The smallest shard count whose largest job fits the runtime; else the count with the smallest largest job."""
-        budget = (self.runtime / 60 - self.load_h) * self.rate
+        """The smallest shard count whose largest job fits the planned share of its runtime; else the count with the
+        smallest largest job."""
+        budget = (self.runtime * PLANNED_SHARE / 60 - self.load_h) * self.rate
         lowest = max(1, math.ceil(sum(self.requests.values()) / budget)) if budget > 0 else 1
         best = None
         for n_shards in range(lowest, max(lowest, MAX_SHARDS_PER_DIALOGUE * len(self.requests)) + 1):
@@ -249,7 +270,8 @@ def _overrun_message(sized: JudgeSizing, shards: Any) -> str:
     return (
         f"judge {sized.judge}: its largest job holds {sized.requests_per_job:,} requests, about "
         f"{sized.hours_per_job:.1f} h at {sized.requests_per_hour:,.0f} requests/h ({sized.rate_source}) {how}, over "
-        f"its runtime of {sized.runtime_min} min (judges.{sized.judge}.schedule.resources.runtime); raise the runtime, "
+        f"{PLANNED_SHARE:.0%} of its runtime of {sized.runtime_min} min (judges.{sized.judge}.schedule.resources."
+        "runtime; the rest is headroom); raise the runtime, "
         f"use more shards (evaluation.shards: auto), or set judges.{sized.judge}.schedule.allow_overrun: true to "
         "finish it over several attempts resumed from the request cache"
     )
@@ -257,12 +279,25 @@ def _overrun_message(sized: JudgeSizing, shards: Any) -> str:
 
 def sizing_table(sizings: Mapping[str, JudgeSizing]) -> str:
     """The parse-time table of the judge jobs: shards, requests and estimated hours per job, runtime."""
-    header = f"{'judge':<22} {'shards':>6} {'requests':>11} {'per job':>9} {'h per job':>9} {'runtime':>9}  rate"
-    lines = ["judge jobs (estimate: requests / rate + one model load; docs/cluster.md, 'Job sizing'):", header]
+    columns = f"{'judge':<22} {'shards':>6} {'requests':>11} {'per job':>9} {'h per job':>9} {'runtime':>9}"
+    header = f"{columns} {'planned':>7}  rate"
+    lines = [
+        f"judge jobs (estimate: requests / rate + one model load, planned to at most {PLANNED_SHARE:.0%} of the "
+        "runtime; docs/cluster.md, 'Job sizing'):",
+        header,
+    ]
     for s in sizings.values():
-        flag = "" if s.fits else "  OVER RUNTIME (allow_overrun: resumed by retries)"
+        flag = "" if s.fits else "  OVER PLANNED SHARE (allow_overrun: resumed by retries)"
+        planned = s.hours_per_job * 60 / s.runtime_min
         lines.append(
             f"{s.judge:<22} {s.shards:>6} {s.requests:>11,} {s.requests_per_job:>9,} {s.hours_per_job:>9.2f} "
-            f"{s.runtime_min:>5} min  {s.requests_per_hour:,.0f}/h ({s.rate_source}){flag}"
+            f"{s.runtime_min:>5} min {planned:>7.0%}  {s.requests_per_hour:,.0f}/h ({s.rate_source}){flag}"
         )
     return "\n".join(lines)
+
+
+def early_warning_s(runtime_min: float) -> int:
+    """Seconds before a judge job's time limit at which the SLURM profile asks for an early SIGTERM (`--signal`):
+    enough for the call in flight to finish and commit (`core.signals.CALL_S` of work) and for the job to write
+    its tables, at most a quarter of the runtime (SLURM sends the signal up to a minute early)."""
+    return int(min(CALL_S + 120.0, runtime_min * 60 / 4))

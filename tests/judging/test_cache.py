@@ -1,25 +1,38 @@
-"""The request cache: what its keys cover, its SQLite store under concurrent writers and SIGKILL, and the
+"""The request cache: what its keys cover, its SQLite store under concurrent writers and SIGKILL, its claims, and the
 request engine (`judging.runner.RequestEngine`) around a recording test double of the JudgeBackend interface (no
-model; the judge-job tests drive real tiny models through it)."""
+model; the judge-job tests drive real tiny models through it): how it sizes its calls, two engines sharing one cache,
+a claim whose holder died, and a job that stops at a commit before its time limit."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import multiprocessing
+import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import time
 from contextlib import closing
 
 import numpy as np
 import pytest
 
+from lalm_judge.core import signals
+from lalm_judge.judging import runner
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec, PartialGenerationError
-from lalm_judge.judging.cache import RequestCache, entry_checksum, is_servable, judge_identity, request_key
-from lalm_judge.judging.runner import RequestEngine
+from lalm_judge.judging.cache import (
+    RequestCache,
+    entry_checksum,
+    holder_is_gone,
+    is_servable,
+    judge_identity,
+    request_key,
+)
+from lalm_judge.judging.runner import CallSizes, RequestEngine
 from tests.support.workflow import ROOT
 
 SPEC = JudgeSpec(
@@ -293,10 +306,12 @@ class RecordingBackend:
     """Recording test double of the JudgeBackend interface: answers each request with its user text, records
     each call's size, and fails the call numbered `fail_on_call` (with its first `finished` outputs done)."""
 
-    def __init__(self, fail_on_call=None, finished=0):
+    def __init__(self, fail_on_call=None, finished=0, seconds_per_request=0.0):
         self.calls, self.fail_on_call, self.finished = [], fail_on_call, finished
+        self.seconds_per_request = seconds_per_request
 
     def generate(self, requests):
+        time.sleep(self.seconds_per_request * len(requests))
         self.calls.append(len(requests))
         outputs = [output(f"{r.user} SAFETY_SCORE: 0.5") for r in requests]
         if len(self.calls) == self.fail_on_call:
@@ -344,3 +359,106 @@ def test_a_failed_call_keeps_the_calls_before_it_and_its_finished_outputs(tmp_pa
     rerun = RequestEngine(rerun_backend, cache, judge_identity(SPEC), 4)
     rerun.generate(text_requests(12), context=CONTEXT)
     assert rerun_backend.calls == [2] and (rerun.n_cached, rerun.n_computed) == (10, 2)
+
+
+def test_a_claim_is_granted_once_left_to_a_live_holder_and_taken_over_once_expired(tmp_path):
+    cache, keys = RequestCache(tmp_path), ["a", "b", "c"]
+    assert cache.claim("p", keys, "one").granted == keys
+    assert cache.claim("p", keys, "one").granted == keys, "a holder's own claims stay its own"
+    held = cache.claim("p", keys, "two")
+    assert (held.granted, held.stored, held.held) == ([], [], keys)
+    cache.store("p", [("a", output())], {"model": "m"})
+    assert cache.claim("p", keys, "two").stored == ["a"], "a stored answer needs no claim"
+    assert cache.renew("p", "one") == 2
+    # A claim not renewed within the time to live (its holder died) is taken over.
+    expired = cache.claim("p", ["b", "c"], "two", ttl_s=0.0)
+    assert expired.granted == ["b", "c"] and cache.renew("p", "one") == 0
+    cache.release("p", "two")
+    assert cache.claim("p", ["b", "c"], "three").granted == ["b", "c"]
+
+
+def test_a_claim_of_a_process_of_this_host_that_no_longer_runs_is_taken_over_at_once(tmp_path):
+    """A SIGKILLed job's claims: its retry on the same host takes them over without waiting for their age."""
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_holder = f"{socket.gethostname()}:{gone.stdout.strip()}:0000"
+    live_holder = f"{socket.gethostname()}:{os.getpid()}:0000"
+    assert holder_is_gone(dead_holder) and not holder_is_gone(live_holder)
+    assert not holder_is_gone(f"another-host:{gone.stdout.strip()}:0000"), "another host's holder expires by age"
+    cache = RequestCache(tmp_path)
+    cache.claim("p", ["a"], dead_holder)
+    cache.claim("p", ["b"], live_holder)
+    claimed = cache.claim("p", ["a", "b"], "me")
+    assert (claimed.granted, claimed.held) == (["a"], ["b"])
+
+
+def test_call_sizes_follow_the_measured_rate_between_one_step_and_the_most():
+    vllm = CallSizes.of(dataclasses.replace(SPEC, backend="vllm"))
+    assert vllm.size(None) == runner.FIRST_CALL
+    assert vllm.size(8.0) == 8 * runner.CALL_S, "a few minutes of work at the measured rate"
+    assert vllm.size(0.001) == 1 and vllm.size(1e6) == vllm.most
+    padded = CallSizes.of(dataclasses.replace(SPEC, batch_size=8))
+    assert padded.size(None) == padded.size(100.0) == 8, "one padded batch per call"
+    endpoint = CallSizes.of(dataclasses.replace(SPEC, backend="openai", batch_size=1))
+    assert (endpoint.concurrency, endpoint.most) == (4, 16), "one request per call, four in flight"
+
+
+def test_calls_grow_from_the_first_to_the_measured_rate(tmp_path):
+    backend = RecordingBackend(seconds_per_request=0.01)
+    sizes = CallSizes(first=2, most=50, call_s=0.1)
+    RequestEngine(backend, RequestCache(tmp_path), judge_identity(SPEC), sizes).generate(text_requests(60), CONTEXT)
+    assert backend.calls[0] == 2 and sum(backend.calls) == 60
+    # About 100 requests/s at most: a tenth of a second is about 10 requests.
+    assert 2 < max(backend.calls[1:]) <= 12, backend.calls
+
+
+def test_two_engines_sharing_a_cache_compute_each_request_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "POLL_S", 0.02)
+    backends = [RecordingBackend(seconds_per_request=0.01) for _ in range(2)]
+    engines = [
+        RequestEngine(backend, RequestCache(tmp_path), judge_identity(SPEC), 3, claim_renew_s=0.05)
+        for backend in backends
+    ]
+    answers = [None, None]
+
+    def run(index):
+        answers[index] = [o.text for o in engines[index].generate(text_requests(40), context=CONTEXT)]
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+    assert answers[0] == answers[1] == [f"dialogue {i} SAFETY_SCORE: 0.5" for i in range(40)]
+    assert sum(sum(b.calls) for b in backends) == sum(e.n_computed for e in engines) == 40, "each request once"
+    assert all(e.n_computed for e in engines), "both computed a share"
+    assert RequestCache(tmp_path).count() == 40
+
+
+def test_requests_a_dead_holder_claimed_are_computed_once_its_claim_expires(tmp_path, monkeypatch):
+    monkeypatch.setattr(runner, "POLL_S", 0.02)
+    cache = RequestCache(tmp_path)
+    keyed = [request_key(judge_identity(SPEC), CONTEXT, r) for r in text_requests(6)]
+    cache.claim("requests", keyed[:4], "a job that was killed")
+    backend = RecordingBackend()
+    engine = RequestEngine(backend, cache, judge_identity(SPEC), 2, claim_ttl_s=0.3, claim_renew_s=0.05)
+    started = time.monotonic()
+    engine.generate(text_requests(6), context=CONTEXT)
+    assert time.monotonic() - started >= 0.3, "it waited for the claim to expire"
+    assert sum(backend.calls) == engine.n_computed == 6 and cache.count() == 6
+
+
+def test_a_job_that_cannot_finish_before_its_limit_stops_at_a_commit(tmp_path, monkeypatch):
+    monkeypatch.setattr(signals, "DEADLINE_MARGIN_S", 0.0)
+    backend = RecordingBackend(seconds_per_request=0.05)
+    engine = RequestEngine(backend, RequestCache(tmp_path), judge_identity(SPEC), 2)
+    with pytest.raises(SystemExit) as stopped, signals.stop_on_sigterm("the test job", time_left_s=0.45):
+        engine.generate(text_requests(40), context=CONTEXT)
+    assert stopped.value.code == signals.EXIT_STATUS
+    # Calls of 0.1 s in 0.45 s: it stopped before the call that would have ended past the limit, at a commit.
+    assert 0 < RequestCache(tmp_path).count() == sum(backend.calls) < 40
+
+    rerun_backend = RecordingBackend()
+    RequestEngine(rerun_backend, RequestCache(tmp_path), judge_identity(SPEC), 2).generate(
+        text_requests(40), context=CONTEXT
+    )
+    assert sum(rerun_backend.calls) == 40 - sum(backend.calls)

@@ -1,9 +1,10 @@
 """The judge job on synthetic tone manifests (`bench.manifests`): one model load for every cell of a judge, the
-request cache across reruns, added prompts and conditions, a SIGKILL and its resume, and the order in which
-requests reach each kind of backend.
+request cache across reruns, added prompts and conditions, a SIGKILL or SIGTERM and its resume (an endpoint judge's
+answers committed one by one), and the order in which requests reach each kind of backend.
 
 Real judges throughout (the tiny random-weight Qwen2-Audio through the transformers backend, the MiniLM
-embedding baseline), except the order tests, which record requests with a test double of the JudgeBackend
+embedding baseline, the openai backend against `StandInServer`, tests/support/openai_standin.py: a stdlib server
+standing in for a paid API), except the order tests, which record requests with a test double of the JudgeBackend
 interface.
 """
 
@@ -28,6 +29,7 @@ from lalm_judge.judging.backends.hf import TransformersBackend
 from lalm_judge.judging.cache import RequestCache
 from lalm_judge.judging.conditions import CONDITION_TRANSFORMS
 from lalm_judge.manifest.samples import Manifest
+from tests.support.openai_standin import Reply, StandInServer, serving
 
 torch.set_num_threads(1)
 
@@ -159,6 +161,27 @@ def test_a_job_killed_at_any_point_resumes_with_only_the_missing_requests(
     resumed = run_job(manifests, spec, cells, tmp_path).stats
     assert (resumed.cached, resumed.computed) == (stored, n_requests - stored)
     assert RequestCache(tmp_path / "cache" / spec.name).count() == n_requests
+
+
+@pytest.mark.slow
+@pytest.mark.server
+def test_an_endpoint_judge_stopped_by_sigterm_keeps_every_answer_it_got(manifests, tmp_path, monkeypatch):
+    """One request at a time, a quarter of a second each: SIGTERM after two answers keeps them and the answer in
+    flight, and the rerun sends the endpoint only the requests it did not answer."""
+    monkeypatch.setenv("LALM_JUDGE_JOB_TEST_KEY", "sk-job-test-0000")
+    server = StandInServer(lambda body: ())
+    server.script = lambda nth: Reply("SAFETY_SCORE: 0.75", delay_s=0.25)
+    cells = cells_of([("text", "gt")], ["basic"])
+    with serving(server):
+        options = {"base_url": server.base_url, "api_key_env": "LALM_JUDGE_JOB_TEST_KEY", "concurrency": 1}
+        spec = JudgeSpec(name="endpoint", backend="openai", model="stand-in", options=options, batch_size=1)
+        stored, status = stop_job_half_way(manifests, spec, cells, tmp_path, 2, signal.SIGTERM)
+        answered = server.total
+        resumed = run_job(manifests, spec, cells, tmp_path).stats
+    assert status == EXIT_STATUS and "after the call in flight finished" in (tmp_path / "killed_job.stderr").read_text()
+    assert 2 <= stored == answered < resumed.distinct_requests, "every answer the endpoint gave is in the cache"
+    assert (resumed.cached, resumed.computed) == (stored, resumed.distinct_requests - stored)
+    assert server.total == resumed.distinct_requests, "no request was sent twice"
 
 
 class RecordingBackend:

@@ -1,6 +1,7 @@
 """Corpus files are inputs: after a finished run, editing one dialogue's turn or replacing one of its clips reruns
 exactly that dialogue's stages, its judge shard's job (which computes only that dialogue's requests: the request
-cache serves the others) and the aggregates; touching the corpus without changing it reruns nothing.
+cache serves the others) and the aggregates, whatever the replaced clip's mtime (a copy that keeps the old one: its
+content digest is a param of the index job); touching the corpus without changing it reruns nothing.
 
 One small run completes once for the module: two demo dialogues in one judge shard (so that the shard's job holds
 another dialogue whose requests come from the cache), one rewritten turn each at severities 1 and 5, the MiniLM
@@ -24,6 +25,7 @@ import pytest
 from lalm_judge.audio import tts
 from lalm_judge.audio.waveform import write_wav
 from lalm_judge.core.dialogue import Dialogue
+from lalm_judge.core.files import file_sha256
 from tests.support.workflow import (
     ROOT,
     load_test_config,
@@ -178,3 +180,20 @@ def test_replacing_a_clip_reruns_its_dialogue_and_only_the_requests_that_hear_it
     replaced = pl.read_parquet(workdir / f"results/asr/whisper_tiny_en/{OTHER}.parquet")
     first = replaced.filter((pl.col("sample_id") == f"{OTHER}.original") & (pl.col("turn_index") == 0))
     assert "island" in first["text"].item().lower()
+
+
+def test_a_clip_replaced_with_its_old_mtime_reruns_its_dialogue(finished, tmp_path):
+    """`cp -p`, `rsync -a` and `tar x` keep the mtime of the copy's source: here the new clip carries the old clip's
+    mtime, older than every output. Its content, not its mtime, decides: the digest source.json recorded differs."""
+    workdir = copy_of(finished, tmp_path)
+    clip = workdir / CLIP
+    old = os.stat(clip)
+    speak("The ferry to the island was cancelled because of the storm.", clip)
+    os.utime(clip, ns=(old.st_atime_ns, old.st_mtime_ns))
+    recorded = json.loads((workdir / f"results/corpus/{OTHER}/source.json").read_text())["files"]
+    assert recorded[f"corpus/../{CLIP}"] != file_sha256(clip), "the run recorded the old clip"
+
+    jobs = dry_run(workdir)
+
+    assert_one_dialogue_reruns(jobs, OTHER)
+    assert "Params have changed" in next(job.reason for job in jobs if job.rule == "index_dialogue")

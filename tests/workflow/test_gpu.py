@@ -1,6 +1,6 @@
 """GPU slot claims (lalm_judge.workflow.gpu) with stand-in GPU ids: this machine has no GPU, and the claims
 only need device ids and lock files, so separate real processes compete for them exactly as judge
-jobs do."""
+jobs do. And the GPU memory a judge needs, as the SLURM constraint of the cards that hold it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,14 @@ import pytest
 from lalm_judge.workflow.gpu import (
     GPUS_ENV,
     LOCK_DIR_ENV,
+    TRANSFORMERS_MEMORY,
     GpuUnavailable,
     check_gpu_budget,
     claim_gpus,
+    gpu_constraint,
+    gpu_features,
     job_gpus,
+    judge_gpu_memory_gb,
     machine_gpus,
     parse_gpu_listing,
 )
@@ -151,3 +155,50 @@ def test_a_gpu_budget_below_a_stages_request_is_refused():
         check_gpu_budget(requests, 1)
     with pytest.raises(GpuUnavailable, match=r"judge:qwen \(2\), tts \(1\) .*at least 2"):
         check_gpu_budget(requests, 0)
+
+
+def judge(backend="vllm", model="Qwen/Qwen2-Audio-7B-Instruct", batch_size=8, **resources):
+    return {
+        "backend": backend,
+        "model": model,
+        "batch_size": batch_size,
+        "schedule": {"resources": {"gpu": 1, **resources}},
+    }
+
+
+def test_a_judge_needs_the_gpu_memory_of_its_family_on_its_backend_or_what_it_declares():
+    assert judge_gpu_memory_gb(judge()) == 40
+    assert judge_gpu_memory_gb(judge(model="meta-llama/Llama-3.1-8B-Instruct")) == 24
+    # The transformers backend: the measured peak of its batch, within 90 % of the card.
+    assert judge_gpu_memory_gb(judge("transformers", batch_size=32)) == pytest.approx(41.85 / 0.9, abs=0.1)
+    assert judge_gpu_memory_gb(judge("transformers", batch_size=20)) == pytest.approx(
+        (22.22 + 41.85) / 2 / 0.9, abs=0.1
+    )
+    assert judge_gpu_memory_gb(judge(gpu_memory_gb=141)) == 141
+    assert judge_gpu_memory_gb(judge(gpu=0)) is None and judge_gpu_memory_gb(judge(model="org/unknown")) is None
+
+
+def test_the_largest_batch_that_fits_a_card_follows_the_measured_peaks():
+    # Qwen2-Audio at batch 32 peaked at 41.9 GiB on the H200: not on a 40 GB card, well on an 80 GB one; nothing
+    # beyond the largest batch that ran (64: it ran out of memory at 128).
+    qwen2_audio = TRANSFORMERS_MEMORY["Qwen2-Audio"]
+    assert qwen2_audio.largest_batch(40) < 32 <= qwen2_audio.largest_batch(80) and qwen2_audio.largest_batch(141) == 64
+    assert qwen2_audio.largest_batch(16) == 0
+    assert (
+        8
+        <= TRANSFORMERS_MEMORY["Audio Flamingo 3"].largest_batch(24)
+        < 32
+        == TRANSFORMERS_MEMORY["Audio Flamingo 3"].largest_batch(40)
+    )
+    assert TRANSFORMERS_MEMORY["Qwen2.5-Omni"].largest_batch(80) == 128
+
+
+def test_the_constraint_names_the_cards_that_hold_what_a_judge_needs(tmp_path):
+    partitions = tmp_path / "partitions.yaml"
+    partitions.write_text("partitions: {gpu: {max_gpu: 4}}\ngpu_memory_gb: {a10: 24, a100: 40, l40s: 48, h100: 80}\n")
+    features = gpu_features(partitions)
+    assert gpu_constraint("j", 40, features) == "a100|l40s|h100"
+    assert gpu_constraint("j", 24, features) == "a10|a100|l40s|h100"
+    assert gpu_constraint("j", None, features) is None and gpu_constraint("j", 40, {}) is None
+    with pytest.raises(GpuUnavailable, match=r"judge j needs a card with 100 GB.*h100 80 GB"):
+        gpu_constraint("j", 100, features)

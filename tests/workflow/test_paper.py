@@ -99,7 +99,7 @@ def judge_shards(paper_plan) -> dict[str, tuple[int, set[int]]]:
     return {judge: (n, {shard_of(d, n) for d in DIALOGUE_IDS}) for judge, n in counts.items()}
 
 
-def test_the_dry_run_prints_each_judges_shards_and_job_estimate_within_its_runtime(plan):
+def test_the_dry_run_prints_each_judges_shards_and_job_estimate_within_75_percent_of_its_runtime(plan):
     result, _ = plan
     output = result.stdout + result.stderr
     table = output[output.index("judge jobs (estimate") :].splitlines()
@@ -107,8 +107,10 @@ def test_the_dry_run_prints_each_judges_shards_and_job_estimate_within_its_runti
     assert set(rows) == JUDGES
     for judge, row in rows.items():
         runtime_min = PAPER_CONFIG["judges"][judge]["schedule"]["resources"]["runtime"]
-        assert row[5] == str(runtime_min) and float(row[4]) * 60 <= runtime_min, row  # hours per job within runtime
-    assert "OVER RUNTIME" not in output
+        # Hours per job within 75 % of the runtime: the planned share, the rest headroom.
+        assert row[5] == str(runtime_min) and float(row[4]) * 60 <= 0.75 * runtime_min, row
+        assert int(row[7].rstrip("%")) <= 75, row
+    assert "OVER PLANNED SHARE" not in output
     assert "vLLM context length (options.max_model_len): qwen2_audio_7b " in output
 
 
@@ -121,8 +123,8 @@ def test_a_judge_whose_jobs_cannot_fit_is_refused_naming_it(checkout, tmp_path, 
     result = paper_dry_run(checkout, configfile, check=False)
     assert result.returncode != 0
     assert re.search(
-        r"judge qwen25_omni_7b: its largest job holds [\d,]+ requests, about [\d.]+ h at 28,800 requests/h .* over its "
-        r"runtime of 60 min",
+        r"judge qwen25_omni_7b: its largest job holds [\d,]+ requests, about [\d.]+ h at 28,800 requests/h .* over 75% "
+        r"of its runtime of 60 min",
         result.stdout + result.stderr,
     )
 

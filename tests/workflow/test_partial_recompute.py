@@ -6,15 +6,18 @@ once for the module. Each test dry-runs (`snakemake -n`) a changed config agains
 compares the planned jobs with those computed from the changed config by lalm_judge.workflow.plan; the
 rerun after an added prompt also runs, on a copy of the completed run, and reads the request counts each
 judge job writes beside its log; the rerun after an added condition runs its condition ASR job and reads the
-turns it transcribed. The rerun triggers are those of profiles/default ([mtime, params, input, software-env,
-code]; see docs/cluster.md).
+turns it transcribed. The rerun triggers are those of profiles/default ([mtime, params, input, software-env], a rule's
+script a param by its content; see docs/cluster.md): a new checkout of the same code (every file newer than the run)
+reruns nothing, and a changed ASR script reruns the ASR jobs and what depends on them, nothing else.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -123,7 +126,61 @@ def completed_run(tmp_path_factory) -> tuple[Path, dict]:
 
 def test_the_default_profile_sets_the_documented_triggers():
     profile = yaml.safe_load((DEFAULT_PROFILE / "config.yaml").read_text())
-    assert profile["rerun-triggers"] == ["mtime", "params", "input", "software-env", "code"]
+    assert profile["rerun-triggers"] == ["mtime", "params", "input", "software-env"]
+
+
+def checkout_files() -> list[str]:
+    """The checkout's tracked files (what a clone holds)."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    return [name for name in listed.split("\0") if name and (ROOT / name).is_file()]
+
+
+def test_a_new_checkout_of_the_same_code_reruns_nothing(completed_run):
+    """A clone or checkout of the same commit in the same place leaves every file of the code newer than the run's
+    outputs, with the same content: Snakemake's `code` trigger (a script newer than its outputs) would rerun every
+    job; the content digests of the scripts (rules/common.smk `get_code_digest`) rerun none."""
+    workdir, config = completed_run
+    later = os.stat(workdir / "results" / "report").st_mtime + 60
+    touched = {name: os.stat(ROOT / name) for name in checkout_files()}
+    try:
+        for name in touched:
+            os.utime(ROOT / name, (later, later))
+        assert dry_run(workdir, config) == []
+    finally:
+        for name, stat in touched.items():
+            os.utime(ROOT / name, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+
+
+def test_a_changed_asr_script_reruns_the_asr_jobs_and_what_depends_on_them_only(completed_run, tmp_path):
+    """The checkout with its ASR script changed (a copy: the run's own checkout stays as it is), against the run."""
+    workdir, config = completed_run
+    checkout = tmp_path / "checkout"
+    for name in checkout_files():
+        (checkout / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, checkout / name)
+    script = checkout / "workflow_scripts" / "transcribe_dialogue.py"
+    script.write_text(script.read_text() + "# changed\n")
+    configfile = workdir / "config.yaml"
+    completed_config = configfile.read_text()
+    write_config(workdir, config)
+    try:
+        profile = str(checkout / "profiles" / "default")
+        command = ("-n", "--workflow-profile", profile, "-s", str(checkout / "Snakefile"))
+        jobs = planned_jobs(snakemake(workdir, configfile, *command, timeout_s=300))
+    finally:
+        configfile.write_text(completed_config)
+
+    plan = plan_of(workdir, config)
+    asr = [job for job in jobs if job.rule == "transcribe_dialogue"]
+    assert {path for job in asr for path in job.outputs} == {
+        f"results/asr/{m}/{d}.parquet" for m in plan.asr_models() for d in plan.dialogue_ids
+    }
+    assert all("Params have changed" in job.reason for job in asr)
+    upstream = {"index_dialogue", "ingest_dialogue", "rewrite_turn", "synthesize_variants", "synthesize_controls"}
+    assert not {job.rule for job in jobs} & (upstream | {"describe_turns"}), "nothing the ASR does not feed"
+    # Every other job reruns because what it reads is rewritten by a job that reruns.
+    assert all("Input files updated by another job" in job.reason for job in jobs if job.rule != "transcribe_dialogue")
+    assert {"build_manifest", judge_rule("minilm"), "compute_metrics", "report"} <= {job.rule for job in jobs}
 
 
 def test_an_unchanged_rerun_schedules_nothing(completed_run):

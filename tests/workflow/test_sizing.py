@@ -57,7 +57,12 @@ def test_audio_requests_count_their_long_audio_windows():
 
 
 def test_rates_come_from_the_schedule_the_benchmarks_or_the_backend():
-    assert sizing.judge_rate(entry()) == (8.0 * 3600, "Qwen2-Audio on vllm (docs/benchmarks.md)")
+    assert sizing.judge_rate(entry()) == (8.0 * 3600, "Qwen2-Audio on vllm, assumed")
+    # The transformers backend's measured rates: the largest measured batch up to the judge's own.
+    omni = entry(backend="transformers", model="Qwen/Qwen2.5-Omni-7B", batch_size=48)
+    assert sizing.judge_rate(omni) == (11.16 * 3600, "Qwen2.5-Omni on transformers at batch 32, measured on an H200")
+    af3 = entry(backend="transformers", model="nvidia/audio-flamingo-3-hf", batch_size=8)
+    assert sizing.judge_rate(af3)[0] == 2.95 * 3600
     stated = entry(schedule={"requests_per_hour": 1234, "resources": {"runtime": 60, "gpu": 1}})
     assert sizing.judge_rate(stated) == (1234.0, "schedule.requests_per_hour")
     endpoint = entry(backend="openai", model="gemini-2.5-flash-lite", options={"concurrency": 16})
@@ -75,7 +80,7 @@ def test_auto_gives_the_smallest_shard_count_whose_largest_job_fits():
     config = {"evaluation": {"shards": "auto"}, "judges": {"j": entry()}}
     result = sized(config, works, cells)
     per_dialogue = 5 * 241
-    budget = (60 / 60 - 90 / 3600) * 8 * 3600  # requests one hour holds after the model load
+    budget = (0.75 * 60 / 60 - 90 / 3600) * 8 * 3600  # requests 75 % of an hour holds after the model load
     loads = {n: max(sizing.shard_loads({w.dialogue_id: per_dialogue for w in works}, n)) for n in range(1, 49)}
     assert result.fits and result.requests_per_job == loads[result.shards] <= budget
     assert all(loads[n] > budget for n in range(1, result.shards)), "no smaller count fits"
@@ -88,11 +93,29 @@ def test_a_fixed_shard_count_that_cannot_fit_is_refused_naming_the_judge_and_the
     config = {"evaluation": {"shards": 1}, "judges": {"j": entry()}}
     with pytest.raises(SizingError, match=r"judge j: its largest job holds 48,200 requests, about 1\.7 h") as raised:
         sized(config, works, cells)
-    assert "over its runtime of 60 min (judges.j.schedule.resources.runtime)" in str(raised.value)
+    assert "over 75% of its runtime of 60 min (judges.j.schedule.resources.runtime" in str(raised.value)
     overrun = copy.deepcopy(config)
     overrun["judges"]["j"]["schedule"]["allow_overrun"] = True
     accepted = sized(overrun, works, cells)
-    assert not accepted.fits and "OVER RUNTIME" in sizing.sizing_table({"j": accepted})
+    assert not accepted.fits and "OVER PLANNED SHARE" in sizing.sizing_table({"j": accepted})
+
+
+def test_a_job_planned_within_its_runtime_but_over_75_percent_of_it_does_not_fit():
+    works = [DialogueWork("d", 6, 6, 240, controls=False)]
+    cells = [cell("text", prompt=p) for p in ("basic", "cot")] * 40  # 80 cells x 241 samples: 0.69 h at 8/s
+    result = sized(
+        {
+            "evaluation": {"shards": 1},
+            "judges": {"j": entry(schedule={"resources": {"runtime": 50, "gpu": 1}, "allow_overrun": True})},
+        },
+        works,
+        cells,
+    )
+    assert 0.75 * 50 < result.hours_per_job * 60 <= 50 and not result.fits
+
+
+def test_the_early_warning_leaves_one_call_and_at_most_a_quarter_of_the_runtime():
+    assert sizing.early_warning_s(24 * 60) == 300 and sizing.early_warning_s(8) == 120
 
 
 def test_a_runtime_over_the_longest_partition_is_refused(tmp_path):
