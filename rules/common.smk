@@ -46,7 +46,7 @@ check_gpu_budget(gpu_requests(config), workflow.global_resources.get("gpu"))
 
 @functools.cache
 def get_code_digest(script):
-    """The SHA-256 of the workflow script a rule runs (`workflow_scripts/<script>.py`), a param of the rule: a changed
+    """The SHA-256 of the workflow script (`workflow_scripts/<script>.py`) its jobs run, one of their params: a changed
     script reruns its jobs, and an unchanged one never does, whatever its mtime. Snakemake's own `code` trigger
     compares the script's mtime with the outputs' (a new clone or checkout would rerun every job), so the profiles
     leave that trigger out (docs/cluster.md, "What reruns")."""

@@ -1,5 +1,6 @@
 """`snakemake --lint` with every shipped config (`make lint`): the checkout's config.yaml and each file of configs/
-and tests/config/, so that no rule of any track goes unlinted.
+and tests/config/ (an overlay, configs/<base>_as_published.yaml, after its base), so that no rule of any track goes
+unlinted.
 
 The workflow reads some inputs while it is parsed (the corpus, to plan dialogues and turns), so each config is
 linted in a scratch working directory holding what it reads, as its users and tests have it: the checkout's data,
@@ -32,6 +33,15 @@ CONFIGS = [
     *sorted((ROOT / "configs").glob("*.yaml")),
     *sorted((ROOT / "tests/config").glob("*.yaml")),
 ]
+# Overlays: a config given after the one it changes (configs/<base>_as_published.yaml after configs/<base>.yaml).
+OVERLAY_SUFFIX = "_as_published"
+
+
+def configfiles(configfile: Path) -> list[Path]:
+    """The config files a config is run with: an overlay after its base, any other alone."""
+    if configfile.stem.endswith(OVERLAY_SUFFIX):
+        return [configfile.with_name(configfile.stem.removesuffix(OVERLAY_SUFFIX) + configfile.suffix), configfile]
+    return [configfile]
 SHARED = ("data", "prompts", "models")
 TIMEOUT_S = 600
 
@@ -58,14 +68,15 @@ def prepare(workdir: Path, configfile: Path) -> None:
 
 
 def lint(configfile: Path) -> subprocess.CompletedProcess:
+    files = configfiles(configfile)
     with tempfile.TemporaryDirectory(prefix="lint-") as scratch:
         workdir = Path(scratch)
-        prepare(workdir, configfile)
+        prepare(workdir, files[0])
         command = [
             *("timeout", "-k", "10", str(TIMEOUT_S)),
             str(Path(sys.executable).parent / "snakemake"),
             *("--snakefile", str(ROOT / "Snakefile"), "--directory", str(workdir)),
-            *("--configfile", str(configfile), "--lint", "--cores", "1"),
+            *("--lint", "--cores", "1", "--configfile", *map(str, files)),
         ]
         env = {**os.environ, "COQUI_TOS_AGREED": "1"}
         return subprocess.run(command, capture_output=True, text=True, env=env, check=False)
@@ -77,7 +88,8 @@ def main() -> int:
         result = lint(configfile)
         name = configfile.relative_to(ROOT)
         ok = result.returncode == 0
-        print(f"{'ok' if ok else 'FAILED'}: snakemake --lint --configfile {name}")
+        given = " ".join(str(path.relative_to(ROOT)) for path in configfiles(configfile))
+        print(f"{'ok' if ok else 'FAILED'}: snakemake --lint --configfile {given}")
         if not ok:
             failed.append(name)
             print((result.stdout + result.stderr)[-3000:], file=sys.stderr)
