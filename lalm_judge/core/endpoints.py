@@ -488,6 +488,40 @@ def _utc(moment: datetime.datetime) -> str:
 
 
 # --- chat settings, requests with re-asks, and the per-request answer cache ----------------------------------
+# OpenAI's reasoning models: the o-series and GPT-5 onwards (gpt-6-luna, the configs' successor of gpt-4o, is one).
+# They refuse `max_tokens` ("not compatible with o-series models", API reference, chat/create) and take
+# `max_completion_tokens`, which also bounds their reasoning tokens; and they think by default (medium effort), when
+# they accept no temperature but 1: a temperature of their choice needs `reasoning_effort: none` (reasoning off).
+OPENAI_REASONING_MODEL = re.compile(r"(o\d+|gpt-(?:[5-9]|[1-9]\d+))(?:[-.]|$)")
+# OpenAI's models before them, which refuse the parameter (gpt-4o, a study's model, among them).
+OPENAI_NON_REASONING_MODEL = re.compile(r"gpt-(?:3\.5|4)")
+REASONING_OFF = "none"
+
+
+def is_openai_reasoning_model(model: str) -> bool:
+    return OPENAI_REASONING_MODEL.match(model) is not None
+
+
+def completion_token_limit(model: str) -> str:
+    """The chat completion parameter that caps a reply's length: `max_completion_tokens` for OpenAI's reasoning
+    models, `max_tokens` for every other model (and every other OpenAI-compatible server: vLLM's, Gemini's)."""
+    return "max_completion_tokens" if is_openai_reasoning_model(model) else "max_tokens"
+
+
+def reasoning_sampling_problem(model: str, temperature: float, reasoning_effort: str | None, what: str) -> str | None:
+    """Why an OpenAI model would refuse this sampling (every request alike), or None: a reasoning model a temperature
+    with reasoning on, an earlier model any `reasoning_effort`."""
+    if reasoning_effort is not None and OPENAI_NON_REASONING_MODEL.match(model):
+        return f"{what}: {model} is not a reasoning model and refuses reasoning_effort; remove it (or set it to null)"
+    if not is_openai_reasoning_model(model) or temperature == 1 or reasoning_effort == REASONING_OFF:
+        return None
+    effort = "its default reasoning effort" if reasoning_effort is None else f"reasoning_effort {reasoning_effort!r}"
+    return (
+        f"{what}: {model} is an OpenAI reasoning model, which takes temperature {temperature} only with reasoning "
+        f"off; with {effort} it refuses any temperature but 1: add reasoning_effort: {REASONING_OFF}"
+    )
+
+
 @dataclass(frozen=True)
 class ChatSettings:
     """The `$defs/llm_settings` block of the callers that send one prompt per request (the rewrite generator, the
@@ -501,8 +535,32 @@ class ChatSettings:
     max_tokens: int = 400
     json_mode: bool = True
     send_seed: bool = True
+    reasoning_effort: str | None = None
 
-    CHAT_KEYS = ("model", "prompt", "prompt_version", "temperature", "max_tokens", "json_mode", "send_seed")
+    CHAT_KEYS = (
+        "model",
+        "prompt",
+        "prompt_version",
+        "temperature",
+        "max_tokens",
+        "json_mode",
+        "send_seed",
+        "reasoning_effort",
+    )
+
+    def __post_init__(self) -> None:
+        problem = reasoning_sampling_problem(self.model, self.temperature, self.reasoning_effort, "the chat settings")
+        if problem:
+            raise ValueError(problem)
+
+    @property
+    def sampling(self) -> dict[str, Any]:
+        """What the answers depend on beyond the prompt: in the cache keys and the `generation` provenance
+        (`reasoning_effort` only when set, so that the keys of earlier runs hold)."""
+        sampling: dict[str, Any] = {"temperature": self.temperature, "max_tokens": self.max_tokens}
+        if self.reasoning_effort is not None:
+            sampling["reasoning_effort"] = self.reasoning_effort
+        return sampling
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], what: str, error: type[Exception] = ValueError) -> ChatSettings:
@@ -534,8 +592,10 @@ class ChatSettings:
             "model": self.model,
             "messages": messages,
             "temperature": self.temperature,
-            "max_tokens": self.max_tokens,
+            completion_token_limit(self.model): self.max_tokens,
         }
+        if self.reasoning_effort is not None:
+            params["reasoning_effort"] = self.reasoning_effort
         if self.json_mode:
             params["response_format"] = {"type": "json_object"}
         if self.send_seed:

@@ -162,8 +162,7 @@ class LLMRationales:
             "prompt_version": self.prompt.version,
             "pair": notes.key,
             "seed": self.seed,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
+            **self.settings.sampling,
         }
         return chat_request_key(fields, messages)
 

@@ -24,6 +24,7 @@ from urllib.parse import parse_qsl, urlsplit
 import jsonschema
 import yaml
 
+from lalm_judge.core.endpoints import ChatSettings, reasoning_sampling_problem
 from lalm_judge.core.files import CONFIG_SCHEMA_PATH, one_line, read_schema
 from lalm_judge.core.vocabulary import (
     AUDIO,
@@ -300,11 +301,34 @@ def check_config(config: dict[str, Any]) -> list[str]:
     ]
     safety_judges = config["evaluation"]["judges"] if SAFETY in tracks(config) else []
     pairwise_judges = config["pairwise"]["judges"] if PAIRWISE in tracks(config) else []
-    problems = max_model_len_problems(config, safety_judges, pairwise_judges)
+    problems = max_model_len_problems(config, safety_judges, pairwise_judges) + _chat_sampling_problems(config)
     if problems:
         raise ConfigError("configuration cannot run:\n  " + "\n  ".join(problems))
     _check_imported(config)
     return notes
+
+
+def _chat_sampling_problems(config: Mapping[str, Any]) -> list[str]:
+    """What the llm rewrite generator's and the rationale writer's models would refuse of their sampling
+    (`core.endpoints.reasoning_sampling_problem`), with their defaults (`ChatSettings`)."""
+    blocks = []
+    generator = config.get("variants", {}).get("generator", {}) if SAFETY in tracks(config) else {}
+    if generator.get("name") == "llm":
+        blocks.append(("variants.generator", generator))
+    rationales = config["preference"]["rationales"] if PREFERENCE in tracks(config) else {}
+    if rationales.get("generator") == "llm":
+        blocks.append(("preference.rationales.llm", rationales["llm"]))
+    defaults = ChatSettings.__dataclass_fields__
+    problems = (
+        reasoning_sampling_problem(
+            block.get("model", ""),
+            block.get("temperature", defaults["temperature"].default),
+            block.get("reasoning_effort"),
+            where,
+        )
+        for where, block in blocks
+    )
+    return [problem for problem in problems if problem]
 
 
 def _check_preference(config: dict[str, Any]) -> None:
@@ -613,7 +637,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     backend, capabilities = entry["backend"], entry["capabilities"]
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
-    problems = decoding_problems(backend, entry.get("generation", {}), name)
+    problems = decoding_problems(backend, entry.get("generation", {}), name, model=entry["model"])
     if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT) and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "

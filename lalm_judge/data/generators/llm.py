@@ -160,8 +160,7 @@ class LLMGenerator:
         self.model = self.settings.model
         self.prompt_version = self.prompt.version
         self.generation = {
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
+            **self.settings.sampling,
             "json_mode": self.settings.json_mode,
             "send_seed": self.settings.send_seed,
             "max_retries": self.settings.endpoint.max_retries,  # also bounds the re-asks after unusable answers
@@ -177,8 +176,7 @@ class LLMGenerator:
             "category": request.category,
             "severity": request.severity,
             "seed": request.seed,
-            "temperature": self.settings.temperature,
-            "max_tokens": self.settings.max_tokens,
+            **self.settings.sampling,
         }
         return chat_request_key(fields_, messages)
 

@@ -23,6 +23,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from lalm_judge.core.endpoints import reasoning_sampling_problem
+
 LOCAL_BACKENDS = ("transformers", "vllm")
 LOCAL_KEYS = ("max_new_tokens", "temperature", "top_p", "top_k", "seeds")
 SAMPLING_KEYS = ("top_p", "top_k", "seeds")
@@ -62,13 +64,20 @@ class Decoding:
         )
 
 
-def decoding_problems(backend: str, generation: Mapping[str, Any], judge: str = "judge") -> list[str]:
-    """What in a judge's `generation` its backend cannot honour (empty when everything can be)."""
+def decoding_problems(
+    backend: str, generation: Mapping[str, Any], judge: str = "judge", *, model: str = ""
+) -> list[str]:
+    """What in a judge's `generation` its backend (and, on the openai backend, its `model`) cannot honour (empty
+    when everything can be)."""
     where = f"judges.{judge}.generation"
     if backend == "openai":
-        return (
+        problems = (
             [f"{where}.seeds: the openai backend asks each request once; remove seeds"] if "seeds" in generation else []
         )
+        reasoning = reasoning_sampling_problem(
+            model, generation.get("temperature", 0.0), generation.get("reasoning_effort"), where
+        )
+        return problems + ([reasoning] if reasoning else [])
     if backend not in LOCAL_BACKENDS:
         extra = sorted(set(generation) - {"max_new_tokens"})
         return [f"{where}: the {backend} backend does not decode, so {extra} would not be used"] if extra else []

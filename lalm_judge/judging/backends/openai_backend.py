@@ -42,7 +42,9 @@ parsed. An endpoint that still answers HTTP 400 to a request with logprobs gets 
 without them, and the rest of the job asks for none: the documented alternative, logged with the advice to
 set `capabilities.logprobs: false`, and marked `logprobs_rejected` in the output.
 `spec.capabilities.system_role: false` prepends the system prompt to the user turn.
-`spec.generation`: `max_new_tokens` (-> `max_tokens`), `temperature` (default 0), and any other chat
+`spec.generation`: `max_new_tokens` (-> `max_tokens`; `max_completion_tokens` for OpenAI's reasoning models, which
+refuse `max_tokens` and take a temperature other than 1 only with `reasoning_effort: none`, checked when the
+workflow parses: `decoding.decoding_problems`), `temperature` (default 0), and any other chat
 completion parameter (`seed`, `top_p`, `stop`, `reasoning_effort`) passed through. Gemini 2.5 thinks by
 default and its thinking tokens count against `max_tokens`, which can leave an empty answer: its paper entry
 sends `reasoning_effort: none` (Gemini's OpenAI compatibility guide, "Thinking").
@@ -63,6 +65,7 @@ from lalm_judge.core.endpoints import (
     EndpointRejected,
     EndpointSettings,
     Session,
+    completion_token_limit,
 )
 from lalm_judge.core.secrets import redact
 from lalm_judge.core.vocabulary import FINISH_CONTENT_FILTER
@@ -75,6 +78,7 @@ from lalm_judge.judging.backends.chat import (
     validate_score_tokens,
     wav_base64,
 )
+from lalm_judge.judging.backends.decoding import decoding_problems
 
 logger = logging.getLogger(__name__)
 
@@ -161,10 +165,13 @@ class OpenAIBackend:
         return self.client.n_attempts
 
     def _request_params(self, spec: JudgeSpec) -> dict[str, Any]:
+        problems = decoding_problems("openai", spec.generation, spec.name, model=spec.model)
+        if problems:
+            raise ValueError("; ".join(problems))
         generation = dict(spec.generation)
         params: dict[str, Any] = {"model": spec.model, "temperature": generation.pop("temperature", 0.0)}
         if "max_new_tokens" in generation:
-            params["max_tokens"] = int(generation.pop("max_new_tokens"))
+            params[completion_token_limit(spec.model)] = int(generation.pop("max_new_tokens"))
         params.update(generation)
         return params
 
