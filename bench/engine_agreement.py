@@ -111,9 +111,14 @@ def ensure_expert_parallel_group() -> None:
     )
 
 
+def shipped_judges(config: str) -> dict[str, dict[str, Any]]:
+    """The judge registry of a config as configs/ ships it."""
+    return yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))["judges"]
+
+
 def shipped_entry(config: str, name: str) -> dict[str, Any]:
     """A judge's registry entry as configs/ ships it."""
-    return yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))["judges"][name]
+    return shipped_judges(config)[name]
 
 
 def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes: Any):

@@ -9,11 +9,20 @@ from pathlib import Path
 
 import polars as pl
 
-from bench.engine_agreement import CPU_ENGINE_KWARGS, MAX_NEW_TOKENS, shipped_entry
+from bench.engine_agreement import CPU_ENGINE_KWARGS, MAX_NEW_TOKENS, shipped_entry, shipped_judges
 from tests.support.workflow import load_test_config, snakemake, write_config, write_corpus
 
 VOICES = {"LLM1": {"engine": "espeak", "voice": "en-us"}, "LLM2": {"engine": "espeak", "voice": "en-us+f3"}}
 PREFIX_CACHE = re.compile(r"prefix cache hits (\d+) of (\d+) prompt tokens")
+
+
+# The shipped configs whose safety-track judges these jobs run, the paper's first.
+SAFETY_CONFIGS = ("configs/paper.yaml", "configs/judges-2026.yaml")
+
+
+def shipped_config_of(judge: str) -> str:
+    """The shipped config whose entry a safety judge's job runs."""
+    return next(config for config in SAFETY_CONFIGS if judge in shipped_judges(config))
 
 
 def tiny_entry(config: str, name: str, model: Path) -> dict:
@@ -33,14 +42,15 @@ def job_logs(workdir: Path, judge: str) -> tuple[str, dict]:
 
 
 def safety_config(workdir: Path, models: dict[str, Path]) -> dict:
-    """A safety-track config with these paper judges on these tiny models, and its corpus in `workdir`: two demo
+    """A safety-track config with these shipped judges (`SAFETY_CONFIGS`) on these tiny models, and its corpus in
+    `workdir`: two demo
     dialogues spoken by espeak-ng, the `basic` and `calibrated` prompts in every modality of each judge, from the
     ground-truth transcript (no ASR model)."""
     write_corpus(workdir, extra=())
     config = load_test_config()
     config["tts"]["voices"] = VOICES
     config["asr"] = {"models": {}}
-    config["judges"] = {name: tiny_entry("configs/paper.yaml", name, model) for name, model in models.items()}
+    config["judges"] = {name: tiny_entry(shipped_config_of(name), name, model) for name, model in models.items()}
     config["evaluation"] = {
         "judges": list(models),
         "transcript_sources": ["gt"],
@@ -68,10 +78,10 @@ def score_tables(workdir: Path, judge: str) -> pl.DataFrame:
 
 
 def check_scored(workdir: Path, judge: str, model: Path) -> None:
-    """The judge's job scored every cell of its paper entry (basic and calibrated prompts) with one model load, the
+    """The judge's job scored every cell of its shipped entry (basic and calibrated prompts) with one model load, the
     calibrated prompt from P(safe), and vLLM's own prefix-cache counters logged."""
     scores = score_tables(workdir, judge)
-    modalities = set(shipped_entry("configs/paper.yaml", judge)["modalities"])
+    modalities = set(shipped_entry(shipped_config_of(judge), judge)["modalities"])
     assert set(scores["modality"]) == modalities and set(scores["prompt"]) == {"basic", "calibrated"}
     assert scores.height == scores.select("variant_id", "modality", "prompt").unique().height
     assert set(scores["served_model"]) == {str(model)}
