@@ -12,7 +12,9 @@ TEST_PROCESSES ?= $(CORES)
 PYTEST_ARGS ?=
 # A folder for the test runs' JUnit XML reports (main.xml, engine.xml, meralion.xml; `python -m bench.test_durations`).
 TEST_REPORTS ?=
-REPORT = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml)
+# With TEST_REPORTS, each pytest run writes its JUnit report and keeps its temporary files (the workflow runs it made,
+# counted by bench.test_durations --runs) there.
+REPORT = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml --basetemp=$(TEST_REPORTS)/$(1)-tmp)
 STAMP := $(VENV)/.installed-stamp
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_MERALION_STAMP := $(VLLM_MERALION_VENV)/.installed-stamp

@@ -1,11 +1,15 @@
 """Where the test suite's time goes: each module's share and the slowest tests, from pytest's JUnit XML reports.
 
     make test TEST_REPORTS=reports                   # each pytest run of `make test` writes its JUnit report there
-    python -m bench.test_durations reports/*.xml     # the tables of docs/benchmarks.md, "The test suite"
+    python -m bench.test_durations reports/*.xml --runs reports/*-tmp   # the tables of docs/benchmarks.md
 
 A test's time is pytest's (set-up, call and tear-down: a module's first test carries the fixtures it builds, such as a
 finished workflow run or an engine). Module times add up the time of their tests on whichever process ran them; the
 wall time of a run is shorter, since its two processes run modules side by side.
+
+`--runs` counts the workflow runs the tests made end to end, from the temporary folders of the pytest runs (their
+`--basetemp`): Snakemake writes a log for every invocation, empty for one that planned or failed to parse, and one
+that ran jobs names each finished one ("Finished job"). Dry runs and runs that ran no job are not counted.
 """
 
 from __future__ import annotations
@@ -54,16 +58,34 @@ def tables(times: dict[str, float], slowest: int = 25, modules: int = 25) -> str
     return "\n".join(lines)
 
 
+FINISHED_JOB = "Finished job"
+
+
+def workflow_runs(basetemps: list[Path]) -> tuple[int, int]:
+    """(workflow runs that ran at least one job, jobs they finished) in these pytest temporary folders."""
+    runs = jobs = 0
+    for basetemp in basetemps:
+        for log in basetemp.rglob(".snakemake/log/*.snakemake.log"):
+            finished = log.read_text(encoding="utf-8", errors="replace").count(FINISHED_JOB)
+            runs += finished > 0
+            jobs += finished
+    return runs, jobs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("reports", nargs="+", type=Path, help="JUnit XML reports of pytest runs (--junitxml)")
     parser.add_argument("--slowest", type=int, default=25)
     parser.add_argument("--modules", type=int, default=25)
+    parser.add_argument("--runs", nargs="*", type=Path, default=[], help="the pytest runs' --basetemp folders")
     args = parser.parse_args()
     times: dict[str, float] = {}
     for report in args.reports:
         times.update(test_times(report))
     print(tables(times, args.slowest, args.modules))
+    if args.runs:
+        runs, jobs = workflow_runs(args.runs)
+        print(f"\n{runs} workflow runs end to end ({jobs} jobs finished), in {', '.join(map(str, args.runs))}")
 
 
 if __name__ == "__main__":
