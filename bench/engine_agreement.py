@@ -58,6 +58,8 @@ AGREEMENT_JUDGES = {
 DECODER_REFERENCE_JUDGES = {
     "minicpm_o": ("configs/paper.yaml", "minicpm_o", "bench.minicpmo_tiny"),
     "meralion2_10b": ("configs/paper.yaml", "meralion2_10b", "bench.meralion_tiny"),
+    # Phi-4-multimodal: transformers' Phi4MultimodalForCausalLM reads another layout than vLLM's (docs/judges.md).
+    "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "bench.phi4mm_tiny"),
 }
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the
 # worker in-process: executor `uni`), eagerly (no torch.compile), with 1 GiB of KV cache, and with the prefill budget
