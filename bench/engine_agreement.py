@@ -114,8 +114,20 @@ def ensure_expert_parallel_group() -> None:
 
 
 def shipped_entry(config: str, name: str) -> dict[str, Any]:
-    """A judge's registry entry as configs/ ships it."""
-    return yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))["judges"][name]
+    """A judge's registry entry as configs/ ships it: a live entry of `judges`, or one documented there as a commented
+    block (`  # name:` and its indented lines, e.g. Phi-4-multimodal's, which the evaluation does not run)."""
+    text = (ROOT / config).read_text(encoding="utf-8")
+    judges = yaml.safe_load(text)["judges"]
+    if name in judges:
+        return judges[name]
+    lines = text.splitlines()
+    start = lines.index(f"  # {name}:")
+    block = [f"  {name}:"]
+    for line in lines[start + 1 :]:
+        if not line.startswith("  #   "):
+            break
+        block.append("  " + line[len("  # ") :])
+    return yaml.safe_load("\n".join(block))[name]
 
 
 def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes: Any):

@@ -275,11 +275,13 @@ FAMILIES: tuple[ModelFamily, ...] = (
         prompt_format="phi4mm",
         system_role=True,
         architectures=("Phi4MMForCausalLM",),
-        placeholder="<|audio_1|> (one numbered placeholder per audio item, 12.5 tokens a second)",
-        assumes="the speech LoRA adapter (speech-lora) is applied to every request with audio (a LoRARequest per "
-        "prompt), text-only requests run on the base weights; trust_remote_code for its hub configuration and "
-        "processor",
-        limits="the tiny test checkpoint carries stand-ins of the hub configuration and processor classes",
+        placeholder="<|audio_1|>, <|audio_2|>, ... numbered by item",
+        assumes="the speech LoRA adapter (options.audio_lora: speech-lora) is applied to every request with audio (a "
+        "LoRARequest per prompt, submitted apart from the text requests), text-only requests run on the base weights; "
+        "trust_remote_code for its hub configuration and processor",
+        limits="not compared with transformers' Phi4MultimodalForCausalLM (another layout); its tests check the text "
+        "answers against transformers' Phi-3 on the same decoder weights, and run stand-ins of the hub configuration "
+        "and processor classes",
         verified_by=("tests/engine/test_phi4mm.py",),
     ),
     ModelFamily(
