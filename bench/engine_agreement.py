@@ -49,6 +49,7 @@ AGREEMENT_JUDGES = {
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
     "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
     "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
+    "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "phi4mm"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
@@ -58,8 +59,6 @@ AGREEMENT_JUDGES = {
 DECODER_REFERENCE_JUDGES = {
     "minicpm_o": ("configs/paper.yaml", "minicpm_o", "bench.minicpmo_tiny"),
     "meralion2_10b": ("configs/paper.yaml", "meralion2_10b", "bench.meralion_tiny"),
-    # Phi-4-multimodal: transformers' Phi4MultimodalForCausalLM reads another layout than vLLM's (docs/judges.md).
-    "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "bench.phi4mm_tiny"),
 }
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the
 # worker in-process: executor `uni`), eagerly (no torch.compile), with 1 GiB of KV cache, and with the prefill budget
@@ -142,7 +141,9 @@ def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes
     if backend == "vllm":
         options["engine_kwargs"] = {**options.get("engine_kwargs", {}), **CPU_ENGINE_KWARGS}
     else:
-        options = {"device": "cpu", "num_threads": 1}
+        # The judge's adapter goes with it to transformers (`audio_lora`: Phi-4-multimodal's speech LoRA).
+        adapter = {key: entry["options"][key] for key in ("audio_lora",) if key in entry.get("options", {})}
+        options = {"device": "cpu", "num_threads": 1, **adapter}
     entry = {
         **entry,
         "backend": backend,
@@ -155,6 +156,13 @@ def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes
     }
     entry.pop("schedule", None)
     return JudgeSpec.from_config(name, validate_judge_entry(name, entry))
+
+
+def transformers_layout(model: Path) -> Path:
+    """The folder transformers loads of a tiny model: its `transformers/` subfolder where the model keeps transformers'
+    layout apart from the one vLLM reads (Phi-4-multimodal: `bench.phi4mm_tiny`), else the model itself."""
+    folder = Path(model) / "transformers"
+    return folder if (folder / "config.json").is_file() else Path(model)
 
 
 def context_tokens(model: Path) -> int:
@@ -294,7 +302,7 @@ def compare(judge: str, n_dialogues: int = 3) -> Agreement:
 
     config, name, tiny = AGREEMENT_JUDGES[judge]
     model = cached_tiny_model(tiny)
-    transformers_spec = tiny_spec(config, name, model, "transformers")
+    transformers_spec = tiny_spec(config, name, transformers_layout(model), "transformers")
     requests = requests_for(config, transformers_spec, n_dialogues)
     reference = run_engine(transformers_spec, requests)
     engine = run_engine(tiny_spec(config, name, model, "vllm"), requests)

@@ -39,6 +39,9 @@ VOCAB_SIZE = 200064  # the released vocabulary (config.json `vocab_size`)
 AUDIO_TOKEN_ID = 200011  # `<|endoftext11|>`, where vLLM puts the audio embeddings (phi4mm.py)
 # The released tokenizer's role and placeholder tokens the chat template and vLLM's processing use.
 EXTRA_TOKENS = ["<|system|>", "<|user|>", "<|assistant|>", "<|end|>", "<|audio_1|>", "<|audio_2|>", "<|image_1|>"]
+# The image and audio tokens the transformers layout's tokenizer names (transformers
+# `convert_phi4_multimodal_weights_to_hf.py`: `extra_special_tokens`); its processor expands the audio token.
+NAMED_TOKENS = {"image_token": "<|endoftext10|>", "audio_token": "<|endoftext11|>"}
 HIDDEN = DECODER_SIZE["hidden_size"]
 INTERMEDIATE = 2 * HIDDEN
 HEADS, KV_HEADS, HEAD_DIM = DECODER_SIZE["heads"], DECODER_SIZE["kv_heads"], 64
@@ -356,7 +359,7 @@ def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(None, "<|endoftext|>", extra_tokens=EXTRA_TOKENS)
+    tokenizer = build_tokenizer(None, "<|endoftext|>", extra_tokens=EXTRA_TOKENS, named_tokens=NAMED_TOKENS)
     tokenizer.chat_template = chat_template("microsoft-Phi-4-multimodal-instruct")
     tokenizer.save_pretrained(out)
     for name, code in STAND_IN_FILES.items():
@@ -371,27 +374,122 @@ def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps(_adapter_config(), indent=2), encoding="utf-8")
     save_file(_speech_lora(seed), str(adapter / "adapter_model.safetensors"), metadata={"format": "pt"})
+    _write_transformers_layout(out, tokenizer, config, ends, seed)
     return out
 
 
-def reference_decoder(model_dir: str | os.PathLike) -> Any:
-    """transformers' Phi-3 with the checkpoint's decoder weights (the LoRA wrappers' `base_layer.` dropped, as vLLM's
-    mapper drops it; output tied to the embeddings): what the text decoder computes without the speech adapter."""
+# transformers' conversion of the hub layout (`convert_phi4_multimodal_weights_to_hf.py`, `STATE_DICT_MAPPING`; not in
+# the wheel): the audio encoder's feed-forward and attention names, the projections; `base_layer.` dropped.
+TRANSFORMERS_KEYS = {
+    r"(encoders\.\d+\.feed_forward_(in|out))\.net\.0\.linear\.": r"\1.gate_up_proj.",
+    r"(encoders\.\d+\.feed_forward_(in|out))\.net\.2\.": r"\1.down_proj.",
+    r"(encoders\.\d+\.self_attn)\.linear_(q|k|v)\.": r"\1.\2_proj.",
+    r"(encoders\.\d+\.self_attn)\.linear_out\.": r"\1.o_proj.",
+    r"audio_projection\.speech\.0\.": "up_proj_for_speech.",
+    r"audio_projection\.speech\.2\.": "down_proj_for_speech.",
+    r"audio_projection\.vision\.0\.": "up_proj_for_vision_speech.",
+    r"audio_projection\.vision\.2\.": "down_proj_for_vision_speech.",
+    r"\.base_layer\.": ".",
+}
+TRANSFORMERS_LAYOUT = "transformers"
+
+
+def transformers_key(key: str) -> str:
+    import re
+
+    for pattern, replacement in TRANSFORMERS_KEYS.items():
+        key = re.sub(pattern, replacement, key)
+    return key
+
+
+def transformers_config(hub: dict[str, Any], tokenizer: Any, ends: list[int]) -> Any:
+    """`Phi4MultimodalConfig` of the hub config, as transformers' conversion writes it (`convert_config`), with the
+    tokenizer's image and audio token ids and a tiny vision tower (never run: the judges send no image)."""
+    from transformers import Phi4MultimodalConfig
+
+    audio = hub["audio_processor"]["config"]
+    return Phi4MultimodalConfig(
+        **{key: hub[key] for key in ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers")},
+        num_attention_heads=hub["num_attention_heads"],
+        num_key_value_heads=hub["num_key_value_heads"],
+        max_position_embeddings=hub["max_position_embeddings"],
+        original_max_position_embeddings=hub["original_max_position_embeddings"],
+        partial_rotary_factor=hub["partial_rotary_factor"],
+        rms_norm_eps=hub["rms_norm_eps"],
+        tie_word_embeddings=True,
+        bos_token_id=hub["bos_token_id"],
+        eos_token_id=ends,
+        pad_token_id=hub["pad_token_id"],
+        audio_config={
+            "hidden_size": audio["attention_dim"],
+            "num_attention_heads": audio["attention_heads"],
+            "intermediate_size": audio["linear_units"],
+            "num_blocks": audio["num_blocks"],
+            "ext_pw_out_channel": audio["ext_pw_out_channel"],
+            "depthwise_separable_out_channel": audio["depthwise_seperable_out_channel"],
+            "nemo_conv_channels": audio["nemo_conv_settings"]["conv_channels"],
+            "bias_max_distance": audio["relative_attention_bias_args"]["t5_bias_max_distance"],
+            "time_reduction": audio["time_reduction"],
+            "input_size": audio["input_size"],
+            "downsample_rate": hub["embd_layer"]["audio_embd_layer"]["downsample_rate"],
+            "audio_token_id": tokenizer.convert_tokens_to_ids(NAMED_TOKENS["audio_token"]),
+        },
+        vision_config={
+            "hidden_size": 32,
+            "intermediate_size": 64,
+            "num_hidden_layers": 1,
+            "num_attention_heads": 2,
+            "image_size": 28,
+            "patch_size": 14,
+            "image_token_id": tokenizer.convert_tokens_to_ids(NAMED_TOKENS["image_token"]),
+        },
+    )
+
+
+def _processor_config() -> dict[str, Any]:
+    """`Phi4MultimodalProcessor`'s processor_config.json (written as its `save_pretrained` writes it: the image
+    processor needs torchvision, which the building environment may lack)."""
+    from transformers import Phi4MultimodalFeatureExtractor
+
+    audio = Phi4MultimodalFeatureExtractor(feature_size=MEL_BINS, audio_compression_rate=COMPRESSION_RATE).to_dict()
+    image = {
+        "image_processor_type": "Phi4MultimodalImageProcessor",
+        "dynamic_hd": 36,
+        "patch_size": 14,
+        "size": {"height": 448, "width": 448},
+        "image_mean": [0.5, 0.5, 0.5],
+        "image_std": [0.5, 0.5, 0.5],
+        "do_convert_rgb": True,
+        "do_normalize": True,
+        "do_rescale": True,
+        "resample": 3,
+        "rescale_factor": 1 / 255,
+    }
+    return {"processor_class": "Phi4MultimodalProcessor", "audio_processor": audio, "image_processor": image}
+
+
+def _write_transformers_layout(out: Path, tokenizer: Any, hub: dict[str, Any], ends: list[int], seed: int) -> None:
+    """The same weights in transformers' layout (`Phi4MultimodalForCausalLM`) under `out/transformers`, with the
+    tokenizer, processor and speech adapter (PEFT's names are the same in both layouts)."""
+    import shutil
+
     import torch
     from safetensors.torch import load_file
-    from transformers import Phi3Config, Phi3ForCausalLM
+    from transformers import Phi4MultimodalForCausalLM
 
-    folder = Path(model_dir)
-    config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-    # `partial_rotary_factor` is read from the keyword arguments into `rope_parameters` (not a field of its own).
-    known = {*Phi3Config().to_dict(), "partial_rotary_factor", "rope_theta"}
-    fields = {key: value for key, value in config.items() if key in known and key != "model_type"}
-    model = Phi3ForCausalLM(Phi3Config(**fields))
-    weights = load_file(str(folder / "model.safetensors"))
-    decoder = {
-        key.replace(".base_layer.", "."): value
-        for key, value in weights.items()
-        if key.startswith("model.") and not key.startswith("model.embed_tokens_extend.")
-    }
-    model.load_state_dict({**decoder, "lm_head.weight": decoder["model.embed_tokens.weight"]})
-    return model.to(torch.float32).eval()
+    folder = out / TRANSFORMERS_LAYOUT
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Phi4MultimodalForCausalLM(transformers_config(hub, tokenizer, ends)).eval()
+    weights = {transformers_key(key): value for key, value in load_file(str(out / "model.safetensors")).items()}
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    unread = [key for key in missing if key != "lm_head.weight" and ".image_embed." not in key]
+    if unread or unexpected:
+        raise RuntimeError(f"transformers layout: weights not carried over {unread}, unknown {unexpected}")
+    model.tie_weights()
+    model.generation_config.eos_token_id = ends
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    (folder / "processor_config.json").write_text(json.dumps(_processor_config(), indent=2), encoding="utf-8")
+    shutil.copytree(out / "speech-lora", folder / "speech-lora")

@@ -614,7 +614,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
     problems = decoding_problems(backend, entry.get("generation", {}), name)
-    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT) and backend != "vllm":
+    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT, "phi4mm") and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "
             f"not by {backend!r}"

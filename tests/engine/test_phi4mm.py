@@ -1,11 +1,12 @@
-"""Phi-4-multimodal-instruct as configs/judges-2026.yaml serves it (`phi4_multimodal`: vLLM 0.32's Phi4MMForCausalLM on
-the repository's hub-code layout, the speech LoRA adapter on every request with audio), on the real vLLM engine.
+"""Phi-4-multimodal-instruct as configs/judges-2026.yaml documents it (`phi4_multimodal`, a commented entry: vLLM 0.32's
+Phi4MMForCausalLM on the repository's hub-code layout, the speech LoRA adapter on every request with audio), on the
+real vLLM engine and on transformers (`Phi4MultimodalForCausalLM` on the same weights in transformers' layout).
 
-The checkpoint is tiny and built at test time (bench/phi4mm_tiny.py): random weights in the released layout, stand-ins
-of the hub configuration and processor classes, the released chat template, a speech adapter in `speech-lora/`.
-transformers' Phi4MultimodalForCausalLM reads another layout (and expands another placeholder), so what is compared
-with transformers is the text decoder: vLLM's answers to the text requests against transformers' Phi-3 on the same
-decoder weights (text requests run without the adapter, on the base weights)."""
+The checkpoint is tiny and built at test time (bench/phi4mm_tiny.py): random weights in the released hub layout, with
+stand-ins of the hub configuration and processor classes, the released chat template and a speech adapter in
+`speech-lora/`; the same weights, tokenizer and adapter in transformers' layout in `transformers/`. The two engines
+must give the same answers with the adapter on the audio requests and off on the text requests, submitted together
+(vLLM's CPU LoRA kernels would apply the adapter to the text requests of a mixed batch: `VLLMBackend._submit`)."""
 
 from __future__ import annotations
 
@@ -13,15 +14,14 @@ import math
 
 import pytest
 
-from bench.engine_agreement import DECODER_REFERENCE_JUDGES, decoder_reference_answers
-from bench.models import cached_tiny_model
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 from lalm_judge.judging.backends.chat import p_safe_from_logprobs
 from lalm_judge.judging.backends.vllm_backend import phi4mm_conversation
 from tests.engine.support import P_SAFE_TOLERANCE, QUESTION, SYSTEM, AudioEngineContract, audio_request
 
 # 16 kHz audio, 400-sample windows every 160 samples (100 frames a second), 8 frames to an audio token, rounded up
-# (vLLM 0.32 `phi4mm.py` `get_audio_num_frames`, `_compute_audio_embed_size`).
+# (vLLM 0.32 `phi4mm.py` `get_audio_num_frames`, `_compute_audio_embed_size`; transformers
+# `feature_extraction_phi4_multimodal.py` `_compute_audio_embed_size`).
 SAMPLE_RATE, WINDOW, HOP, COMPRESSION_RATE = 16000, 400, 160, 8
 
 
@@ -33,46 +33,6 @@ def audio_tokens(seconds: float) -> int:
 class TestPhi4MM(AudioEngineContract):
     judge = "phi4_multimodal"
     placeholder = "<|audio_1|>"
-
-    @classmethod
-    def entry(cls) -> tuple[str, str]:
-        config, name, _ = DECODER_REFERENCE_JUDGES[cls.judge]
-        return config, name
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def model(cls):
-        return cached_tiny_model("phi4mm")
-
-    @pytest.fixture(scope="class")
-    @classmethod
-    def answers(cls, model, engine, requests):
-        """(transformers' Phi-3 decoder on the text requests, None for the others; vLLM's outputs of all)."""
-        import importlib
-
-        module = importlib.import_module(DECODER_REFERENCE_JUDGES[cls.judge][2])
-        text = [request for request in requests if not request.audio_items]
-        prompts = [engine.build_prompt(request)["prompt_token_ids"] for request in text]
-        stops = [engine.tokenizer.convert_tokens_to_ids(token) for token in ("<|endoftext|>", "<|end|>")]
-        reference = dict(zip((r.request_id for r in text), decoder_reference_answers(module, model, prompts, stops)))
-        return [reference.get(request.request_id) for request in requests], engine.generate(requests)
-
-    def test_two_engines_give_the_same_answers(self, engine, requests, answers):
-        """Text requests: the same answer tokens and P(safe) as transformers' Phi-3 on the decoder's weights."""
-        expected, got = answers
-        compared = 0
-        for request, reference, output in zip(requests, expected, got):
-            if reference is None:
-                continue
-            tokens, logprobs = reference
-            assert output.text == engine.tokenizer.decode(tokens, skip_special_tokens=True), request.request_id
-            if request.answer_tokens:
-                safe, unsafe = engine.request_score_ids(request)
-                first = {token: float(logprobs[token]) for token in (*safe, *unsafe)}
-                answer = p_safe_from_logprobs(first, safe, unsafe)
-                assert abs(answer.p_safe - output.p_safe) <= P_SAFE_TOLERANCE, request.request_id
-            compared += 1
-        assert compared >= 2
 
     def test_the_prompt_is_the_released_template_with_numbered_placeholders(self, engine):
         """`<|system|>...<|end|><|user|><|audio_1|>...<|end|><|assistant|>` (the released chat template, a system role);
@@ -124,6 +84,8 @@ class TestPhi4MM(AudioEngineContract):
             for result in (adapted, base)
         ]
         assert first[0].keys() == first[1].keys() == {*safe, *unsafe}
-        assert max(abs(first[0][token] - first[1][token]) for token in first[0]) > 1e-4
+        adapted_p, base_p = (p_safe_from_logprobs(logprobs, safe, unsafe).p_safe for logprobs in first)
+        # Far beyond what the engines may differ by: the agreement with transformers holds only with its adapter on.
+        assert abs(adapted_p - base_p) > 10 * P_SAFE_TOLERANCE
         (output,) = engine.generate([audio])
         assert output.p_safe == pytest.approx(p_safe_from_logprobs(first[0], safe, unsafe).p_safe)

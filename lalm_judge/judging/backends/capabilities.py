@@ -268,14 +268,11 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily(
         "Phi-4-multimodal",
         r"microsoft/Phi-4-multimodal-instruct",
-        ("vllm",),
-        why_backends="vLLM serves its hub-code layout (Phi4MMForCausalLM); transformers' Phi4MultimodalForCausalLM "
-        "reads a different layout that vLLM 0.32 no longer serves, and its processor expands the tokenizer's audio "
-        "token, not `<|audio_1|>`",
+        ("vllm", "transformers"),
         prompt_format="phi4mm",
         system_role=True,
-        architectures=("Phi4MMForCausalLM",),
-        placeholder="<|audio_1|>, <|audio_2|>, ... numbered by item",
+        architectures=("Phi4MMForCausalLM", "Phi4MultimodalForCausalLM"),
+        placeholder="<|audio_1|>, <|audio_2|>, ... numbered by item (vLLM); <|endoftext11|> per item (transformers)",
         assumes="the speech LoRA adapter (options.audio_lora: speech-lora) is applied to every request with audio (a "
         "LoRARequest per prompt, submitted apart from the text requests), text-only requests run on the base weights; "
         "trust_remote_code for its hub configuration and processor",

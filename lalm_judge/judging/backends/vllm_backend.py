@@ -111,7 +111,12 @@ from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
-from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.judging.backends.chat import (
+    build_conversation,
+    numbered_audio_conversation,
+    p_safe_from_logprobs,
+    score_token_ids,
+)
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
@@ -208,15 +213,9 @@ def phi4mm_placeholder(index: int) -> str:
 
 
 def phi4mm_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
-    """System message, then a user turn of string content: the numbered audio placeholders before the text, or one at
-    each `AUDIO_SLOT` in order (the released model card's `<|user|><|audio_1|>{prompt}<|end|><|assistant|>`)."""
-    if AUDIO_SLOT in request.user:
-        pieces = request.user.split(AUDIO_SLOT)
-        content = pieces[0] + "".join(phi4mm_placeholder(i) + piece for i, piece in enumerate(pieces[1:]))
-    else:
-        content = "".join(phi4mm_placeholder(i) for i in range(len(request.audio_items))) + request.user
-    system = [{"role": "system", "content": request.system}] if request.system else []
-    return [*system, {"role": "user", "content": content}]
+    """The numbered audio placeholders before the text or at the slots (the released model card's
+    `<|user|><|audio_1|>{prompt}<|end|><|assistant|>`), the system message first."""
+    return numbered_audio_conversation(request, phi4mm_placeholder)
 
 
 def audio_lora_rank(folder: Path) -> int:
