@@ -68,6 +68,10 @@ def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> 
     return _assemble(system, _user_content(user_text, len(request.audio_items), lambda _: dict(audio_part)))
 
 
+# The prompt format of Phi-4-multimodal (`capabilities.prompt_format`): `numbered_audio_conversation`.
+PHI4MM_FORMAT = "phi4mm"
+
+
 def numbered_audio_conversation(request: JudgeRequest, placeholder: Callable[[int], str]) -> list[dict[str, Any]]:
     """System message, then a user turn of string content with `placeholder(i)` for audio item i: all before the text,
     or one at each `AUDIO_SLOT` in order (Phi-4-multimodal's released chat template takes string content)."""

@@ -5,7 +5,9 @@ Options (`spec.options`):
   Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
   thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
   thinker, Audio Flamingo 3, the Qwen3-Omni thinker (from the full model's checkpoint), Gemma 3n, Granite Speech,
-  Voxtral (whose prompts mistral_common encodes, as for the vllm backend: `capabilities.prompt_format: voxtral`);
+  Voxtral (whose prompts mistral_common encodes, as for the vllm backend: `capabilities.prompt_format: voxtral`),
+  Phi-4-multimodal in transformers' layout (`prompt_format: phi4mm`: string content with the processor's audio token
+  `<|endoftext11|>` per audio item, which its processor expands to 12.5 a second);
   without torchvision the Qwen2.5-Omni processor is built for audio and text only,
   `judging.backends.omni`), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
   `AutoProcessor`).
@@ -65,6 +67,7 @@ from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
 from lalm_judge.judging.backends.chat import (
+    PHI4MM_FORMAT,
     AnswerProbability,
     build_conversation,
     numbered_audio_conversation,
@@ -100,7 +103,6 @@ DEFAULT_MODEL_CLASSES = {
     "voxtral": "VoxtralForConditionalGeneration",
     "phi4_multimodal": "Phi4MultimodalForCausalLM",
 }
-PHI4MM_FORMAT = "phi4mm"
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
 

@@ -112,6 +112,7 @@ from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
 from lalm_judge.judging.backends.chat import (
+    PHI4MM_FORMAT,
     build_conversation,
     numbered_audio_conversation,
     p_safe_from_logprobs,
@@ -131,7 +132,6 @@ MINICPMO_AUDIO = "(<audio>./</audio>)"
 MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 OTHER_MODALITIES = ("image", "video")
 MINICPMO_IMAGE_LIMIT = {"image": 1}  # its encoder cache is sized from images (module docstring)
-PHI4MM_FORMAT = "phi4mm"
 # Phi-4-multimodal's audio features are computed at 16 kHz (vLLM 0.32 `phi4mm.py` `get_audio_num_frames`, the
 # spectrogram parameters "for 16 kHz"; transformers `feature_extraction_phi4_multimodal.py` `sampling_rate`).
 PHI4MM_SAMPLING_RATE = 16000
