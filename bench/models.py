@@ -325,6 +325,9 @@ RELEASED_KEY_PREFIXES = {
     "Qwen2_5OmniForConditionalGeneration": ("thinker.", "talker.", "token2wav."),
     "LlamaForCausalLM": ("model.", "lm_head."),
     "VoxtralForConditionalGeneration": ("audio_tower.", "multi_modal_projector.", "language_model."),
+    # Phi-4-multimodal's two layouts (`bench.phi4mm_tiny`): the hub code's, and transformers' conversion of it.
+    "Phi4MMForCausalLM": ("model.",),
+    "Phi4MultimodalForCausalLM": ("model.", "lm_head."),
     "Qwen3OmniMoeForConditionalGeneration": (
         "thinker.audio_tower.",
         "thinker.visual.",

@@ -41,7 +41,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
-from bench.models import DECODER_SIZE, build_tokenizer, chat_template
+from bench.models import DECODER_SIZE, build_tokenizer, chat_template, check_released_layout
 
 VOCAB_SIZE = 200064  # the released vocabulary (config.json `vocab_size`)
 AUDIO_TOKEN_ID = 200011  # `<|endoftext11|>`, where vLLM puts the audio embeddings (phi4mm.py)
@@ -384,6 +384,7 @@ def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     adapter.mkdir()
     (adapter / "adapter_config.json").write_text(json.dumps(_adapter_config(), indent=2), encoding="utf-8")
     save_file(_speech_lora(seed), str(adapter / "adapter_model.safetensors"), metadata={"format": "pt"})
+    check_released_layout(out)
     _write_transformers_layout(out, tokenizer, config, ends, seed)
     return out
 
@@ -503,3 +504,4 @@ def _write_transformers_layout(out: Path, tokenizer: Any, hub: dict[str, Any], e
     tokenizer.save_pretrained(folder)
     (folder / "processor_config.json").write_text(json.dumps(_processor_config(), indent=2), encoding="utf-8")
     shutil.copytree(out / "speech-lora", folder / "speech-lora")
+    check_released_layout(folder)
