@@ -31,6 +31,7 @@ import dataclasses
 import gc
 import json
 import os
+import re
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -49,6 +50,7 @@ AGREEMENT_JUDGES = {
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
     "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
     "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
+    "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "phi4mm"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
@@ -112,12 +114,28 @@ def ensure_expert_parallel_group() -> None:
 
 
 def shipped_judges(config: str) -> dict[str, dict[str, Any]]:
-    """The judge registry of a config as configs/ ships it."""
-    return yaml.safe_load((ROOT / config).read_text(encoding="utf-8"))["judges"]
+    """The judge registry of a config as configs/ ships it: its live entries of `judges`, and those documented there as
+    commented blocks (`  # name:` and its indented lines, e.g. Phi-4-multimodal's, which the evaluation does not run)."""
+    text = (ROOT / config).read_text(encoding="utf-8")
+    judges = dict(yaml.safe_load(text)["judges"])
+    lines = text.splitlines()
+    for index, line in enumerate(lines):
+        documented = re.fullmatch(r"  # (\w+):", line)
+        if documented is None or documented.group(1) in judges:
+            continue
+        block = [f"  {documented.group(1)}:"]
+        for following in lines[index + 1 :]:
+            if not following.startswith("  #   "):
+                break
+            block.append("  " + following[len("  # ") :])
+        entry = yaml.safe_load("\n".join(block))[documented.group(1)]
+        if isinstance(entry, dict) and "backend" in entry:
+            judges[documented.group(1)] = entry
+    return judges
 
 
 def shipped_entry(config: str, name: str) -> dict[str, Any]:
-    """A judge's registry entry as configs/ ships it."""
+    """A judge's registry entry as configs/ ships it (`shipped_judges`)."""
     return shipped_judges(config)[name]
 
 
@@ -133,7 +151,9 @@ def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes
     if backend == "vllm":
         options["engine_kwargs"] = {**options.get("engine_kwargs", {}), **CPU_ENGINE_KWARGS}
     else:
-        options = {"device": "cpu", "num_threads": 1}
+        # The judge's adapter goes with it to transformers (`audio_lora`: Phi-4-multimodal's speech LoRA).
+        adapter = {key: entry["options"][key] for key in ("audio_lora",) if key in entry.get("options", {})}
+        options = {"device": "cpu", "num_threads": 1, **adapter}
     entry = {
         **entry,
         "backend": backend,
@@ -146,6 +166,13 @@ def tiny_spec(config: str, name: str, model: str | Path, backend: str, **changes
     }
     entry.pop("schedule", None)
     return JudgeSpec.from_config(name, validate_judge_entry(name, entry))
+
+
+def transformers_layout(model: Path) -> Path:
+    """The folder transformers loads of a tiny model: its `transformers/` subfolder where the model keeps transformers'
+    layout apart from the one vLLM reads (Phi-4-multimodal: `bench.phi4mm_tiny`), else the model itself."""
+    folder = Path(model) / "transformers"
+    return folder if (folder / "config.json").is_file() else Path(model)
 
 
 def context_tokens(model: Path) -> int:
@@ -285,7 +312,7 @@ def compare(judge: str, n_dialogues: int = 3) -> Agreement:
 
     config, name, tiny = AGREEMENT_JUDGES[judge]
     model = cached_tiny_model(tiny)
-    transformers_spec = tiny_spec(config, name, model, "transformers")
+    transformers_spec = tiny_spec(config, name, transformers_layout(model), "transformers")
     requests = requests_for(config, transformers_spec, n_dialogues)
     reference = run_engine(transformers_spec, requests)
     engine = run_engine(tiny_spec(config, name, model, "vllm"), requests)

@@ -325,6 +325,9 @@ RELEASED_KEY_PREFIXES = {
     "Qwen2_5OmniForConditionalGeneration": ("thinker.", "talker.", "token2wav."),
     "LlamaForCausalLM": ("model.", "lm_head."),
     "VoxtralForConditionalGeneration": ("audio_tower.", "multi_modal_projector.", "language_model."),
+    # Phi-4-multimodal's two layouts (`bench.phi4mm_tiny`): the hub code's, and transformers' conversion of it.
+    "Phi4MMForCausalLM": ("model.",),
+    "Phi4MultimodalForCausalLM": ("model.", "lm_head."),
     "Qwen3OmniMoeForConditionalGeneration": (
         "thinker.audio_tower.",
         "thinker.visual.",
@@ -529,6 +532,7 @@ TINY_MODELS = {
     "minicpm_o": "build_tiny_minicpmo",
     "qwen3_omni": "build_tiny_qwen3omni",
     "voxtral": "build_tiny_voxtral",
+    "phi4mm": "build_tiny_phi4mm",
 }
 MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
 ROOT = Path(__file__).resolve().parents[1]
@@ -540,6 +544,7 @@ BUILDER_SOURCES = (
     "lalm_judge/judging/backends/checkpoints.py",
     "bench/qwen3omni_tiny.py",
     "bench/voxtral_tiny.py",
+    "bench/phi4mm_tiny.py",
 )
 
 
@@ -601,6 +606,13 @@ def build_tiny_qwen3omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
 def build_tiny_voxtral(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     """Save a random-weight Voxtral in both released layouts (`bench.voxtral_tiny`) to `out_dir`; return it."""
     from bench.voxtral_tiny import build_tiny_voxtral as build
+
+    return build(out_dir, seed=seed)
+
+
+def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Phi-4-multimodal in its hub-code layout with its speech LoRA (`bench.phi4mm_tiny`)."""
+    from bench.phi4mm_tiny import build_tiny_phi4mm as build
 
     return build(out_dir, seed=seed)
 

@@ -38,6 +38,7 @@ from lalm_judge.core.vocabulary import (
 from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
+from lalm_judge.judging.backends.chat import PHI4MM_FORMAT
 from lalm_judge.judging.backends.decoding import decoding_problems
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT
 from lalm_judge.training.settings import GRPO, GRPOSettings, Hyperparameters, grpo_batch_problem
@@ -638,7 +639,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
     problems = decoding_problems(backend, entry.get("generation", {}), name, model=entry["model"])
-    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT) and backend != "vllm":
+    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT, PHI4MM_FORMAT) and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "
             f"not by {backend!r}"

@@ -41,7 +41,8 @@ DEFAULT_MAX_NEW_TOKENS = 256  # the vllm backend's (`vllm_backend.DEFAULT_MAX_NE
 # MERaLiON-2: 100 tokens per started 30 s chunk (vllm-plugin-meralion2 `vllm0101.py`,
 # `fixed_speech_embeds_length`). Other models: Whisper's unpooled 50 frames per second.
 # Qwen3-Omni: 13 tokens per 100 mel frames (`qwen3_omni_moe_thinker.py` `_get_feat_extract_output_lengths`); Granite
-# Speech 3.3: 10 (`granite_speech.py`: 50 encoder frames a second, a 15-frame window pooled by 5).
+# Speech 3.3: 10 (`granite_speech.py`: 50 encoder frames a second, a 15-frame window pooled by 5); Phi-4-multimodal:
+# 12.5 (`phi4mm.py`: 100 mel frames a second, `compression_rate` 8, rounded up per item).
 AUDIO_TOKENS_PER_S = {
     "Qwen2-Audio": 25,
     "Qwen2.5-Omni": 25,
@@ -49,6 +50,7 @@ AUDIO_TOKENS_PER_S = {
     "Audio Flamingo 3": 25,
     "Qwen3-Omni": 13,
     "Granite Speech 3.3": 10,
+    "Phi-4-multimodal": 12.5,
 }
 # Gemma 3n: every audio item is 188 tokens, whatever its length (`audio_seq_length`; vLLM `gemma3n_mm.py`).
 AUDIO_TOKENS_PER_ITEM = {"Gemma 3n": 188}
@@ -70,6 +72,8 @@ CONTEXT_TOKENS = {
     "Qwen3-Omni": 65536,
     "Gemma 3n": 32768,
     "Voxtral": 32768,  # the model card: a 32k token context
+    # transformers `configuration_phi4_multimodal.py` `max_position_embeddings` (long-rope beyond 4,096).
+    "Phi-4-multimodal": 131072,
 }
 
 

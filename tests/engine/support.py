@@ -23,6 +23,7 @@ from bench.engine_agreement import (
     release,
     requests_for,
     tiny_spec,
+    transformers_layout,
     waveform,
 )
 from bench.models import cached_tiny_model
@@ -86,7 +87,7 @@ class EngineContract:
         """(transformers outputs, vLLM outputs) of the same requests on the same weights."""
         from lalm_judge.judging.backends.hf import TransformersBackend
 
-        reference = TransformersBackend(tiny_spec(*cls.entry(), model, "transformers"))
+        reference = TransformersBackend(tiny_spec(*cls.entry(), transformers_layout(model), "transformers"))
         expected = reference.generate(requests)
         release(reference)
         return expected, engine.generate(requests)

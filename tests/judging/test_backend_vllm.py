@@ -23,6 +23,7 @@ from lalm_judge.judging.backends.vllm_backend import (
     engine_context_length,
     meralion_conversation,
     minicpmo_conversation,
+    phi4mm_conversation,
     sampling_settings,
     vllm_finish_reason,
 )
@@ -118,6 +119,24 @@ def test_minicpmo_prompt_places_its_audio_placeholder_with_thinking_off():
         "<|im_start|>assistant\n<think>\n\n</think>\n\n"
     )
     assert "<audio>" not in render(text_request())
+
+
+def test_phi4mm_prompt_numbers_its_audio_placeholders_in_the_released_template():
+    """Phi-4-multimodal's released chat template takes string content; vLLM 0.32 (`phi4mm.py`) replaces `<|audio_N|>`,
+    N counted from 1 in the order of the audio items."""
+    tokenizer = build_tokenizer(None, "<|endoftext|>", extra_tokens=["<|system|>", "<|user|>", "<|assistant|>"])
+    tokenizer.chat_template = chat_template("microsoft-Phi-4-multimodal-instruct")
+
+    def render(request):
+        return tokenizer.apply_chat_template(phi4mm_conversation(request), add_generation_prompt=True, tokenize=False)
+
+    assert render(audio_request()) == f"<|system|>{SYSTEM}<|end|><|user|><|audio_1|>{QUESTION}<|end|><|assistant|>"
+    assert "<|audio_" not in render(text_request())
+    two = (np.zeros(16000, np.float32), 16000)
+    pair = JudgeRequest("p", "", f"A: {AUDIO_SLOT} B: {AUDIO_SLOT} Which?", audios=(two, two))
+    assert render(pair) == "<|user|>A: <|audio_1|> B: <|audio_2|> Which?<|end|><|assistant|>"
+    unslotted = dataclasses.replace(pair, user=QUESTION)
+    assert render(unslotted) == f"<|user|><|audio_1|><|audio_2|>{QUESTION}<|end|><|assistant|>"
 
 
 def test_a_vllm_judge_gets_a_whole_submission_and_an_endpoint_enough_to_fill_its_concurrency():

@@ -44,6 +44,22 @@ def test_a_known_familys_facts_and_what_the_entry_adds(capsys):
         assert f"  {fact}" in out, fact
 
 
+def test_the_documented_phi4mm_entry_gets_its_familys_facts():
+    """Phi-4-multimodal's entry, commented in configs/judges-2026.yaml (the one its engine test runs)."""
+    from bench.engine_agreement import shipped_entry
+
+    entry = validate_judge_entry("phi4_multimodal", shipped_entry("configs/judges-2026.yaml", "phi4_multimodal"))
+    lines = judge_facts("phi4_multimodal", entry).lines()
+    for fact in (
+        "family: Phi-4-multimodal",
+        "audio tokens: 12.5 audio tokens a second",
+        "context: 131,072 tokens",
+        "verified by: tests/engine/test_phi4mm.py",
+    ):
+        assert f"  {fact}" in lines, fact
+    assert any(line.startswith("  audio placeholder: <|audio_1|>, <|audio_2|>") for line in lines)
+
+
 def test_an_api_judge_says_when_it_retires():
     config = load_config(ROOT / "configs" / "judges-2026.yaml")
     lines = judge_facts("gpt_audio_15", config["judges"]["gpt_audio_15"]).lines()
@@ -66,5 +82,7 @@ def test_a_model_of_no_known_family_says_what_is_assumed():
 
 def test_the_auto_context_counts_each_familys_audio_tokens():
     assert audio_tokens("Qwen/Qwen3-Omni-30B-A3B-Instruct", 10.0) == 130 + AUDIO_MARKER_TOKENS
+    # Phi-4-multimodal: 100 mel frames a second pooled by 8.
+    assert audio_tokens("microsoft/Phi-4-multimodal-instruct", 10.0) == 125 + AUDIO_MARKER_TOKENS
     # Gemma 3n: 188 tokens per item, whatever its length.
     assert audio_tokens("google/gemma-3n-E4B-it", 2.0) == audio_tokens("google/gemma-3n-E4B-it", 30.0) == 188 + 8

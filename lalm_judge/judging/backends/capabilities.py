@@ -56,6 +56,21 @@ that proves it):
   `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
   torch, and its LoRA adapter applies to audio requests only (transformers enables it itself; vLLM needs a LoRA
   request per prompt, which the vllm backend does not send).
+- Phi-4-multimodal: vLLM 0.32 serves only the hub-code layout (`Phi4MMForCausalLM`, `model_executor/models/phi4mm.py`;
+  the transformers-format `Phi4MultimodalForCausalLM` left vLLM in 0.12, `registry.py` `_PREVIOUSLY_SUPPORTED_MODELS`),
+  whose configuration and processor are hub code (`trust_remote_code`); transformers serves transformers' layout
+  (`Phi4MultimodalForCausalLM`, the weights renamed by its `convert_phi4_multimodal_weights_to_hf.py`), whose
+  processor expands `<|endoftext11|>` (the tokenizer's `audio_token`) per audio item. Audio: 80 log-mel bins at 16 kHz,
+  100 frames a second (`get_audio_num_frames`: 400-sample window, 160-sample hop), pooled by `compression_rate` 8
+  (`embd_layer.audio_embd_layer`) and a qformer rate of 1 (`_compute_audio_embed_size`): 12.5 audio tokens a second,
+  rounded up per clip (transformers `feature_extraction_phi4_multimodal.py` `_compute_audio_embed_size`, the same
+  rates). The prompt is string content with `<|audio_1|>`, `<|audio_2|>`, ... (`get_placeholder_str`), each replaced by
+  that many `<|endoftext11|>` (id 200011); the released chat template writes `<|system|>...<|end|>` (a system role),
+  `<|user|>...<|end|><|assistant|>`. Nothing cuts long audio: the conformer runs it in pieces of 500 positions, 40 s
+  (`phi4mm_audio.py` `max_seq_len`). Speech goes through the `speech-lora` adapter of the repository (PEFT layout, the
+  same for both layouts): vLLM applies it only to a request sent with a `LoRARequest` (`enable_lora`), which the vllm
+  backend sends for each request with audio (`options.audio_lora`); the transformers backend loads it with PEFT and
+  turns it on for its audio batches.
 - GPT-Audio 1.5, the successor OpenAI names for gpt-4o-audio-preview (shut down 2026-05-07), and Gemini 2.5
   Flash-Lite: audio input through Chat Completions (`input_audio`, base64 wav), no logprobs; their retirement as the
   providers' deprecation pages state it is `retires`.
@@ -252,6 +267,22 @@ FAMILIES: tuple[ModelFamily, ...] = (
         assumes="transformers enables the LoRA adapter for requests with audio",
         limits="its feature extractor needs torchaudio (not built for the pinned torch): not run in this project's "
         "tests; one audio item per prompt",
+    ),
+    ModelFamily(
+        "Phi-4-multimodal",
+        r"microsoft/Phi-4-multimodal-instruct",
+        ("vllm", "transformers"),
+        prompt_format="phi4mm",
+        system_role=True,
+        architectures=("Phi4MMForCausalLM", "Phi4MultimodalForCausalLM"),
+        placeholder="<|audio_1|>, <|audio_2|>, ... numbered by item (vLLM); <|endoftext11|> per item (transformers)",
+        assumes="the speech LoRA adapter (options.audio_lora: speech-lora) is applied to every request with audio (a "
+        "LoRARequest per prompt, submitted apart from the text requests), text-only requests run on the base weights; "
+        "trust_remote_code for its hub configuration and processor (vLLM)",
+        limits="the two engines read different layouts of the weights (the hub's for vLLM, transformers' for "
+        "transformers); the tests run stand-ins of the hub configuration and processor classes, and the released "
+        "repository's own hub code has not been run under transformers 5 here",
+        verified_by=("tests/engine/test_phi4mm.py",),
     ),
     ModelFamily(
         "GPT-Audio 1.5",

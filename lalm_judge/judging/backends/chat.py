@@ -68,6 +68,22 @@ def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> 
     return _assemble(system, _user_content(user_text, len(request.audio_items), lambda _: dict(audio_part)))
 
 
+# The prompt format of Phi-4-multimodal (`capabilities.prompt_format`): `numbered_audio_conversation`.
+PHI4MM_FORMAT = "phi4mm"
+
+
+def numbered_audio_conversation(request: JudgeRequest, placeholder: Callable[[int], str]) -> list[dict[str, Any]]:
+    """System message, then a user turn of string content with `placeholder(i)` for audio item i: all before the text,
+    or one at each `AUDIO_SLOT` in order (Phi-4-multimodal's released chat template takes string content)."""
+    if AUDIO_SLOT in request.user:
+        pieces = request.user.split(AUDIO_SLOT)
+        content = pieces[0] + "".join(placeholder(i) + piece for i, piece in enumerate(pieces[1:]))
+    else:
+        content = "".join(placeholder(i) for i in range(len(request.audio_items))) + request.user
+    system = [{"role": "system", "content": request.system}] if request.system else []
+    return [*system, {"role": "user", "content": content}]
+
+
 def wav_base64(audio: np.ndarray, sample_rate: int) -> str:
     """16-bit PCM wav bytes of `audio`, base64-encoded (the `input_audio` payload)."""
     import soundfile as sf  # only the OpenAI-compatible backend encodes audio; local backends load without it

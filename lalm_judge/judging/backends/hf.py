@@ -5,7 +5,9 @@ Options (`spec.options`):
   Qwen2.5-Omni saved whole or as its thinker alone, as LLaMA-Factory saves fine-tuned ones, loads through the
   thinker class: `checkpoints`), else by its model type (see `DEFAULT_MODEL_CLASSES`: Qwen2-Audio, Qwen2.5-Omni
   thinker, Audio Flamingo 3, the Qwen3-Omni thinker (from the full model's checkpoint), Gemma 3n, Granite Speech,
-  Voxtral (whose prompts mistral_common encodes, as for the vllm backend: `capabilities.prompt_format: voxtral`);
+  Voxtral (whose prompts mistral_common encodes, as for the vllm backend: `capabilities.prompt_format: voxtral`),
+  Phi-4-multimodal in transformers' layout (`prompt_format: phi4mm`: string content with the processor's audio token
+  `<|endoftext11|>` per audio item, which its processor expands to 12.5 a second);
   without torchvision the Qwen2.5-Omni processor is built for audio and text only,
   `judging.backends.omni`), else `AutoModelForCausalLM` (text-only: loaded with `AutoTokenizer` instead of
   `AutoProcessor`).
@@ -13,6 +15,9 @@ Options (`spec.options`):
 - `device`: `auto` (CUDA when available, else CPU), `cpu`, `cuda`, `cuda:N`.
 - `trust_remote_code` (default false), `num_threads` (CPU threads for torch; 1 is fastest for tiny models).
 - `score_tokens`: `{"safe": [...], "unsafe": [...]}`; P(safe) from the first generated token's logits.
+- `audio_lora`: a PEFT LoRA adapter folder of the checkpoint (Phi-4-multimodal's `speech-lora`), loaded with
+  transformers' PEFT integration (`load_adapter`, needs peft) and on for the batches with audio only (batches never
+  mix audio and text-only requests), as the vllm backend sends it with the audio requests only.
 - `gguf_file`: load `spec.model` (a folder or hub id) from this GGUF file. The GGUF load dequantizes and
   converts the tokenizer (~20 s), so a `save_pretrained` copy is cached under
   `<options.cache_dir or ~/.cache/lalm-judge/models>/<hash>` and later loads read that copy.
@@ -62,8 +67,10 @@ from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
 from lalm_judge.judging.backends.chat import (
+    PHI4MM_FORMAT,
     AnswerProbability,
     build_conversation,
+    numbered_audio_conversation,
     p_safe_from_logprobs,
     score_token_ids,
 )
@@ -94,6 +101,7 @@ DEFAULT_MODEL_CLASSES = {
     "gemma3n": "Gemma3nForConditionalGeneration",
     "granite_speech": "GraniteSpeechForConditionalGeneration",
     "voxtral": "VoxtralForConditionalGeneration",
+    "phi4_multimodal": "Phi4MultimodalForCausalLM",
 }
 TEXT_MODEL_CLASS = "AutoModelForCausalLM"
 DTYPES = ("auto", "float32", "bfloat16", "float16")
@@ -314,14 +322,41 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        feature_extractor = getattr(self.processor, "feature_extractor", None)
+        # Phi-4-multimodal's processor names its feature extractor `audio_processor`.
+        feature_extractor = getattr(self.processor, "feature_extractor", None) or getattr(
+            self.processor, "audio_processor", None
+        )
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.audio_lora = self._load_audio_lora(options.get("audio_lora"))
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, self.model.config.model_type, self.processor)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
         self.decoding = Decoding.from_generation(spec.generation, spec.name, "transformers")
         self.generation_config = self._generation_config(self.decoding)
         self.eos_ids = _eos_ids(self.generation_config)
+
+    def _load_audio_lora(self, adapter: str | None) -> str | None:
+        """Load `options.audio_lora` (a folder of the checkpoint) as a PEFT adapter, off until a batch has audio."""
+        if not adapter:
+            return None
+        folder = Path(self.spec.model) / adapter
+        if not folder.is_dir():
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(self.spec.model, revision=self.spec.revision)) / adapter
+        name = Path(adapter).name
+        self.model.load_adapter(str(folder), adapter_name=name)
+        self.model.disable_adapters()
+        return name
+
+    def _use_audio_lora(self, on: bool) -> None:
+        if self.audio_lora is None:
+            return
+        if on:
+            self.model.set_adapter(self.audio_lora)
+            self.model.enable_adapters()
+        else:
+            self.model.disable_adapters()
 
     def _generation_config(self, decoding: Decoding) -> Any:
         config = self.model.generation_config
@@ -348,6 +383,7 @@ class TransformersBackend:
         for has_audio in (False, True):
             group = [i for i, request in enumerate(requests) if bool(request.audio_items) == has_audio]
             group.sort(key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
+            self._use_audio_lora(has_audio)
             for start in range(0, len(group), batch_size):
                 indices = group[start : start + batch_size]
                 for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
@@ -385,11 +421,12 @@ class TransformersBackend:
     def _encode(self, batch: list[JudgeRequest]) -> Any:
         if self.spec.capabilities.prompt_format == VOXTRAL_FORMAT:
             return self._encode_voxtral(batch)
-        merge_system = not self.spec.capabilities.system_role
+        # The processor's chat template, else its tokenizer's: transformers 5.19 loads Phi-4-multimodal's processor
+        # without the template its `save_pretrained` wrote, the tokenizer with it (the same text: transformers'
+        # conversion sets the processor's template from the tokenizer's).
+        template_owner = self.processor if getattr(self.processor, "chat_template", None) else self.tokenizer
         texts = [
-            self.processor.apply_chat_template(
-                build_conversation(request, merge_system=merge_system), add_generation_prompt=True, tokenize=False
-            )
+            template_owner.apply_chat_template(self.conversation(request), add_generation_prompt=True, tokenize=False)
             for request in batch
         ]
         audios = [audio for request in batch for audio in self._prepared_audios(request)]
@@ -405,6 +442,13 @@ class TransformersBackend:
             text_kwargs={"padding": True},
             return_tensors="pt",
         )
+
+    def conversation(self, request: JudgeRequest) -> list[dict[str, Any]]:
+        """The chat of one request: Phi-4-multimodal's string content with the processor's audio token once per item
+        (the processor expands it: transformers `processing_phi4_multimodal.py`), else the shared conversation."""
+        if self.spec.capabilities.prompt_format == PHI4MM_FORMAT:
+            return numbered_audio_conversation(request, lambda _: self.processor.audio_token)
+        return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def _encode_voxtral(self, batch: list[JudgeRequest]) -> Any:
         """Voxtral's prompt tokens and padded audio from mistral_common (`backends.voxtral`, as the vllm backend

@@ -39,6 +39,14 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
   request ("... audio item with N embedding tokens, which exceeds the pre-allocated encoder cache size 0"). With
   one image the cache is `max_num_batched_tokens` (8,192 or 16,384 on a GPU), above the 3,000 embeddings of
   300 s of audio (10 per second at MiniCPM-o 4.5's pooling step of 5).
+- `phi4mm`: string content with numbered placeholders, `<|audio_1|>`, `<|audio_2|>`, ... before the text or at each
+  slot (vLLM 0.32 `model_executor/models/phi4mm.py` `get_placeholder_str`, replaced by 12.5 `<|endoftext11|>` a
+  second), rendered with the tokenizer's (the released) chat template. Its speech adapter is a LoRA of the repository
+  (`options.audio_lora`: the adapter's folder, `speech-lora`): the engine starts with `enable_lora` and a rank of the
+  adapter's own, and every request with audio carries a `LoRARequest` of it (vLLM applies a LoRA only to requests that
+  name it); text-only requests run on the base weights, as the released model card's text examples do. The requests
+  with the adapter and those without go to vLLM in separate submissions (`VLLMBackend._submit`: vLLM's CPU LoRA
+  kernels would apply the adapter to the others of a mixed batch).
 - `voxtral`: no chat template: mistral_common's chat encoding writes the prompt tokens, `[BEGIN_AUDIO]` and the audio
   tokens, and pads the audio (`judging.backends.voxtral`, shared with the transformers backend); the engine loads the
   checkpoint's Mistral-format files (`tokenizer_mode`, `config_format`, `load_format` `mistral`: tekken.json,
@@ -103,7 +111,13 @@ from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
-from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
+from lalm_judge.judging.backends.chat import (
+    PHI4MM_FORMAT,
+    build_conversation,
+    numbered_audio_conversation,
+    p_safe_from_logprobs,
+    score_token_ids,
+)
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
@@ -118,6 +132,9 @@ MINICPMO_AUDIO = "(<audio>./</audio>)"
 MINICPMO_STOP_TOKENS = ("<|im_end|>", "<|endoftext|>")
 OTHER_MODALITIES = ("image", "video")
 MINICPMO_IMAGE_LIMIT = {"image": 1}  # its encoder cache is sized from images (module docstring)
+# Phi-4-multimodal's audio features are computed at 16 kHz (vLLM 0.32 `phi4mm.py` `get_audio_num_frames`, the
+# spectrogram parameters "for 16 kHz"; transformers `feature_extraction_phi4_multimodal.py` `sampling_rate`).
+PHI4MM_SAMPLING_RATE = 16000
 
 
 def engine_context_length(spec: JudgeSpec) -> int | None:
@@ -188,6 +205,24 @@ def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
         content = request.user
     system = [{"role": "system", "content": request.system}] if request.system else []
     return [*system, {"role": "user", "content": content}]
+
+
+def phi4mm_placeholder(index: int) -> str:
+    """The placeholder of audio item `index` (from 0) of a Phi-4-multimodal prompt (vLLM `get_placeholder_str`)."""
+    return f"<|audio_{index + 1}|>"
+
+
+def phi4mm_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
+    """The numbered audio placeholders before the text or at the slots (the released model card's
+    `<|user|><|audio_1|>{prompt}<|end|><|assistant|>`), the system message first."""
+    return numbered_audio_conversation(request, phi4mm_placeholder)
+
+
+def audio_lora_rank(folder: Path) -> int:
+    """The rank of a PEFT LoRA adapter folder (`adapter_config.json` `r`): the engine's `max_lora_rank`."""
+    import json
+
+    return int(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["r"])
 
 
 def audio_processor(model_path: str, model_type: str, hf_kwargs: dict[str, Any]) -> Any:
@@ -261,6 +296,8 @@ class VLLMBackend:
         self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
         if voxtral:
             self.sampling_rate = audio_sampling_rate(self.tokenizer)
+        if self.prompt_format == PHI4MM_FORMAT:
+            self.sampling_rate = PHI4MM_SAMPLING_RATE
         engine_kwargs: dict[str, Any] = {
             "model": self.model_path,
             "revision": spec.revision,
@@ -286,6 +323,12 @@ class VLLMBackend:
                 engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if voxtral:  # vLLM serves Voxtral from its Mistral-format files only (`backends.voxtral`)
             engine_kwargs.update(VLLM_MISTRAL_FORMAT)
+        # The audio LoRA adapter (Phi-4-multimodal's speech-lora), applied to each request with audio.
+        self.audio_lora = self._audio_lora_request(vllm, options.get("audio_lora"))
+        if self.audio_lora is not None:
+            engine_kwargs.update(
+                enable_lora=True, max_loras=1, max_lora_rank=audio_lora_rank(Path(self.audio_lora.lora_path))
+            )
         if self.prompt_format == "meralion":
             from vllm.platforms import current_platform
 
@@ -314,6 +357,21 @@ class VLLMBackend:
         # What answers, recorded with every output: the checkpoint the engine loaded and its resolved commit.
         self.served = {"served_model": spec.model, "served_revision": resolved_commit(spec.model, spec.revision)}
 
+    def _audio_lora_request(self, vllm: Any, adapter: str | None) -> Any:
+        """The `LoRARequest` of `options.audio_lora` (a folder of the checkpoint, or a path), None without one."""
+        if not adapter:
+            return None
+        from vllm.lora.request import LoRARequest
+
+        folder = Path(self.model_path) / adapter
+        if not folder.is_dir():
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(self.model_path, revision=self.spec.revision)) / adapter
+        if not (folder / "adapter_config.json").is_file():
+            raise ValueError(f"judge {self.spec.name}: options.audio_lora {adapter!r} has no adapter_config.json")
+        return LoRARequest(Path(adapter).name, 1, str(folder))
+
     def _stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
         return [vocab[token] for token in MINICPMO_STOP_TOKENS if token in vocab]
@@ -326,6 +384,8 @@ class VLLMBackend:
             return meralion_conversation(request)
         if self.prompt_format == "minicpmo":
             return minicpmo_conversation(request)
+        if self.prompt_format == PHI4MM_FORMAT:
+            return phi4mm_conversation(request)
         return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def render(self, request: JudgeRequest) -> str:
@@ -394,7 +454,8 @@ class VLLMBackend:
         seeds = self.sample_seeds
         sampling_params = [self._sampling_params(ids, seed) for seed in seeds for ids in score_ids]
         started = time.perf_counter()
-        results = self.llm.generate(prompts * len(seeds), sampling_params, use_tqdm=False)
+        lora = self.lora_requests(requests)
+        results = self._submit(prompts * len(seeds), sampling_params, None if lora is None else lora * len(seeds))
         latency_s = (time.perf_counter() - started) / len(requests)
         for request, result in zip(requests, results):
             self._check_context(request, result)
@@ -412,6 +473,37 @@ class VLLMBackend:
                 ]
         self._log_prefix_cache()
         return outputs
+
+    def _submit(self, prompts: list[dict[str, Any]], sampling_params: list[Any], lora: list[Any] | None) -> list[Any]:
+        """vLLM's results of `prompts` in their order: one `generate` call, or with an audio LoRA one call per adapter
+        (the prompts with it, then those without). vLLM's CPU LoRA kernels apply the adapter to every token of a
+        batch that mixes requests with and without it: `lora/ops/torch_ops/lora_ops.py` (`bgmv_shrink`,
+        `bgmv_expand`) index the stacked adapters with a token's LoRA index, and a token without one has index -1,
+        which picks the last slot, the adapter; only a batch without any LoRA request skips it
+        (`punica_cpu.py`, `no_lora`). Separate submissions keep a text answer the base model's, on any device."""
+        if lora is None:
+            return self.llm.generate(prompts, sampling_params, use_tqdm=False)
+        results: list[Any] = [None] * len(prompts)
+        for adapter in (self.audio_lora, None):
+            indices = [index for index, request_lora in enumerate(lora) if request_lora is adapter]
+            if not indices:
+                continue
+            answered = self.llm.generate(
+                [prompts[index] for index in indices],
+                [sampling_params[index] for index in indices],
+                use_tqdm=False,
+                lora_request=adapter,
+            )
+            for index, result in zip(indices, answered):
+                results[index] = result
+        return results
+
+    def lora_requests(self, requests: list[JudgeRequest]) -> list[Any] | None:
+        """The LoRA request of each request: the audio adapter for a request with audio, none for text only; None
+        when the judge has no adapter."""
+        if self.audio_lora is None:
+            return None
+        return [self.audio_lora if request.audio_items else None for request in requests]
 
     def answer_text(self, completion: Any) -> str:
         """The answer as the tokenizer decodes its tokens, special tokens skipped: what the transformers backend
