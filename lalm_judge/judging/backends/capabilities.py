@@ -63,6 +63,7 @@ that proves it):
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from dataclasses import dataclass
@@ -82,6 +83,10 @@ VLLM_REQUESTS_PER_CALL = 4096
 # Model types whose feature extractor pads or cuts every clip to its `n_samples` window (transformers
 # `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`: `padding="max_length"`, truncation on).
 WINDOWED_AUDIO_MODEL_TYPES = frozenset({"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"})
+# Model types whose feature extractor cuts every clip at the `max_length` samples its `__call__` defaults to, truncation
+# on (Gemma 3n: 480,000 samples, 30 s at 16 kHz, transformers `feature_extraction_gemma3n.py`; vLLM's `gemma3n_mm.py`
+# reads the same default, `_get_num_audio_frames_alone`).
+CALL_DEFAULT_WINDOW_MODEL_TYPES = frozenset({"gemma3n"})
 
 
 def processor_audio_limit(configured: float | None, model_type: str, processor: Any) -> float | None:
@@ -91,6 +96,10 @@ def processor_audio_limit(configured: float | None, model_type: str, processor: 
     feature_extractor = getattr(processor, "feature_extractor", None)
     if model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
         limits.append(feature_extractor.n_samples / feature_extractor.sampling_rate)
+    if model_type in CALL_DEFAULT_WINDOW_MODEL_TYPES and feature_extractor is not None:
+        call = inspect.signature(type(feature_extractor).__call__).parameters
+        if call["truncation"].default and call["max_length"].default:
+            limits.append(call["max_length"].default / feature_extractor.sampling_rate)
     # Audio Flamingo 3 windows audio itself and keeps only the first `max_audio_len` seconds
     # (transformers `processing_audioflamingo3.py`).
     if getattr(processor, "max_audio_len", None):
