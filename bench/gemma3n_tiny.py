@@ -121,7 +121,13 @@ def gemma3n_tokenizer() -> Any:
     return build_tokenizer(
         "<bos>",
         "<eos>",
-        extra_tokens=["<eos>", "<start_of_turn>", "<end_of_turn>", GEMMA3N_TOKENS["boi_token"], GEMMA3N_TOKENS["boa_token"]],
+        extra_tokens=[
+            "<eos>",
+            "<start_of_turn>",
+            "<end_of_turn>",
+            GEMMA3N_TOKENS["boi_token"],
+            GEMMA3N_TOKENS["boa_token"],
+        ],
         named_tokens=GEMMA3N_TOKENS,
         add_bos=True,
         appended_tokens=appended,

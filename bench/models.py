@@ -104,7 +104,9 @@ def build_tokenizer(
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    appended = [token if isinstance(token, AddedToken) else AddedToken(token, special=True) for token in appended_tokens]
+    appended = [
+        token if isinstance(token, AddedToken) else AddedToken(token, special=True) for token in appended_tokens
+    ]
     appended_names = {token.content for token in appended}
     named_trained = [token for token in (named_tokens or {}).values() if token not in appended_names]
     specials = list(dict.fromkeys([*_SPECIAL_TOKENS, *extra_tokens, *named_trained, *([bos] if bos else [])]))
@@ -598,7 +600,9 @@ def cached_tiny_model(name: str) -> Path:
     if name not in TINY_MODELS:
         raise KeyError(f"no tiny model {name!r}; known: {', '.join(TINY_MODELS)}")
     if needs and importlib.util.find_spec(needs) is None:
-        raise RuntimeError(f"the tiny model {name} needs {needs}, which this environment lacks: build it in the vLLM twin")
+        raise RuntimeError(
+            f"the tiny model {name} needs {needs}, which this environment lacks: build it in the vLLM twin"
+        )
     if not needs and transformers.__version__ != pinned_transformers():
         python = os.environ.get("LALM_JUDGE_BUILD_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
         subprocess.run([python, "-m", "bench.models", name], cwd=ROOT, check=True, timeout=900)
