@@ -143,6 +143,22 @@ class TestGemma3n(AudioEngineContract):
         assert one.n_input_tokens == thirty.n_input_tokens == len(processed)
         assert one.n_output_tokens <= MAX_NEW_TOKENS
 
+    def test_the_encoder_makes_6_25_tokens_a_second_which_30_s_fill(self, reference):
+        """100 mel frames a second (10 ms hops), two stride-2 convolutions, every fourth conformer frame kept
+        (`conf_reduction_factor`): 6.25 audio tokens a second, so that 30 s, the window, are the 188 of every item."""
+        import torch
+
+        processor = reference.processor
+        counts = []
+        for seconds in (2.0, 10.0, 30.0):
+            features = processor.feature_extractor([audio_request("a", seconds).audio[0]], return_tensors="pt")
+            with torch.no_grad():
+                encoded = reference.model.model.get_audio_features(
+                    features["input_features"], ~features["input_features_mask"]
+                )
+            counts.append(int((~encoded.audio_mel_mask).sum()))
+        assert counts == [13, 63, AUDIO_TOKENS_PER_ITEM]
+
     def test_the_window_is_the_feature_extractors_30_s(self, engine):
         """The limit the engine refuses audio over is the feature extractor's cut (480,000 samples at 16 kHz), read
         from the processor; two audio items need `audio_per_prompt`."""

@@ -51,12 +51,14 @@ that proves it):
   `feature_extraction_gemma3n.py`: `max_length`, truncation on; read at load, `processor_audio_limit`), and every clip
   becomes `<start_of_audio>`, 188 `<audio_soft_token>` and `<end_of_audio>` whatever its length (`Gemma3nProcessor`
   `audio_seq_length`, `full_audio_sequence`; vLLM `gemma3n_mm.py` `TOKENS_PER_AUDIO`, the encoder's output padded or cut
-  to `audio_soft_tokens_per_image`). The chat template (saved with the instruction-tuned checkpoints by transformers'
-  `convert_gemma3n_weights.py`) writes `<audio_soft_token>` per audio item and takes a system message as a prefix of
-  the first user turn. Both engines build the vision tower, timm's MobileNetV5 (`TimmWrapperModel`; vLLM builds it even
-  with no image allowed), so the environment needs timm (and torchvision, which timm imports). vLLM embeds
-  `<end_of_audio>` with the text table (only the soft tokens take the audio tower's output), transformers with the
-  audio embedder's row for it (`modeling_gemma3n.py`): the two engines' answers to audio requests differ.
+  to `audio_soft_tokens_per_image`): its encoder makes 6.25 tokens a second (100 mel frames a second, two stride-2
+  convolutions, every fourth conformer frame: `Gemma3nAudioConfig` `sscp_conv_stride_size`, `conf_reduction_factor`),
+  so 30 s fill the 188 and shorter clips are padded. The chat template (saved with the instruction-tuned checkpoints
+  by transformers' `convert_gemma3n_weights.py`) writes `<audio_soft_token>` per audio item and takes a system message
+  as a prefix of the first user turn. Both engines build the vision tower, timm's MobileNetV5 (`TimmWrapperModel`;
+  vLLM builds it even with no image allowed), so the environment needs timm (and torchvision, which timm imports).
+  vLLM embeds `<end_of_audio>` with the text table (only the soft tokens take the audio tower's output), transformers
+  with the audio embedder's row for it (`modeling_gemma3n.py`): the two engines' answers to audio requests differ.
 - Granite Speech 3.3: 10 audio tokens a second (100 mel frames stacked by 2, a 15-frame window pooled by 5:
   `projector_window_size`, `projector_downsample_rate`), `<|audio|>`, one audio item per prompt (vLLM
   `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
