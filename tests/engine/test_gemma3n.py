@@ -21,6 +21,9 @@ from bench.engine_agreement import MAX_NEW_TOKENS, identical, release, tiny_spec
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 from tests.engine.support import P_SAFE_TOLERANCE, QUESTION, SYSTEM, AudioEngineContract, audio_request
 
+# About a minute on a quiet core (engine start, the transformers reference): handed out early (tests/conftest.py).
+pytestmark = pytest.mark.slow
+
 AUDIO_TOKENS_PER_ITEM = 188  # Gemma3nProcessor `audio_seq_length`, vLLM gemma3n_mm.py `TOKENS_PER_AUDIO`
 
 
