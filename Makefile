@@ -99,10 +99,11 @@ pairwise-demo: setup
 # The environments, the checks of `make lint` (style, the import contracts, the workflow lint of every config), then the
 # test suite: the main environment's tests, then the real vLLM engine's (tests/engine) in the CPU twins, MERaLiON-2's
 # in its own. The tiny models they share are built once, by the main environment (`bench.models`, keyed by the code
-# that builds them).
+# that builds them), Gemma 3n's by the vLLM twin (its timm vision tower: `bench.models.BUILT_WHERE_IMPORTABLE`).
 test: environments
 	$(MAKE) --no-print-directory lint
 	$(VENV)/bin/python -m bench.models >/dev/null
+	$(VLLM_VENV)/bin/python -m bench.models gemma3n >/dev/null
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
 	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \

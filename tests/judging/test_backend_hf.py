@@ -430,3 +430,19 @@ def test_the_gpu_check_needs_only_torch_and_transformers():
     code = f"import sys\nfor name in {blocked!r}: sys.modules[name] = None\nimport bench.gpu_judges"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def test_gemma3n_s_window_is_its_feature_extractors_cut():
+    """Gemma 3n's feature extractor cuts audio at the `max_length` its call defaults to (480,000 samples, 30 s at
+    16 kHz): both backends read it from the processor, below a larger configured limit and above a smaller one."""
+    from types import SimpleNamespace
+
+    from transformers import Gemma3nAudioFeatureExtractor
+
+    from lalm_judge.judging.backends.capabilities import processor_audio_limit
+
+    processor = SimpleNamespace(feature_extractor=Gemma3nAudioFeatureExtractor())
+    assert processor_audio_limit(None, "gemma3n", processor) == 30.0
+    assert processor_audio_limit(300, "gemma3n", processor) == 30.0
+    assert processor_audio_limit(20, "gemma3n", processor) == 20.0
+    assert processor_audio_limit(None, "qwen3_omni_moe", processor) is None

@@ -47,10 +47,18 @@ that proves it):
   (the model card: 30 min for transcription, 40 min for understanding, "System prompts are not yet supported");
   vLLM 0.32 (`voxtral.py`) loads only the Mistral-format files, transformers the Hugging Face ones
   (`VoxtralForConditionalGeneration`); `judging.backends.voxtral`.
-- Gemma 3n: the feature extractor cuts audio at 480,000 samples, 30 s (transformers
-  `feature_extraction_gemma3n.py`, truncation on), and every clip becomes 188 audio tokens (`audio_seq_length`,
-  vLLM `gemma3n_mm.py` `audio_soft_tokens_per_image`). Both engines build its vision tower from timm
-  (`TimmWrapperModel`), which neither of the project's CPU environments has.
+- Gemma 3n (E2B, E4B): the feature extractor cuts audio at 480,000 samples, 30 s at 16 kHz (transformers
+  `feature_extraction_gemma3n.py`: `max_length`, truncation on; read at load, `processor_audio_limit`), and every clip
+  becomes `<start_of_audio>`, 188 `<audio_soft_token>` and `<end_of_audio>` whatever its length (`Gemma3nProcessor`
+  `audio_seq_length`, `full_audio_sequence`; vLLM `gemma3n_mm.py` `TOKENS_PER_AUDIO`, the encoder's output padded or cut
+  to `audio_soft_tokens_per_image`): its encoder makes 6.25 tokens a second (100 mel frames a second, two stride-2
+  convolutions, every fourth conformer frame: `Gemma3nAudioConfig` `sscp_conv_stride_size`, `conf_reduction_factor`),
+  so 30 s fill the 188 and shorter clips are padded. The chat template (saved with the instruction-tuned checkpoints
+  by transformers' `convert_gemma3n_weights.py`) writes `<audio_soft_token>` per audio item and takes a system message
+  as a prefix of the first user turn. Both engines build the vision tower, timm's MobileNetV5 (`TimmWrapperModel`;
+  vLLM builds it even with no image allowed), so the environment needs timm (and torchvision, which timm imports).
+  vLLM embeds `<end_of_audio>` with the text table (only the soft tokens take the audio tower's output), transformers
+  with the audio embedder's row for it (`modeling_gemma3n.py`): the two engines' answers to audio requests differ.
 - Granite Speech 3.3: 10 audio tokens a second (100 mel frames stacked by 2, a 15-frame window pooled by 5:
   `projector_window_size`, `projector_downsample_rate`), `<|audio|>`, one audio item per prompt (vLLM
   `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
@@ -78,6 +86,7 @@ that proves it):
 
 from __future__ import annotations
 
+import inspect
 import json
 import re
 from dataclasses import dataclass
@@ -97,6 +106,10 @@ VLLM_REQUESTS_PER_CALL = 4096
 # Model types whose feature extractor pads or cuts every clip to its `n_samples` window (transformers
 # `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`: `padding="max_length"`, truncation on).
 WINDOWED_AUDIO_MODEL_TYPES = frozenset({"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"})
+# Model types whose feature extractor cuts every clip at the `max_length` samples its `__call__` defaults to, truncation
+# on (Gemma 3n: 480,000 samples, 30 s at 16 kHz, transformers `feature_extraction_gemma3n.py`; vLLM's `gemma3n_mm.py`
+# reads the same default, `_get_num_audio_frames_alone`).
+CALL_DEFAULT_WINDOW_MODEL_TYPES = frozenset({"gemma3n"})
 
 
 def processor_audio_limit(configured: float | None, model_type: str, processor: Any) -> float | None:
@@ -106,6 +119,10 @@ def processor_audio_limit(configured: float | None, model_type: str, processor: 
     feature_extractor = getattr(processor, "feature_extractor", None)
     if model_type in WINDOWED_AUDIO_MODEL_TYPES and getattr(feature_extractor, "n_samples", None):
         limits.append(feature_extractor.n_samples / feature_extractor.sampling_rate)
+    if model_type in CALL_DEFAULT_WINDOW_MODEL_TYPES and feature_extractor is not None:
+        call = inspect.signature(type(feature_extractor).__call__).parameters
+        if call["truncation"].default and call["max_length"].default:
+            limits.append(call["max_length"].default / feature_extractor.sampling_rate)
     # Audio Flamingo 3 windows audio itself and keeps only the first `max_audio_len` seconds
     # (transformers `processing_audioflamingo3.py`).
     if getattr(processor, "max_audio_len", None):
@@ -250,11 +267,17 @@ FAMILIES: tuple[ModelFamily, ...] = (
         r"google/gemma-3n-E[24]B",
         ("transformers", "vllm"),
         max_audio_s=30.0,
+        system_role=True,
         prompt_format="chat",
         placeholder="<audio_soft_token>",
-        assumes="each audio item is 188 tokens whatever its length",
-        limits="both engines build its timm vision tower (TimmWrapperModel): the judge environments need timm; not "
-        "run in this project's tests (no timm in the CPU environments)",
+        assumes="each audio item is 188 tokens whatever its length; the chat template writes the system prompt before "
+        "the first user turn's text",
+        limits="both engines build its timm vision tower (MobileNetV5): the environment needs timm; vLLM and "
+        "transformers embed <end_of_audio> differently (the text table's row, the audio embedder's), so their answers "
+        "to audio requests differ",
+        gated=True,
+        verified_by=("tests/engine/test_gemma3n.py",),
+        architectures=("Gemma3nForConditionalGeneration",),
     ),
     ModelFamily(
         "Granite Speech 3.3",

@@ -434,12 +434,13 @@ class TransformersBackend:
             # The chat template already wrote the special tokens.
             return self.tokenizer(texts, padding=True, add_special_tokens=False, return_tensors="pt")
         # Padding for the text only: a top-level `padding` also reaches the feature extractor (transformers
-        # `ProcessorMixin._merge_kwargs`) and would replace each processor's own audio padding.
+        # `ProcessorMixin._merge_kwargs`) and would replace each processor's own audio padding. No special tokens
+        # added: the chat template wrote them, and a tokenizer that adds a BOS token (Gemma 3n's) would write two.
         return self.processor(
             text=texts,
             audio=audios or None,
             sampling_rate=self.sampling_rate,
-            text_kwargs={"padding": True},
+            text_kwargs={"padding": True, "add_special_tokens": False},
             return_tensors="pt",
         )
 
