@@ -49,6 +49,7 @@ AGREEMENT_JUDGES = {
     "qwen25_omni_7b": ("configs/paper.yaml", "qwen25_omni_7b", "qwen25_omni"),
     "qwen3_omni_30b": ("configs/judges-2026.yaml", "qwen3_omni_30b", "qwen3_omni"),
     "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
+    "granite_speech_8b": ("configs/judges-2026.yaml", "granite_speech_8b", "granite_speech"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers

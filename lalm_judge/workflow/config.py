@@ -39,6 +39,7 @@ from lalm_judge.data.benchmark import FORMAT as BENCHMARK_FORMAT
 from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.decoding import decoding_problems
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT
 from lalm_judge.training.settings import GRPO, GRPOSettings, Hyperparameters, grpo_batch_problem
 from lalm_judge.workflow.context_length import max_model_len_problems
@@ -638,7 +639,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
     problems = decoding_problems(backend, entry.get("generation", {}), name, model=entry["model"])
-    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT) and backend != "vllm":
+    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT, GRANITE_FORMAT) and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "
             f"not by {backend!r}"

@@ -51,11 +51,14 @@ that proves it):
   `feature_extraction_gemma3n.py`, truncation on), and every clip becomes 188 audio tokens (`audio_seq_length`,
   vLLM `gemma3n_mm.py` `audio_soft_tokens_per_image`). Both engines build its vision tower from timm
   (`TimmWrapperModel`), which neither of the project's CPU environments has.
-- Granite Speech 3.3: 10 audio tokens a second (100 mel frames stacked by 2, a 15-frame window pooled by 5:
-  `projector_window_size`, `projector_downsample_rate`), `<|audio|>`, one audio item per prompt (vLLM
-  `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
-  torch, and its LoRA adapter applies to audio requests only (transformers enables it itself; vLLM needs a LoRA
-  request per prompt, which the vllm backend does not send).
+- Granite Speech 3.3 (8B, 2B): 16 kHz audio as 80 log-mel bins every 10 ms, two frames stacked into one encoder frame
+  (transformers `feature_extraction_granite_speech.py`), 15-frame windows pooled by 5 into 3 tokens
+  (`projector_window_size`, `projector_downsample_rate`): 10 audio tokens a second, the processor cutting nothing;
+  `<|audio|>` in the user text, one audio item per prompt (vLLM 0.32 `granite_speech.py`: `get_supported_mm_limits`,
+  `get_placeholder_str`); the released chat template has a system role (it writes its own dated one when none is
+  given). Its LoRA adapter (in the checkpoint's folder) applies to audio requests only: transformers' `generate`
+  enables it when audio features are given (`modeling_granite_speech.py`), vLLM applies it to the prompts that
+  name it in a `LoRARequest` (`judging.backends.granite`). Both processors need torchaudio (`MelSpectrogram`).
 - GPT-Audio 1.5, the successor OpenAI names for gpt-4o-audio-preview (shut down 2026-05-07), and Gemini 2.5
   Flash-Lite: audio input through Chat Completions (`input_audio`, base64 wav), no logprobs; their retirement as the
   providers' deprecation pages state it is `retires`.
@@ -82,6 +85,16 @@ VLLM_REQUESTS_PER_CALL = 4096
 # Model types whose feature extractor pads or cuts every clip to its `n_samples` window (transformers
 # `processing_qwen2_audio.py`, `processing_qwen2_5_omni.py`: `padding="max_length"`, truncation on).
 WINDOWED_AUDIO_MODEL_TYPES = frozenset({"qwen2_audio", "qwen2_5_omni", "qwen2_5_omni_thinker"})
+
+
+def processor_sampling_rate(processor: Any) -> int | None:
+    """The rate a model's processor reads audio at: its feature extractor's (`feature_extractor`, or
+    `audio_processor` for Granite Speech's, transformers `processing_granite_speech.py`); None for a tokenizer."""
+    for attribute in ("feature_extractor", "audio_processor"):
+        rate = getattr(getattr(processor, attribute, None), "sampling_rate", None)
+        if rate is not None:
+            return int(rate)
+    return None
 
 
 def processor_audio_limit(configured: float | None, model_type: str, processor: Any) -> float | None:
@@ -244,14 +257,16 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily(
         "Granite Speech 3.3",
         r"ibm-granite/granite-speech-3\.3-",
-        ("transformers",),
-        why_backends="its LoRA adapter applies to audio requests, which vLLM serves only with a LoRA request per "
-        "prompt and the vllm backend sends none",
-        prompt_format="chat",
+        ("transformers", "vllm"),
+        system_role=True,
+        prompt_format="granite",
         placeholder="<|audio|>",
-        assumes="transformers enables the LoRA adapter for requests with audio",
-        limits="its feature extractor needs torchaudio (not built for the pinned torch): not run in this project's "
-        "tests; one audio item per prompt",
+        assumes="its LoRA adapter applies to requests with audio only: transformers enables it itself, vLLM gets a "
+        "LoRARequest of the checkpoint's folder with every audio prompt (enable_lora, max_lora_rank from "
+        "adapter_config.json)",
+        limits="one audio item per prompt; its feature extractor needs torchaudio (MelSpectrogram) in both engines",
+        verified_by=("tests/engine/test_granite_speech.py",),
+        architectures=("GraniteSpeechForConditionalGeneration",),
     ),
     ModelFamily(
         "GPT-Audio 1.5",

@@ -60,7 +60,7 @@ from transformers.generation.logits_process import (
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, processor_sampling_rate, resolved_commit
 from lalm_judge.judging.backends.chat import (
     AnswerProbability,
     build_conversation,
@@ -74,6 +74,7 @@ from lalm_judge.judging.backends.checkpoints import (
     default_cache_root,
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
@@ -314,8 +315,7 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        feature_extractor = getattr(self.processor, "feature_extractor", None)
-        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.sampling_rate = processor_sampling_rate(self.processor)
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, self.model.config.model_type, self.processor)
         score_tokens = options.get("score_tokens")
         self.score_ids = score_token_ids(self.tokenizer, score_tokens) if score_tokens else None
@@ -344,15 +344,25 @@ class TransformersBackend:
         # Batches of similar length waste less compute on padding; audio and text-only requests never share
         # a batch; outputs go back in request order.
         outputs: list[JudgeOutput | None] = [None] * len(requests)
-        batch_size = max(1, int(self.spec.batch_size))
         for has_audio in (False, True):
             group = [i for i, request in enumerate(requests) if bool(request.audio_items) == has_audio]
             group.sort(key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
+            batch_size = self._batch_size(has_audio)
             for start in range(0, len(group), batch_size):
                 indices = group[start : start + batch_size]
                 for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
                     outputs[index] = output
         return [output for output in outputs if output is not None]
+
+    def _batch_size(self, has_audio: bool) -> int:
+        """Requests per forward pass: the judge's `batch_size`, but one audio request at a time for Granite Speech,
+        whose answers would otherwise depend on their batch: its processor pads the waveforms of a batch to the
+        longest (`feature_extraction_granite_speech.py` `_get_audios_and_audio_lengths`) and its encoder reads the
+        padding (no attention mask; only the projector's output is masked), as vLLM, which encodes each item alone,
+        does not."""
+        if has_audio and self.spec.capabilities.prompt_format == GRANITE_FORMAT:
+            return 1
+        return max(1, int(self.spec.batch_size))
 
     @staticmethod
     def _audio_samples(request: JudgeRequest) -> int:
@@ -385,11 +395,8 @@ class TransformersBackend:
     def _encode(self, batch: list[JudgeRequest]) -> Any:
         if self.spec.capabilities.prompt_format == VOXTRAL_FORMAT:
             return self._encode_voxtral(batch)
-        merge_system = not self.spec.capabilities.system_role
         texts = [
-            self.processor.apply_chat_template(
-                build_conversation(request, merge_system=merge_system), add_generation_prompt=True, tokenize=False
-            )
+            self.processor.apply_chat_template(self._conversation(request), add_generation_prompt=True, tokenize=False)
             for request in batch
         ]
         audios = [audio for request in batch for audio in self._prepared_audios(request)]
@@ -405,6 +412,13 @@ class TransformersBackend:
             text_kwargs={"padding": True},
             return_tensors="pt",
         )
+
+    def _conversation(self, request: JudgeRequest) -> list[dict[str, Any]]:
+        """The chat of one request: Granite Speech's string content with `<|audio|>` (`backends.granite`), else the
+        shared conversation (the system prompt merged into the user turn of models without a system role)."""
+        if self.spec.capabilities.prompt_format == GRANITE_FORMAT:
+            return granite_conversation(request)
+        return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def _encode_voxtral(self, batch: list[JudgeRequest]) -> Any:
         """Voxtral's prompt tokens and padded audio from mistral_common (`backends.voxtral`, as the vllm backend

@@ -43,6 +43,10 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
   tokens, and pads the audio (`judging.backends.voxtral`, shared with the transformers backend); the engine loads the
   checkpoint's Mistral-format files (`tokenizer_mode`, `config_format`, `load_format` `mistral`: tekken.json,
   params.json, consolidated.safetensors), the only ones vLLM 0.32 serves Voxtral from.
+- `granite`: string content with `<|audio|>` right before the text (or at each slot) through the released chat
+  template; the engine starts with LoRA on and every prompt with audio names the checkpoint's audio LoRA adapter
+  (`LoRARequest` of the checkpoint's folder), which the model applies to audio requests only
+  (`judging.backends.granite`).
 
 P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
 set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
@@ -102,10 +106,17 @@ import numpy as np
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, processor_sampling_rate, resolved_commit
 from lalm_judge.judging.backends.chat import build_conversation, p_safe_from_logprobs, score_token_ids
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
+from lalm_judge.judging.backends.granite import (
+    GRANITE_FORMAT,
+    audio_lora_engine_settings,
+    audio_lora_request,
+    granite_conversation,
+    inline_audio_conversation,
+)
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VLLM_MISTRAL_FORMAT, VOXTRAL_FORMAT, audio_sampling_rate, encode
 
@@ -178,16 +189,9 @@ def meralion_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
 
 
 def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
-    """System message, then a user turn whose string content starts with the audio placeholders (vLLM's example),
-    or holds one at each `AUDIO_SLOT`."""
-    if AUDIO_SLOT in request.user:
-        content = request.user.replace(AUDIO_SLOT, MINICPMO_AUDIO)
-    elif request.audio_items:
-        content = f"{MINICPMO_AUDIO * len(request.audio_items)}\n{request.user}"
-    else:
-        content = request.user
-    system = [{"role": "system", "content": request.system}] if request.system else []
-    return [*system, {"role": "user", "content": content}]
+    """System message, then a user turn whose string content starts with the audio placeholders and a line break
+    (vLLM's example), or holds one at each `AUDIO_SLOT`."""
+    return inline_audio_conversation(request, MINICPMO_AUDIO, "\n")
 
 
 def audio_processor(model_path: str, model_type: str, hf_kwargs: dict[str, Any]) -> Any:
@@ -243,9 +247,10 @@ class VLLMBackend:
         self.model_path = engine_model(spec)
         trust_remote_code = bool(options.get("trust_remote_code", False))
         hf_kwargs = {"revision": spec.revision, "trust_remote_code": trust_remote_code}
-        # Audio chat templates live on the processor; text models and the plain-content formats use the tokenizer's.
+        # Audio chat templates live on the processor (Granite Speech's too: its rate and window are read there); text
+        # models and the other plain-content formats use the tokenizer's.
         model_type = checkpoints.read_checkpoint_config(self.model_path, spec.revision).get("model_type", "")
-        if self.uses_audio and self.prompt_format == "chat":
+        if self.uses_audio and self.prompt_format in ("chat", GRANITE_FORMAT):
             self.template_owner = audio_processor(self.model_path, model_type, hf_kwargs)
         else:
             self.template_owner = AutoTokenizer.from_pretrained(self.model_path, **hf_kwargs)
@@ -257,8 +262,7 @@ class VLLMBackend:
         # vLLM runs the model's Hugging Face processor, which cuts audio over its window silently: refuse it.
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, model_type, self.template_owner)
         # The rate the processor reads audio at (None where the template owner is a tokenizer: MERaLiON, MiniCPM-o).
-        feature_extractor = getattr(self.template_owner, "feature_extractor", None)
-        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.sampling_rate = processor_sampling_rate(self.template_owner)
         if voxtral:
             self.sampling_rate = audio_sampling_rate(self.tokenizer)
         engine_kwargs: dict[str, Any] = {
@@ -286,6 +290,10 @@ class VLLMBackend:
                 engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if voxtral:  # vLLM serves Voxtral from its Mistral-format files only (`backends.voxtral`)
             engine_kwargs.update(VLLM_MISTRAL_FORMAT)
+        # Granite Speech: its audio LoRA adapter, named by every prompt with audio (`backends.granite`).
+        self.audio_lora = audio_lora_request(self.model_path) if self.prompt_format == GRANITE_FORMAT else None
+        if self.audio_lora is not None:
+            engine_kwargs.update(audio_lora_engine_settings(self.model_path))
         if self.prompt_format == "meralion":
             from vllm.platforms import current_platform
 
@@ -326,6 +334,8 @@ class VLLMBackend:
             return meralion_conversation(request)
         if self.prompt_format == "minicpmo":
             return minicpmo_conversation(request)
+        if self.prompt_format == GRANITE_FORMAT:
+            return granite_conversation(request)
         return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def render(self, request: JudgeRequest) -> str:
@@ -394,7 +404,8 @@ class VLLMBackend:
         seeds = self.sample_seeds
         sampling_params = [self._sampling_params(ids, seed) for seed in seeds for ids in score_ids]
         started = time.perf_counter()
-        results = self.llm.generate(prompts * len(seeds), sampling_params, use_tqdm=False)
+        lora_requests = [self.lora_request(request) for request in requests] * len(seeds)
+        results = self._generate_by_adapter(prompts * len(seeds), sampling_params, lora_requests)
         latency_s = (time.perf_counter() - started) / len(requests)
         for request, result in zip(requests, results):
             self._check_context(request, result)
@@ -412,6 +423,32 @@ class VLLMBackend:
                 ]
         self._log_prefix_cache()
         return outputs
+
+    def _generate_by_adapter(self, prompts: list[Any], sampling_params: list[Any], lora_requests: list[Any]) -> list:
+        """The engine's results of `prompts` in order, one submission per LoRA adapter (none, or Granite Speech's
+        audio adapter): vLLM 0.32's CPU LoRA operations apply the adapter to the prompts without one that share its
+        batch. They read "no adapter" (index -1, `lora/punica_wrapper/utils.py` `convert_mapping`) as a Python
+        index, the last adapter slot (`lora/ops/torch_ops/lora_ops.py` `bgmv_shrink`, `bgmv_expand`:
+        `lora_b_weights[lora_indices_tensor]`), so a text request batched with audio requests answers with the audio
+        adapter. Submitted apart, no batch mixes them, on any platform."""
+        groups: dict[Any, list[int]] = {}
+        for index, lora in enumerate(lora_requests):
+            groups.setdefault(None if lora is None else lora.lora_int_id, []).append(index)
+        results: list[Any] = [None] * len(prompts)
+        for indices in groups.values():
+            answered = self.llm.generate(
+                [prompts[i] for i in indices],
+                [sampling_params[i] for i in indices],
+                use_tqdm=False,
+                lora_request=[lora_requests[i] for i in indices],
+            )
+            for index, result in zip(indices, answered):
+                results[index] = result
+        return results
+
+    def lora_request(self, request: JudgeRequest) -> Any:
+        """The LoRA adapter a request runs with: Granite Speech's audio adapter for a request with audio, else none."""
+        return self.audio_lora if request.audio_items else None
 
     def answer_text(self, completion: Any) -> str:
         """The answer as the tokenizer decodes its tokens, special tokens skipped: what the transformers backend

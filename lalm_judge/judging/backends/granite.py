@@ -1,0 +1,78 @@
+"""Granite Speech 3.3's prompts and audio LoRA (`capabilities.prompt_format: granite`), for the vllm and transformers
+backends.
+
+The released chat template (ibm-granite/granite-speech-3.3-8b and -2b) concatenates each message's `content` as a
+string, so the audio goes in as the `<|audio|>` placeholder written into the user text, before it with nothing between
+(the model card's usage and vLLM 0.32 `model_executor/models/granite_speech.py` `get_generation_prompt`:
+f"{audio_tok}can you transcribe ..."), or at an `AUDIO_SLOT`; both processors expand it into the audio's tokens
+(transformers `processing_granite_speech.py`, vLLM's `PromptReplacement`). The template has a system role: without a
+system message it writes its own, dated with the day it is rendered.
+
+The checkpoint's folder also holds a LoRA adapter (`adapter_config.json`, `adapter_model.safetensors`) that the model
+applies to requests with audio only: transformers loads it with peft and its `generate` enables it when audio
+features are given and disables it otherwise (`modeling_granite_speech.py`); vLLM applies a LoRA adapter only to the
+requests that name it (`LoRARequest`), so the engine starts with LoRA on (`enable_lora`, `max_lora_rank` at least the
+adapter's rank `r`) and every prompt with audio names the checkpoint's folder (`audio_lora_request`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
+
+GRANITE_FORMAT = "granite"
+GRANITE_AUDIO = "<|audio|>"
+ADAPTER_CONFIG = "adapter_config.json"
+# The ranks vLLM 0.32 accepts for `max_lora_rank` (`config/lora.py` `MaxLoRARanks`).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
+AUDIO_LORA_NAME = "audio"
+AUDIO_LORA_ID = 1
+
+
+def inline_audio_conversation(request: JudgeRequest, placeholder: str, separator: str) -> list[dict[str, Any]]:
+    """System message, then a user turn of string content: the audio placeholders and `separator` before the text,
+    or one placeholder at each `AUDIO_SLOT`."""
+    if AUDIO_SLOT in request.user:
+        content = request.user.replace(AUDIO_SLOT, placeholder)
+    elif request.audio_items:
+        content = f"{placeholder * len(request.audio_items)}{separator}{request.user}"
+    else:
+        content = request.user
+    system = [{"role": "system", "content": request.system}] if request.system else []
+    return [*system, {"role": "user", "content": content}]
+
+
+def granite_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
+    """The conversation of one request as the released template takes it: `<|audio|>` right before the text."""
+    return inline_audio_conversation(request, GRANITE_AUDIO, "")
+
+
+def adapter_rank(model_path: str) -> int:
+    """The rank `r` of the LoRA adapter in a Granite Speech checkpoint's folder; raise naming the file without one."""
+    config = Path(model_path) / ADAPTER_CONFIG
+    if not config.is_file():
+        raise ValueError(
+            f"{model_path} has no {ADAPTER_CONFIG}: Granite Speech applies its audio LoRA adapter to every request "
+            "with audio, and vLLM serves it from the checkpoint's folder (download the whole repository)"
+        )
+    return int(json.loads(config.read_text(encoding="utf-8"))["r"])
+
+
+def audio_lora_engine_settings(model_path: str) -> dict[str, Any]:
+    """The `vllm.LLM` settings that let prompts use the checkpoint's audio LoRA: LoRA on, one adapter per batch, and
+    the smallest rank vLLM accepts that holds the adapter's."""
+    rank = adapter_rank(model_path)
+    fitting = [allowed for allowed in VLLM_LORA_RANKS if allowed >= rank]
+    if not fitting:
+        raise ValueError(f"{model_path}: LoRA rank {rank} is over vLLM's largest, {VLLM_LORA_RANKS[-1]}")
+    return {"enable_lora": True, "max_loras": 1, "max_lora_rank": fitting[0]}
+
+
+def audio_lora_request(model_path: str) -> Any:
+    """vLLM's request for the checkpoint's audio LoRA adapter (the folder holds `adapter_config.json`)."""
+    from vllm.lora.request import LoRARequest
+
+    return LoRARequest(AUDIO_LORA_NAME, AUDIO_LORA_ID, str(model_path))
