@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from bench.engine_agreement import tiny_spec
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 from tests.engine.support import QUESTION, SYSTEM, AudioEngineContract, audio_request
 
@@ -68,3 +69,23 @@ class TestGraniteSpeech(AudioEngineContract):
         )
         with pytest.raises(ValueError, match="over options.audio_per_prompt=1"):
             engine.build_prompt(pair)
+
+    def test_transformers_reads_each_audio_alone_and_refuses_a_folder_without_the_adapter(self, model, tmp_path):
+        """transformers (5.19, peft 0.21) answers an audio request the same alone and in a batch (one audio request
+        per forward pass: its encoder would read the batch's padding), and refuses a copy of the checkpoint without
+        its adapter. (That it applies the adapter to audio requests only is the agreement with vLLM above: vLLM
+        names the adapter with audio prompts alone, and the adapter changes an audio answer.)"""
+        import shutil
+
+        from lalm_judge.core.registry import MissingDependency
+        from lalm_judge.judging.backends.hf import TransformersBackend
+
+        judge = TransformersBackend(tiny_spec(*self.entry(), model, "transformers"))
+        audios = [audio_request("short", 1.0), audio_request("long", 2.5)]
+        batched = judge.generate(audios)
+        alone = [judge.generate([request])[0] for request in audios]
+        assert [(o.text, o.n_input_tokens) for o in batched] == [(o.text, o.n_input_tokens) for o in alone]
+        bare = tmp_path / "without-adapter"
+        shutil.copytree(model, bare, ignore=shutil.ignore_patterns("adapter_*"))
+        with pytest.raises(MissingDependency, match="its folder has none"):
+            TransformersBackend(tiny_spec(*self.entry(), bare, "transformers"))

