@@ -42,8 +42,6 @@ def configfiles(configfile: Path) -> list[Path]:
     if configfile.stem.endswith(OVERLAY_SUFFIX):
         return [configfile.with_name(configfile.stem.removesuffix(OVERLAY_SUFFIX) + configfile.suffix), configfile]
     return [configfile]
-
-
 SHARED = ("data", "prompts", "models")
 TIMEOUT_S = 600
 

@@ -366,8 +366,8 @@ class TransformersBackend:
         """Requests per forward pass: the judge's `batch_size`, but one audio request at a time for Granite Speech,
         whose answers would otherwise depend on their batch: its processor pads the waveforms of a batch to the
         longest (`feature_extraction_granite_speech.py` `_get_audios_and_audio_lengths`) and its encoder reads the
-        padding (no attention mask; only the projector's output is masked), as vLLM, which encodes each item alone,
-        does not."""
+        padding (no attention mask; only the projector's output is masked). (vLLM's encoder batches are padded too,
+        its features with zeros: docs/judges.md.)"""
         if has_audio and self.spec.capabilities.prompt_format == GRANITE_FORMAT:
             return 1
         return max(1, int(self.spec.batch_size))
