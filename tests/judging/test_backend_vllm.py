@@ -19,6 +19,7 @@ import pytest
 from bench.models import build_tokenizer, chat_template
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.decoding import Decoding
+from lalm_judge.judging.backends.granite import audio_lora_engine_settings, granite_conversation
 from lalm_judge.judging.backends.vllm_backend import (
     engine_context_length,
     meralion_conversation,
@@ -149,3 +150,33 @@ def test_a_vllm_judge_gets_a_whole_submission_and_an_endpoint_enough_to_fill_its
     assert request_batch_size(spec) == VLLM_REQUESTS_PER_CALL == 4096
     assert request_batch_size(dataclasses.replace(spec, backend="transformers")) == 8
     assert request_batch_size(dataclasses.replace(spec, backend="openai", options={"concurrency": 16})) == 64
+
+
+def test_granite_speech_prompt_is_its_released_template_with_the_placeholder_before_the_text():
+    """The released template concatenates string content: `<|audio|>` right before the question, or at each slot;
+    a text request has none, and a request without a system prompt gets the template's own."""
+    tokenizer = build_tokenizer(None, "<|end_of_text|>", extra_tokens=["<|start_of_role|>", "<|end_of_role|>"])
+    tokenizer.chat_template = chat_template("ibm-granite-granite-speech-3.3-8b")
+
+    def render(request):
+        return tokenizer.apply_chat_template(granite_conversation(request), add_generation_prompt=True, tokenize=False)
+
+    assert render(audio_request()) == (
+        f"<|start_of_role|>system<|end_of_role|>{SYSTEM}<|end_of_text|>\n"
+        f"<|start_of_role|>user<|end_of_role|><|audio|>{QUESTION}<|end_of_text|>\n"
+        "<|start_of_role|>assistant<|end_of_role|>"
+    )
+    assert "<|audio|>" not in render(text_request())
+    slotted = dataclasses.replace(audio_request(), user=f"Listen: {AUDIO_SLOT} Safe?")
+    assert granite_conversation(slotted)[-1]["content"] == "Listen: <|audio|> Safe?"
+    untold = dataclasses.replace(audio_request(), system="")
+    assert "You are Granite, developed by IBM." in render(untold)
+
+
+def test_granite_speech_audio_lora_settings_come_from_the_checkpoints_adapter(tmp_path):
+    """LoRA on, one adapter, the smallest rank vLLM accepts that holds the adapter's; a folder without the adapter is
+    refused naming the file."""
+    (tmp_path / "adapter_config.json").write_text('{"r": 48, "lora_alpha": 32}')
+    assert audio_lora_engine_settings(str(tmp_path)) == {"enable_lora": True, "max_loras": 1, "max_lora_rank": 64}
+    with pytest.raises(ValueError, match="has no adapter_config.json"):
+        audio_lora_engine_settings(str(tmp_path / "missing"))

@@ -60,6 +60,21 @@ def test_the_documented_phi4mm_entry_gets_its_familys_facts():
     assert any(line.startswith("  audio placeholder: <|audio_1|>, <|audio_2|>") for line in lines)
 
 
+def test_granite_speech_says_how_its_audio_lora_is_applied(capsys):
+    assert cli(["judges", str(ROOT / "configs" / "judges-2026.yaml"), "--judge", "granite_speech_8b"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("granite_speech_8b: ibm-granite/granite-speech-3.3-8b on vllm\n")
+    for fact in (
+        "family: Granite Speech 3.3",
+        "audio tokens: 10 audio tokens a second",
+        "audio placeholder: <|audio|> (one per audio item)",
+        'capabilities it needs: system_role true, prompt_format "granite"',
+        "assumes: its LoRA adapter applies to requests with audio only",
+        "verified by: tests/engine/test_granite_speech.py",
+    ):
+        assert f"  {fact}" in out, fact
+
+
 def test_an_api_judge_says_when_it_retires():
     config = load_config(ROOT / "configs" / "judges-2026.yaml")
     lines = judge_facts("gpt_audio_15", config["judges"]["gpt_audio_15"]).lines()

@@ -306,5 +306,11 @@ def test_the_2026_judges_config_reads_the_papers_data_as_the_paper_does(finished
     assert evaluation == {k: v for k, v in PAPER_CONFIG["evaluation"].items() if k != "judges"}
     assert set(JUDGES_2026["evaluation"]["judges"]) == set(JUDGES_2026["judges"])
     jobs = planned_jobs(paper_dry_run(finished_paper_run, ROOT / "configs" / "judges-2026.yaml"))
-    new_judges = {"judge_qwen3_omni_30b", "judge_voxtral_mini_3b", "judge_gemma3n_e4b", "judge_gpt_audio_15"}
+    new_judges = {
+        "judge_qwen3_omni_30b",
+        "judge_voxtral_mini_3b",
+        "judge_gemma3n_e4b",
+        "judge_granite_speech_8b",
+        "judge_gpt_audio_15",
+    }
     assert {job.rule for job in jobs} - {"shard_index"} == new_judges | AGGREGATES

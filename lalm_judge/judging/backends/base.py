@@ -85,7 +85,7 @@ class JudgeBackend(Protocol):
         ...
 
 
-PROMPT_FORMATS = ("chat", "meralion", "minicpmo", "phi4mm", "voxtral")
+PROMPT_FORMATS = ("chat", "meralion", "minicpmo", "phi4mm", "voxtral", "granite")
 
 
 @dataclass(frozen=True)
@@ -95,8 +95,8 @@ class Capabilities:
     `logprobs`: token probabilities are returned (the calibrated prompt's P(safe)); without them no logprobs
     are requested and the calibrated prompt is scored from its parsed SAFETY_SCORE. `system_role`: the chat
     template accepts a system message; without it the system prompt is prepended to the user turn.
-    `prompt_format`: how a request becomes the prompt (`chat`, `meralion`, `minicpmo`, `phi4mm`, `voxtral`; see the vllm
-    backend).
+    `prompt_format`: how a request becomes the prompt (`chat`, `meralion`, `minicpmo`, `phi4mm`, `voxtral`, `granite`;
+    see the vllm backend).
     """
 
     logprobs: bool = True

@@ -59,11 +59,14 @@ that proves it):
   vLLM builds it even with no image allowed), so the environment needs timm (and torchvision, which timm imports).
   vLLM embeds `<end_of_audio>` with the text table (only the soft tokens take the audio tower's output), transformers
   with the audio embedder's row for it (`modeling_gemma3n.py`): the two engines' answers to audio requests differ.
-- Granite Speech 3.3: 10 audio tokens a second (100 mel frames stacked by 2, a 15-frame window pooled by 5:
-  `projector_window_size`, `projector_downsample_rate`), `<|audio|>`, one audio item per prompt (vLLM
-  `granite_speech.py`); its feature extractor needs torchaudio (`MelSpectrogram`), which has no build for the pinned
-  torch, and its LoRA adapter applies to audio requests only (transformers enables it itself; vLLM needs a LoRA
-  request per prompt, which the vllm backend does not send).
+- Granite Speech 3.3 (8B, 2B): 16 kHz audio as 80 log-mel bins every 10 ms, two frames stacked into one encoder frame
+  (transformers `feature_extraction_granite_speech.py`), 15-frame windows pooled by 5 into 3 tokens
+  (`projector_window_size`, `projector_downsample_rate`): 10 audio tokens a second, the processor cutting nothing;
+  `<|audio|>` in the user text, one audio item per prompt (vLLM 0.32 `granite_speech.py`: `get_supported_mm_limits`,
+  `get_placeholder_str`); the released chat template has a system role (it writes its own dated one when none is
+  given). Its LoRA adapter (in the checkpoint's folder) applies to audio requests only: transformers' `generate`
+  enables it when audio features are given (`modeling_granite_speech.py`), vLLM applies it to the prompts that
+  name it in a `LoRARequest` (`judging.backends.granite`). Both processors need torchaudio (`MelSpectrogram`).
 - Phi-4-multimodal: vLLM 0.32 serves only the hub-code layout (`Phi4MMForCausalLM`, `model_executor/models/phi4mm.py`;
   the transformers-format `Phi4MultimodalForCausalLM` left vLLM in 0.12, `registry.py` `_PREVIOUSLY_SUPPORTED_MODELS`),
   whose configuration and processor are hub code (`trust_remote_code`); transformers serves transformers' layout
@@ -110,6 +113,16 @@ WINDOWED_AUDIO_MODEL_TYPES = frozenset({"qwen2_audio", "qwen2_5_omni", "qwen2_5_
 # on (Gemma 3n: 480,000 samples, 30 s at 16 kHz, transformers `feature_extraction_gemma3n.py`; vLLM's `gemma3n_mm.py`
 # reads the same default, `_get_num_audio_frames_alone`).
 CALL_DEFAULT_WINDOW_MODEL_TYPES = frozenset({"gemma3n"})
+
+
+def processor_sampling_rate(processor: Any) -> int | None:
+    """The rate a model's processor reads audio at: its feature extractor's (`feature_extractor`, or
+    `audio_processor` for Granite Speech's, transformers `processing_granite_speech.py`); None for a tokenizer."""
+    for attribute in ("feature_extractor", "audio_processor"):
+        rate = getattr(getattr(processor, attribute, None), "sampling_rate", None)
+        if rate is not None:
+            return int(rate)
+    return None
 
 
 def processor_audio_limit(configured: float | None, model_type: str, processor: Any) -> float | None:
@@ -282,14 +295,18 @@ FAMILIES: tuple[ModelFamily, ...] = (
     ModelFamily(
         "Granite Speech 3.3",
         r"ibm-granite/granite-speech-3\.3-",
-        ("transformers",),
-        why_backends="its LoRA adapter applies to audio requests, which vLLM serves only with a LoRA request per "
-        "prompt and the vllm backend sends none",
-        prompt_format="chat",
+        ("transformers", "vllm"),
+        system_role=True,
+        prompt_format="granite",
         placeholder="<|audio|>",
-        assumes="transformers enables the LoRA adapter for requests with audio",
-        limits="its feature extractor needs torchaudio (not built for the pinned torch): not run in this project's "
-        "tests; one audio item per prompt",
+        assumes="its LoRA adapter applies to requests with audio only: transformers enables it itself, vLLM gets a "
+        "LoRARequest of the checkpoint's folder with every audio prompt (enable_lora, max_lora_rank from "
+        "adapter_config.json)",
+        limits="one audio item per prompt; its feature extractor needs torchaudio (MelSpectrogram) in both engines; "
+        "transformers 5.24 cannot switch its adapter with a released peft (it needs >= 0.22): the transformers backend "
+        "runs it with transformers 5.19",
+        verified_by=("tests/engine/test_granite_speech.py",),
+        architectures=("GraniteSpeechForConditionalGeneration",),
     ),
     ModelFamily(
         "Phi-4-multimodal",

@@ -72,14 +72,20 @@ def build_conversation(request: JudgeRequest, *, merge_system: bool = False) -> 
 PHI4MM_FORMAT = "phi4mm"
 
 
-def numbered_audio_conversation(request: JudgeRequest, placeholder: Callable[[int], str]) -> list[dict[str, Any]]:
-    """System message, then a user turn of string content with `placeholder(i)` for audio item i: all before the text,
-    or one at each `AUDIO_SLOT` in order (Phi-4-multimodal's released chat template takes string content)."""
+def numbered_audio_conversation(
+    request: JudgeRequest, placeholder: Callable[[int], str], separator: str = ""
+) -> list[dict[str, Any]]:
+    """System message, then a user turn of string content with `placeholder(i)` for audio item i: all before the text
+    (then `separator`), or one at each `AUDIO_SLOT` in order. For the chat templates that take string content with
+    the audio's placeholders written in (Phi-4-multimodal's numbered ones, Granite Speech's and MiniCPM-o's one
+    placeholder per item)."""
     if AUDIO_SLOT in request.user:
         pieces = request.user.split(AUDIO_SLOT)
         content = pieces[0] + "".join(placeholder(i) + piece for i, piece in enumerate(pieces[1:]))
+    elif request.audio_items:
+        content = "".join(placeholder(i) for i in range(len(request.audio_items))) + separator + request.user
     else:
-        content = "".join(placeholder(i) for i in range(len(request.audio_items))) + request.user
+        content = request.user
     system = [{"role": "system", "content": request.system}] if request.system else []
     return [*system, {"role": "user", "content": content}]
 

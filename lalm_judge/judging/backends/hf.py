@@ -65,7 +65,7 @@ from transformers.generation.logits_process import (
 
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends.base import JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, processor_sampling_rate, resolved_commit
 from lalm_judge.judging.backends.chat import (
     PHI4MM_FORMAT,
     AnswerProbability,
@@ -81,6 +81,7 @@ from lalm_judge.judging.backends.checkpoints import (
     default_cache_root,
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation, transformers_audio_lora_problem
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
@@ -314,6 +315,14 @@ class TransformersBackend:
         self.device = resolve_device(options.get("device", "auto"))
         loaded = loaded if loaded is not None else load_model(spec, self.device)
         self.model, self.processor, self.model_revision = loaded.model, loaded.processor, loaded.revision
+        if spec.capabilities.prompt_format == GRANITE_FORMAT:
+            problem = transformers_audio_lora_problem(self.model)
+            if problem:
+                raise MissingDependency(
+                    f"judge {spec.name}: {spec.model}: {problem}. Run it on the vllm backend, or where transformers "
+                    "can switch the adapter (transformers 5.19 with peft 0.21.2: the CPU twin, "
+                    "requirements-vllm-cpu.lock)"
+                )
         # What answers, recorded with every output: the checkpoint loaded and its resolved commit where known
         # (a hub commit; a bundled or GGUF copy's package version and file).
         self.served = served_checkpoint(spec, loaded)
@@ -322,11 +331,7 @@ class TransformersBackend:
         self.tokenizer.padding_side = "left"  # generation continues every row from its last real token
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
-        # Phi-4-multimodal's processor names its feature extractor `audio_processor`.
-        feature_extractor = getattr(self.processor, "feature_extractor", None) or getattr(
-            self.processor, "audio_processor", None
-        )
-        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.sampling_rate = processor_sampling_rate(self.processor)
         self.audio_lora = self._load_audio_lora(options.get("audio_lora"))
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, self.model.config.model_type, self.processor)
         score_tokens = options.get("score_tokens")
@@ -379,16 +384,26 @@ class TransformersBackend:
         # Batches of similar length waste less compute on padding; audio and text-only requests never share
         # a batch; outputs go back in request order.
         outputs: list[JudgeOutput | None] = [None] * len(requests)
-        batch_size = max(1, int(self.spec.batch_size))
         for has_audio in (False, True):
             group = [i for i, request in enumerate(requests) if bool(request.audio_items) == has_audio]
             group.sort(key=lambda i: (self._audio_samples(requests[i]), len(requests[i].user)))
             self._use_audio_lora(has_audio)
+            batch_size = self._batch_size(has_audio)
             for start in range(0, len(group), batch_size):
                 indices = group[start : start + batch_size]
                 for index, output in zip(indices, self._generate_batch([requests[i] for i in indices])):
                     outputs[index] = output
         return [output for output in outputs if output is not None]
+
+    def _batch_size(self, has_audio: bool) -> int:
+        """Requests per forward pass: the judge's `batch_size`, but one audio request at a time for Granite Speech,
+        whose answers would otherwise depend on their batch: its processor pads the waveforms of a batch to the
+        longest (`feature_extraction_granite_speech.py` `_get_audios_and_audio_lengths`) and its encoder reads the
+        padding (no attention mask; only the projector's output is masked). (vLLM's encoder batches are padded too,
+        its features with zeros: docs/judges.md.)"""
+        if has_audio and self.spec.capabilities.prompt_format == GRANITE_FORMAT:
+            return 1
+        return max(1, int(self.spec.batch_size))
 
     @staticmethod
     def _audio_samples(request: JudgeRequest) -> int:
@@ -446,9 +461,12 @@ class TransformersBackend:
 
     def conversation(self, request: JudgeRequest) -> list[dict[str, Any]]:
         """The chat of one request: Phi-4-multimodal's string content with the processor's audio token once per item
-        (the processor expands it: transformers `processing_phi4_multimodal.py`), else the shared conversation."""
+        (the processor expands it: transformers `processing_phi4_multimodal.py`), Granite Speech's `<|audio|>`
+        (`backends.granite`), else the shared conversation."""
         if self.spec.capabilities.prompt_format == PHI4MM_FORMAT:
             return numbered_audio_conversation(request, lambda _: self.processor.audio_token)
+        if self.spec.capabilities.prompt_format == GRANITE_FORMAT:
+            return granite_conversation(request)
         return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def _encode_voxtral(self, batch: list[JudgeRequest]) -> Any:

@@ -51,6 +51,10 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
   tokens, and pads the audio (`judging.backends.voxtral`, shared with the transformers backend); the engine loads the
   checkpoint's Mistral-format files (`tokenizer_mode`, `config_format`, `load_format` `mistral`: tekken.json,
   params.json, consolidated.safetensors), the only ones vLLM 0.32 serves Voxtral from.
+- `granite`: string content with `<|audio|>` right before the text (or at each slot) through the released chat
+  template; the engine starts with LoRA on and every prompt with audio names the checkpoint's audio LoRA adapter
+  (`LoRARequest` of the checkpoint's folder), which the model applies to audio requests only
+  (`judging.backends.granite`).
 
 P(safe) comes from the first generated position's logprobs: for every request when `options.score_tokens` is
 set, else for each request that carries `answer_tokens` (the `calibrated` prompt); only those requests ask vLLM
@@ -110,7 +114,7 @@ import numpy as np
 from lalm_judge.core.registry import MissingDependency
 from lalm_judge.judging.backends import checkpoints
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeOutput, JudgeRequest, JudgeSpec
-from lalm_judge.judging.backends.capabilities import processor_audio_limit, resolved_commit
+from lalm_judge.judging.backends.capabilities import processor_audio_limit, processor_sampling_rate, resolved_commit
 from lalm_judge.judging.backends.chat import (
     PHI4MM_FORMAT,
     build_conversation,
@@ -120,6 +124,14 @@ from lalm_judge.judging.backends.chat import (
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
+from lalm_judge.judging.backends.granite import (
+    ADAPTER_CONFIG,
+    AUDIO_LORA_ID,
+    AUDIO_LORA_NAME,
+    GRANITE_FORMAT,
+    audio_lora_engine_settings,
+    granite_conversation,
+)
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VLLM_MISTRAL_FORMAT, VOXTRAL_FORMAT, audio_sampling_rate, encode
 
@@ -195,16 +207,9 @@ def meralion_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
 
 
 def minicpmo_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
-    """System message, then a user turn whose string content starts with the audio placeholders (vLLM's example),
-    or holds one at each `AUDIO_SLOT`."""
-    if AUDIO_SLOT in request.user:
-        content = request.user.replace(AUDIO_SLOT, MINICPMO_AUDIO)
-    elif request.audio_items:
-        content = f"{MINICPMO_AUDIO * len(request.audio_items)}\n{request.user}"
-    else:
-        content = request.user
-    system = [{"role": "system", "content": request.system}] if request.system else []
-    return [*system, {"role": "user", "content": content}]
+    """System message, then a user turn whose string content starts with the audio placeholders and a line break
+    (vLLM's example), or holds one at each `AUDIO_SLOT`."""
+    return numbered_audio_conversation(request, lambda _: MINICPMO_AUDIO, "\n")
 
 
 def phi4mm_placeholder(index: int) -> str:
@@ -216,13 +221,6 @@ def phi4mm_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
     """The numbered audio placeholders before the text or at the slots (the released model card's
     `<|user|><|audio_1|>{prompt}<|end|><|assistant|>`), the system message first."""
     return numbered_audio_conversation(request, phi4mm_placeholder)
-
-
-def audio_lora_rank(folder: Path) -> int:
-    """The rank of a PEFT LoRA adapter folder (`adapter_config.json` `r`): the engine's `max_lora_rank`."""
-    import json
-
-    return int(json.loads((folder / "adapter_config.json").read_text(encoding="utf-8"))["r"])
 
 
 def audio_processor(model_path: str, model_type: str, hf_kwargs: dict[str, Any]) -> Any:
@@ -278,9 +276,10 @@ class VLLMBackend:
         self.model_path = engine_model(spec)
         trust_remote_code = bool(options.get("trust_remote_code", False))
         hf_kwargs = {"revision": spec.revision, "trust_remote_code": trust_remote_code}
-        # Audio chat templates live on the processor; text models and the plain-content formats use the tokenizer's.
+        # Audio chat templates live on the processor (Granite Speech's too: its rate and window are read there); text
+        # models and the other plain-content formats use the tokenizer's.
         model_type = checkpoints.read_checkpoint_config(self.model_path, spec.revision).get("model_type", "")
-        if self.uses_audio and self.prompt_format == "chat":
+        if self.uses_audio and self.prompt_format in ("chat", GRANITE_FORMAT):
             self.template_owner = audio_processor(self.model_path, model_type, hf_kwargs)
         else:
             self.template_owner = AutoTokenizer.from_pretrained(self.model_path, **hf_kwargs)
@@ -292,8 +291,7 @@ class VLLMBackend:
         # vLLM runs the model's Hugging Face processor, which cuts audio over its window silently: refuse it.
         self.max_audio_s = processor_audio_limit(spec.max_audio_s, model_type, self.template_owner)
         # The rate the processor reads audio at (None where the template owner is a tokenizer: MERaLiON, MiniCPM-o).
-        feature_extractor = getattr(self.template_owner, "feature_extractor", None)
-        self.sampling_rate: int | None = getattr(feature_extractor, "sampling_rate", None)
+        self.sampling_rate = processor_sampling_rate(self.template_owner)
         if voxtral:
             self.sampling_rate = audio_sampling_rate(self.tokenizer)
         if self.prompt_format == PHI4MM_FORMAT:
@@ -323,12 +321,12 @@ class VLLMBackend:
                 engine_kwargs["limit_mm_per_prompt"].update(MINICPMO_IMAGE_LIMIT)
         if voxtral:  # vLLM serves Voxtral from its Mistral-format files only (`backends.voxtral`)
             engine_kwargs.update(VLLM_MISTRAL_FORMAT)
-        # The audio LoRA adapter (Phi-4-multimodal's speech-lora), applied to each request with audio.
-        self.audio_lora = self._audio_lora_request(vllm, options.get("audio_lora"))
+        # The audio LoRA adapter, applied to each request with audio: Granite Speech's, in the checkpoint's own folder
+        # (`backends.granite`), or the folder `options.audio_lora` names (Phi-4-multimodal's `speech-lora`).
+        adapter = "." if self.prompt_format == GRANITE_FORMAT else options.get("audio_lora")
+        self.audio_lora = self._audio_lora_request(adapter)
         if self.audio_lora is not None:
-            engine_kwargs.update(
-                enable_lora=True, max_loras=1, max_lora_rank=audio_lora_rank(Path(self.audio_lora.lora_path))
-            )
+            engine_kwargs.update(audio_lora_engine_settings(self.audio_lora.lora_path))
         if self.prompt_format == "meralion":
             from vllm.platforms import current_platform
 
@@ -357,8 +355,9 @@ class VLLMBackend:
         # What answers, recorded with every output: the checkpoint the engine loaded and its resolved commit.
         self.served = {"served_model": spec.model, "served_revision": resolved_commit(spec.model, spec.revision)}
 
-    def _audio_lora_request(self, vllm: Any, adapter: str | None) -> Any:
-        """The `LoRARequest` of `options.audio_lora` (a folder of the checkpoint, or a path), None without one."""
+    def _audio_lora_request(self, adapter: str | None) -> Any:
+        """The `LoRARequest` of the audio adapter in the checkpoint's folder `adapter` (`.`: the checkpoint's own
+        folder), None without one; a hub checkpoint is read from its local snapshot (fetched if needed)."""
         if not adapter:
             return None
         from vllm.lora.request import LoRARequest
@@ -368,9 +367,12 @@ class VLLMBackend:
             from huggingface_hub import snapshot_download
 
             folder = Path(snapshot_download(self.model_path, revision=self.spec.revision)) / adapter
-        if not (folder / "adapter_config.json").is_file():
-            raise ValueError(f"judge {self.spec.name}: options.audio_lora {adapter!r} has no adapter_config.json")
-        return LoRARequest(Path(adapter).name, 1, str(folder))
+        if not (folder / ADAPTER_CONFIG).is_file():
+            raise ValueError(
+                f"judge {self.spec.name}: the audio LoRA adapter folder {folder} has no {ADAPTER_CONFIG} (download the "
+                "whole repository)"
+            )
+        return LoRARequest(AUDIO_LORA_NAME, AUDIO_LORA_ID, str(folder))
 
     def _stop_token_ids(self) -> list[int]:
         vocab = self.tokenizer.get_vocab()
@@ -386,6 +388,8 @@ class VLLMBackend:
             return minicpmo_conversation(request)
         if self.prompt_format == PHI4MM_FORMAT:
             return phi4mm_conversation(request)
+        if self.prompt_format == GRANITE_FORMAT:
+            return granite_conversation(request)
         return build_conversation(request, merge_system=not self.spec.capabilities.system_role)
 
     def render(self, request: JudgeRequest) -> str:
@@ -454,8 +458,8 @@ class VLLMBackend:
         seeds = self.sample_seeds
         sampling_params = [self._sampling_params(ids, seed) for seed in seeds for ids in score_ids]
         started = time.perf_counter()
-        lora = self.lora_requests(requests)
-        results = self._submit(prompts * len(seeds), sampling_params, None if lora is None else lora * len(seeds))
+        lora_requests = [self.lora_request(request) for request in requests] * len(seeds)
+        results = self._generate_by_adapter(prompts * len(seeds), sampling_params, lora_requests)
         latency_s = (time.perf_counter() - started) / len(requests)
         for request, result in zip(requests, results):
             self._check_context(request, result)
@@ -474,36 +478,31 @@ class VLLMBackend:
         self._log_prefix_cache()
         return outputs
 
-    def _submit(self, prompts: list[dict[str, Any]], sampling_params: list[Any], lora: list[Any] | None) -> list[Any]:
-        """vLLM's results of `prompts` in their order: one `generate` call, or with an audio LoRA one call per adapter
-        (the prompts with it, then those without). vLLM's CPU LoRA kernels apply the adapter to every token of a
-        batch that mixes requests with and without it: `lora/ops/torch_ops/lora_ops.py` (`bgmv_shrink`,
-        `bgmv_expand`) index the stacked adapters with a token's LoRA index, and a token without one has index -1,
-        which picks the last slot, the adapter; only a batch without any LoRA request skips it
-        (`punica_cpu.py`, `no_lora`). Separate submissions keep a text answer the base model's, on any device."""
-        if lora is None:
-            return self.llm.generate(prompts, sampling_params, use_tqdm=False)
+    def _generate_by_adapter(self, prompts: list[Any], sampling_params: list[Any], lora_requests: list[Any]) -> list:
+        """The engine's results of `prompts` in order, one submission per LoRA adapter (none, or the judge's audio
+        adapter): vLLM 0.32's CPU LoRA operations apply the adapter to the prompts without one that share its
+        batch. They read "no adapter" (index -1, `lora/punica_wrapper/utils.py` `convert_mapping`) as a Python
+        index, the last adapter slot (`lora/ops/torch_ops/lora_ops.py` `bgmv_shrink`, `bgmv_expand`:
+        `lora_b_weights[lora_indices_tensor]`), so a text request batched with audio requests answers with the audio
+        adapter. Submitted apart, no batch mixes them, on any platform."""
+        groups: dict[Any, list[int]] = {}
+        for index, lora in enumerate(lora_requests):
+            groups.setdefault(None if lora is None else lora.lora_int_id, []).append(index)
         results: list[Any] = [None] * len(prompts)
-        for adapter in (self.audio_lora, None):
-            indices = [index for index, request_lora in enumerate(lora) if request_lora is adapter]
-            if not indices:
-                continue
+        for indices in groups.values():
             answered = self.llm.generate(
-                [prompts[index] for index in indices],
-                [sampling_params[index] for index in indices],
+                [prompts[i] for i in indices],
+                [sampling_params[i] for i in indices],
                 use_tqdm=False,
-                lora_request=adapter,
+                lora_request=[lora_requests[i] for i in indices],
             )
             for index, result in zip(indices, answered):
                 results[index] = result
         return results
 
-    def lora_requests(self, requests: list[JudgeRequest]) -> list[Any] | None:
-        """The LoRA request of each request: the audio adapter for a request with audio, none for text only; None
-        when the judge has no adapter."""
-        if self.audio_lora is None:
-            return None
-        return [self.audio_lora if request.audio_items else None for request in requests]
+    def lora_request(self, request: JudgeRequest) -> Any:
+        """The LoRA adapter a request runs with: the judge's audio adapter for a request with audio, else none."""
+        return self.audio_lora if request.audio_items else None
 
     def answer_text(self, completion: Any) -> str:
         """The answer as the tokenizer decodes its tokens, special tokens skipped: what the transformers backend
