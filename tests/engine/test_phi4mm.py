@@ -68,7 +68,7 @@ class TestPhi4MM(AudioEngineContract):
         lora_config = engine.llm.llm_engine.vllm_config.lora_config
         assert lora_config is not None and lora_config.max_lora_rank == 16
         audio, text = audio_request("audio", 2.0, answer_tokens=("Yes", "No")), JudgeRequest("t", SYSTEM, QUESTION)
-        with_adapter, without = engine.lora_requests([audio, text])
+        with_adapter, without = (engine.lora_request(request) for request in (audio, text))
         assert without is None and with_adapter.lora_path == str(model / "speech-lora")
         prompt = engine.build_prompt(audio)
         params = engine._sampling_params(engine.request_score_ids(audio))
