@@ -54,6 +54,9 @@ SAFETY_JUDGES = {
     # configs/judges-2026.yaml
     "qwen3_omni_30b": "qwen3_omni",
     "voxtral_mini_3b": "voxtral",
+    "gemma3n_e4b": "gemma3n",
+    "granite_speech_8b": "granite_speech",
+    "phi4_multimodal": "phi4mm",  # its documented (commented) entry
 }
 PAIRWISE_JUDGES = {"qwen25_omni_7b": "qwen25_omni", "qwen2_audio_7b": "qwen2_audio", "sagelm": "qwen25_omni_thinker"}
 
