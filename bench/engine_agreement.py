@@ -33,6 +33,9 @@ import gc
 import json
 import os
 import re
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -372,7 +375,6 @@ def compare_decoder(judge: str, n_dialogues: int = 3) -> Agreement:
     answer tokens (up to the first end token) and P(safe) of the calibrated ones (all logprobs listed, where vLLM has
     no `logprob_token_ids`)."""
     import importlib
-    import tempfile
 
     from lalm_judge.judging.backends.chat import p_safe_from_logprobs
     from lalm_judge.judging.backends.vllm_backend import VLLMBackend
@@ -423,6 +425,18 @@ def compare_decoder(judge: str, n_dialogues: int = 3) -> Agreement:
     )
 
 
+def judge_in_own_process(judge: str, n_dialogues: int) -> Agreement:
+    """One judge's row, from this command run for it alone in a new process: vLLM 0.32 in-process engines started one
+    after another in one process fail after ten or so (the next engine's pipeline-parallel group is gone at its first
+    step, "pipeline model parallel group is not initialized"), and a process per judge starts each from nothing."""
+    with tempfile.TemporaryDirectory() as scratch:
+        summary = Path(scratch) / "row.json"
+        command = [sys.executable, "-m", "bench.engine_agreement", "--judges", judge, "--dialogues", str(n_dialogues)]
+        subprocess.run([*command, "--out", str(summary)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        (row,) = json.loads(summary.read_text(encoding="utf-8"))
+    return Agreement(**row)
+
+
 def table(rows: Sequence[Agreement]) -> str:
     lines = [
         "| judge (architecture) | requests | identical answers | scored | max abs dP(safe) | transformers req/s "
@@ -454,10 +468,11 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    rows = [
-        compare(judge, args.dialogues) if judge in AGREEMENT_JUDGES else compare_decoder(judge, args.dialogues)
-        for judge in args.judges
-    ]
+    if len(args.judges) == 1:
+        (judge,) = args.judges
+        rows = [compare(judge, args.dialogues) if judge in AGREEMENT_JUDGES else compare_decoder(judge, args.dialogues)]
+    else:
+        rows = [judge_in_own_process(judge, args.dialogues) for judge in args.judges]
     print(table(rows))
     summary = json.dumps([dataclasses.asdict(row) for row in rows])
     if args.out:
