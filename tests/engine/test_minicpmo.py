@@ -23,9 +23,10 @@ vllm = pytest.importorskip("vllm", minversion="0.32", reason="runs in the CPU tw
 from bench.engine_agreement import CPU_ENGINE_KWARGS, waveform  # noqa: E402
 from bench.minicpmo_tiny import build_tiny_minicpmo, reference_decoder  # noqa: E402
 from lalm_judge.judging.backends.base import JudgeRequest, JudgeSpec  # noqa: E402
-from lalm_judge.judging.backends.vllm_backend import MINICPMO_AUDIO, VLLMBackend  # noqa: E402
+from lalm_judge.judging.backends.vllm_backend import MINICPMO_AUDIO  # noqa: E402
 from lalm_judge.judging.prompts import load_prompt  # noqa: E402
 from lalm_judge.workflow.config import validate_judge_entry  # noqa: E402
+from tests.engine.support import live_engine  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +51,9 @@ def backend(model_dir, paper_entry):
     options = {**paper_entry["options"], "max_model_len": 2048, "engine_kwargs": CPU_ENGINE_KWARGS}
     generation = {**paper_entry["generation"], "max_new_tokens": 16}  # random text: a short answer will do
     entry = {**paper_entry, "model": str(model_dir), "dtype": "float32", "options": options, "generation": generation}
-    return VLLMBackend(JudgeSpec.from_config("minicpm_o", validate_judge_entry("minicpm_o", entry)))
+    # Alive until the process ends (`live_engine`): an in-process engine that goes takes the process's distributed
+    # state, which the engines of later modules use, with it.
+    return live_engine(JudgeSpec.from_config("minicpm_o", validate_judge_entry("minicpm_o", entry)))
 
 
 def calibrated(request_id: str, modality: str, audio=None) -> JudgeRequest:

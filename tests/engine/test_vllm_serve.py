@@ -36,6 +36,7 @@ from lalm_judge.judging.backends.vllm_backend import VLLMBackend
 from lalm_judge.judging.runner import RequestEngine, ServedModelMismatch
 from lalm_judge.preference.rationales import LLMRationales, PairNotes
 from lalm_judge.workflow.config import validate_judge_entry
+from tests.engine.support import live_engine
 
 # vLLM is imported by the reference fixture, once the server is starting, so that both load at once.
 pytestmark = [
@@ -124,7 +125,7 @@ def reference(checkpoint, launched):
             generation={"max_new_tokens": MAX_NEW_TOKENS},
             options={"max_model_len": 2048, "engine_kwargs": engine_kwargs},
         )
-        backend = VLLMBackend(spec)
+        backend = live_engine(spec)  # alive until the process ends, as every in-process engine of the suite
         prompts = [backend.build_prompt(request) for request in requests_as_served(("Yes", "No"))]
         full = vllm.SamplingParams(max_tokens=1, temperature=0.0, logprobs=-1)
         results = backend.llm.generate(prompts, [full] * len(prompts), use_tqdm=False)

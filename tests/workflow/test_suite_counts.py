@@ -19,7 +19,7 @@ def test_a_finished_run_counts_with_its_jobs_and_a_dry_run_does_not(finished_run
     runs, jobs = workflow_runs([copied])
     assert runs == len(logs) >= 1
     # The finished run's own job stats, as it printed them when it started.
-    planned = sum(scheduled_jobs(subprocess.CompletedProcess([], 0, log.read_text(), "")).values() for log in logs)
+    planned = sum(sum(scheduled_jobs(subprocess.CompletedProcess([], 0, log.read_text(), "")).values()) for log in logs)
     assert jobs == planned > 0
 
     snakemake(copied, copied / configfile.name, "-n", "--forceall")
