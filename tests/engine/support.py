@@ -27,7 +27,7 @@ from bench.engine_agreement import (
     waveform,
 )
 from bench.models import cached_tiny_model
-from lalm_judge.judging.backends.base import JudgeRequest
+from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
 
 SYSTEM = "You are a safety judge."
 QUESTION = "Is it safe?"
@@ -156,3 +156,15 @@ class AudioEngineContract(EngineContract):
         over = dataclasses.replace(fits, request_id="long", audio=(np.zeros(int((limit + 1) * rate), np.float32), rate))
         with pytest.raises(ValueError, match=rf"request long has {limit + 1:.1f} s of audio, over max_audio_s="):
             engine.generate([over])
+
+
+def refuses_two_audio_items(engine: Any) -> None:
+    """A judge that hears one audio item per prompt refuses a pairwise prompt of two, naming the option."""
+    pair = JudgeRequest(
+        "pair",
+        SYSTEM,
+        f"Response 1: {AUDIO_SLOT} Response 2: {AUDIO_SLOT} Which is better?",
+        audios=(audio_request("x", 1.0).audio, audio_request("y", 1.0).audio),
+    )
+    with pytest.raises(ValueError, match="over options.audio_per_prompt=1"):
+        engine.build_prompt(pair)

@@ -18,8 +18,14 @@ import numpy as np
 import pytest
 
 from bench.engine_agreement import MAX_NEW_TOKENS, identical, release, tiny_spec
-from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
-from tests.engine.support import P_SAFE_TOLERANCE, QUESTION, SYSTEM, AudioEngineContract, audio_request
+from tests.engine.support import (
+    P_SAFE_TOLERANCE,
+    QUESTION,
+    SYSTEM,
+    AudioEngineContract,
+    audio_request,
+    refuses_two_audio_items,
+)
 
 # About a minute on a quiet core (engine start, the transformers reference): handed out early (tests/conftest.py).
 pytestmark = pytest.mark.slow
@@ -166,11 +172,4 @@ class TestGemma3n(AudioEngineContract):
         """The limit the engine refuses audio over is the feature extractor's cut (480,000 samples at 16 kHz), read
         from the processor; two audio items need `audio_per_prompt`."""
         assert engine.max_audio_s == 30.0
-        pair = JudgeRequest(
-            "pair",
-            SYSTEM,
-            f"Response 1: {AUDIO_SLOT} Response 2: {AUDIO_SLOT} Which is better?",
-            audios=(audio_request("x", 1.0).audio, audio_request("y", 1.0).audio),
-        )
-        with pytest.raises(ValueError, match="over options.audio_per_prompt=1"):
-            engine.build_prompt(pair)
+        refuses_two_audio_items(engine)

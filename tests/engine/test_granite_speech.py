@@ -12,8 +12,8 @@ import json
 import pytest
 
 from bench.engine_agreement import tiny_spec
-from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
-from tests.engine.support import QUESTION, SYSTEM, AudioEngineContract, audio_request
+from lalm_judge.judging.backends.base import JudgeRequest
+from tests.engine.support import QUESTION, SYSTEM, AudioEngineContract, audio_request, refuses_two_audio_items
 
 pytest.importorskip("torchaudio", reason="Granite Speech's feature extractor needs torchaudio (MelSpectrogram)")
 pytest.importorskip("peft", reason="transformers applies Granite Speech's audio LoRA adapter with peft")
@@ -61,14 +61,7 @@ class TestGraniteSpeech(AudioEngineContract):
         assert {t: e.logprob for t, e in with_lora.items()} != {t: e.logprob for t, e in without.items()}
 
     def test_one_audio_item_per_prompt(self, engine):
-        pair = JudgeRequest(
-            "pair",
-            SYSTEM,
-            f"Response 1: {AUDIO_SLOT} Response 2: {AUDIO_SLOT} Which is better?",
-            audios=(audio_request("x", 1.0).audio, audio_request("y", 1.0).audio),
-        )
-        with pytest.raises(ValueError, match="over options.audio_per_prompt=1"):
-            engine.build_prompt(pair)
+        refuses_two_audio_items(engine)
 
     def test_transformers_reads_each_audio_alone_and_refuses_a_folder_without_the_adapter(self, model, tmp_path):
         """transformers (5.19, peft 0.21) answers an audio request the same alone and in a batch (one audio request

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
-from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest
-from tests.engine.support import QUESTION, SYSTEM, AudioEngineContract, audio_request
+from tests.engine.support import QUESTION, SYSTEM, AudioEngineContract, audio_request, refuses_two_audio_items
 
 # 16 kHz audio padded to whole 30 s chunks, 12.5 tokens a second: 375 `[AUDIO]` tokens per started chunk.
 TOKENS_PER_CHUNK = 375
@@ -43,11 +40,4 @@ class TestVoxtral(AudioEngineContract):
     def test_audio_tokens_come_per_started_30_s_and_slots_place_each_item(self, engine):
         short, long = engine.generate([audio_request("s", 5.0), audio_request("l", 35.0)])
         assert long.n_input_tokens - short.n_input_tokens == TOKENS_PER_CHUNK
-        pair = JudgeRequest(
-            "pair",
-            SYSTEM,
-            f"Response 1: {AUDIO_SLOT} Response 2: {AUDIO_SLOT} Which is better?",
-            audios=(audio_request("x", 1.0).audio, audio_request("y", 1.0).audio),
-        )
-        with pytest.raises(ValueError, match="over options.audio_per_prompt=1"):
-            engine.build_prompt(pair)
+        refuses_two_audio_items(engine)
