@@ -8,8 +8,8 @@ finished workflow run or an engine). Module times add up the time of their tests
 wall time of a run is shorter, since its two processes run modules side by side.
 
 `--runs` counts the workflow runs the tests made end to end, from the temporary folders of the pytest runs (their
-`--basetemp`): Snakemake writes a log for every invocation, empty for one that planned or failed to parse, and one
-that ran jobs names each finished one ("Finished job"). Dry runs and runs that ran no job are not counted.
+`--basetemp`): Snakemake writes a log for a run it starts (a dry run writes none; one that fails to parse leaves its
+log empty), naming each job it finished ("Finished job"). Runs that finished no job are not counted.
 """
 
 from __future__ import annotations

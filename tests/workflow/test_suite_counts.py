@@ -1,6 +1,6 @@
 """The test suite's count of its end-to-end workflow runs (`bench.test_durations --runs`, docs/benchmarks.md "The
 test suite"), on the shared finished run of tests/config/test.yaml: its run is counted with every job it finished,
-and a dry run of the same workflow, which Snakemake also logs, is not."""
+and a dry run of the same workflow is not."""
 
 from __future__ import annotations
 
@@ -23,5 +23,4 @@ def test_a_finished_run_counts_with_its_jobs_and_a_dry_run_does_not(finished_run
     assert jobs == planned > 0
 
     snakemake(copied, copied / configfile.name, "-n", "--forceall")
-    assert len(list((copied / ".snakemake" / "log").glob("*.snakemake.log"))) == len(logs) + 1
-    assert workflow_runs([copied]) == (runs, jobs)
+    assert workflow_runs([copied]) == (runs, jobs), "a dry run is not a run"
