@@ -19,7 +19,8 @@ import pytest
 from bench.models import build_tokenizer, chat_template
 from lalm_judge.judging.backends.base import AUDIO_SLOT, JudgeRequest, JudgeSpec
 from lalm_judge.judging.backends.decoding import Decoding
-from lalm_judge.judging.backends.granite import audio_lora_engine_settings, granite_conversation
+from lalm_judge.judging.backends.granite import granite_conversation
+from lalm_judge.judging.backends.lora import audio_lora_engine_settings
 from lalm_judge.judging.backends.vllm_backend import (
     engine_context_length,
     meralion_conversation,

@@ -12,49 +12,24 @@ The checkpoint's folder also holds a LoRA adapter (`adapter_config.json`, `adapt
 applies to requests with audio only: transformers loads it with peft and its `generate` enables it when audio
 features are given and disables it otherwise (`modeling_granite_speech.py`); vLLM applies a LoRA adapter only to the
 requests that name it (`LoRARequest`), so the engine starts with LoRA on (`enable_lora`, `max_lora_rank` at least the
-adapter's rank `r`) and every prompt with audio names the checkpoint's folder (`audio_lora_request`).
+adapter's rank `r`) and every prompt with audio names the checkpoint's folder (`backends.lora`).
 """
 
 from __future__ import annotations
 
-import json
-from pathlib import Path
 from typing import Any
 
 from lalm_judge.judging.backends.base import JudgeRequest
 from lalm_judge.judging.backends.chat import numbered_audio_conversation
+from lalm_judge.judging.backends.lora import ADAPTER_CONFIG
 
 GRANITE_FORMAT = "granite"
 GRANITE_AUDIO = "<|audio|>"
-ADAPTER_CONFIG = "adapter_config.json"
-# The ranks vLLM 0.32 accepts for `max_lora_rank` (`config/lora.py` `MaxLoRARanks`).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-AUDIO_LORA_NAME = "audio"
-AUDIO_LORA_ID = 1
 
 
 def granite_conversation(request: JudgeRequest) -> list[dict[str, Any]]:
     """The conversation of one request as the released template takes it: `<|audio|>` right before the text."""
     return numbered_audio_conversation(request, lambda _: GRANITE_AUDIO)
-
-
-def adapter_rank(folder: str) -> int:
-    """The rank `r` of the LoRA adapter in `folder` (its `adapter_config.json`); raise naming the folder without one."""
-    config = Path(folder) / ADAPTER_CONFIG
-    if not config.is_file():
-        raise ValueError(f"{folder} has no {ADAPTER_CONFIG}: no LoRA adapter there (download the whole repository)")
-    return int(json.loads(config.read_text(encoding="utf-8"))["r"])
-
-
-def audio_lora_engine_settings(folder: str) -> dict[str, Any]:
-    """The `vllm.LLM` settings that let prompts use the audio LoRA adapter in `folder` (Granite Speech's checkpoint
-    folder, Phi-4-multimodal's `speech-lora`): LoRA on, one adapter per batch, and the smallest rank vLLM accepts
-    that holds the adapter's."""
-    rank = adapter_rank(folder)
-    fitting = [allowed for allowed in VLLM_LORA_RANKS if allowed >= rank]
-    if not fitting:
-        raise ValueError(f"{folder}: LoRA rank {rank} is over vLLM's largest, {VLLM_LORA_RANKS[-1]}")
-    return {"enable_lora": True, "max_loras": 1, "max_lora_rank": fitting[0]}
 
 
 def transformers_audio_lora_problem(model: Any) -> str | None:

@@ -82,6 +82,7 @@ from lalm_judge.judging.backends.checkpoints import (
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation, transformers_audio_lora_problem
+from lalm_judge.judging.backends.lora import adapter_folder
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VOXTRAL_FORMAT, encode, input_features
 
@@ -344,11 +345,7 @@ class TransformersBackend:
         """Load `options.audio_lora` (a folder of the checkpoint) as a PEFT adapter, off until a batch has audio."""
         if not adapter:
             return None
-        folder = Path(self.spec.model) / adapter
-        if not folder.is_dir():
-            from huggingface_hub import snapshot_download
-
-            folder = Path(snapshot_download(self.spec.model, revision=self.spec.revision)) / adapter
+        folder = adapter_folder(self.spec.model, self.spec.revision, adapter)
         name = Path(adapter).name
         self.model.load_adapter(str(folder), adapter_name=name)
         self.model.disable_adapters()

@@ -42,11 +42,12 @@ How a request becomes the prompt is the judge's `capabilities.prompt_format`:
 - `phi4mm`: string content with numbered placeholders, `<|audio_1|>`, `<|audio_2|>`, ... before the text or at each
   slot (vLLM 0.32 `model_executor/models/phi4mm.py` `get_placeholder_str`, replaced by 12.5 `<|endoftext11|>` a
   second), rendered with the tokenizer's (the released) chat template. Its speech adapter is a LoRA of the repository
-  (`options.audio_lora`: the adapter's folder, `speech-lora`): the engine starts with `enable_lora` and a rank of the
-  adapter's own, and every request with audio carries a `LoRARequest` of it (vLLM applies a LoRA only to requests that
-  name it); text-only requests run on the base weights, as the released model card's text examples do. The requests
-  with the adapter and those without go to vLLM in separate submissions (`VLLMBackend._submit`: vLLM's CPU LoRA
-  kernels would apply the adapter to the others of a mixed batch).
+  (`options.audio_lora`: the adapter's folder, `speech-lora`): the engine starts with `enable_lora` and the smallest
+  rank vLLM accepts that holds the adapter's (`backends.lora`), and every request with audio carries a `LoRARequest`
+  of it (vLLM applies a LoRA only to requests that name it); text-only requests run on the base weights, as the
+  released model card's text examples do. The requests with the adapter and those without go to vLLM in separate
+  submissions (`VLLMBackend._generate_by_adapter`: vLLM's CPU LoRA kernels would apply the adapter to the others of a
+  mixed batch).
 - `voxtral`: no chat template: mistral_common's chat encoding writes the prompt tokens, `[BEGIN_AUDIO]` and the audio
   tokens, and pads the audio (`judging.backends.voxtral`, shared with the transformers backend); the engine loads the
   checkpoint's Mistral-format files (`tokenizer_mode`, `config_format`, `load_format` `mistral`: tekken.json,
@@ -124,13 +125,13 @@ from lalm_judge.judging.backends.chat import (
 )
 from lalm_judge.judging.backends.decoding import SAMPLES, Decoding
 from lalm_judge.judging.backends.engine_env import prepare_flashinfer
-from lalm_judge.judging.backends.granite import (
+from lalm_judge.judging.backends.granite import GRANITE_FORMAT, granite_conversation
+from lalm_judge.judging.backends.lora import (
     ADAPTER_CONFIG,
     AUDIO_LORA_ID,
     AUDIO_LORA_NAME,
-    GRANITE_FORMAT,
+    adapter_folder,
     audio_lora_engine_settings,
-    granite_conversation,
 )
 from lalm_judge.judging.backends.omni import OMNI_MODEL_TYPES, load_audio_omni_processor
 from lalm_judge.judging.backends.voxtral import VLLM_MISTRAL_FORMAT, VOXTRAL_FORMAT, audio_sampling_rate, encode
@@ -362,11 +363,7 @@ class VLLMBackend:
             return None
         from vllm.lora.request import LoRARequest
 
-        folder = Path(self.model_path) / adapter
-        if not folder.is_dir():
-            from huggingface_hub import snapshot_download
-
-            folder = Path(snapshot_download(self.model_path, revision=self.spec.revision)) / adapter
+        folder = adapter_folder(self.model_path, self.spec.revision, adapter)
         if not (folder / ADAPTER_CONFIG).is_file():
             raise ValueError(
                 f"judge {self.spec.name}: the audio LoRA adapter folder {folder} has no {ADAPTER_CONFIG} (download the "
