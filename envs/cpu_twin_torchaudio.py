@@ -37,7 +37,10 @@ def python_only(package: Path) -> list[str]:
 def main() -> None:
     found = importlib.util.find_spec("torchaudio")
     if found is None or found.origin is None:
-        raise SystemExit("torchaudio is not installed in this environment (requirements-vllm-cpu.lock lists it)")
+        raise SystemExit(
+            "torchaudio is not installed in this environment "
+            "(requirements-vllm-cpu.lock and requirements-nodeps.txt list it)"
+        )
     removed = python_only(Path(found.origin).parent)
     print(f"torchaudio made Python code only: {'removed ' + ', '.join(removed) if removed else 'already done'}")
     # The check that matters: what Granite Speech's feature extractor builds and runs.
