@@ -9,9 +9,6 @@ VLLM_MERALION_VENV ?= .venv-vllm-meralion
 CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
-# The main suite's processes: one more, since one of them spends most of its minutes waiting, on the scheduling and
-# time limits of the local SLURM cluster (tests/cluster/test_slurm.py).
-MAIN_TEST_PROCESSES ?= $(shell expr $(TEST_PROCESSES) + 1)
 PYTEST_ARGS ?=
 # A folder for the test runs' JUnit XML reports (main.xml, engine.xml, meralion.xml; `python -m bench.test_durations`).
 TEST_REPORTS ?=
@@ -144,7 +141,7 @@ bytecode: setup
 
 # The main environment's tests (everything but tests/engine).
 test-main: setup tiny-models bytecode
-	$(VENV)/bin/pytest -n $(MAIN_TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
+	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
 
 # The real vLLM engine's tests in the CPU twins: tests/engine, then MERaLiON-2's in its own twin. Their pytest cache is
