@@ -62,20 +62,10 @@ SLOW_ANSWER_S = 1.25
 
 
 def slow_judge_entry(server: StandInServer) -> dict:
-    return {
-        "backend": "openai",
-        "model": "stand-in",
-        "modalities": ["text"],
-        "generation": {"max_new_tokens": 48},
-        # One request at a time: each answer is in the request cache as soon as it arrives.
-        "options": {"base_url": server.base_url, "api_key_env": None, "concurrency": 1, "max_retries": 0},
-        "weak": "a stand-in server: the endpoint code path only",
-        "schedule": {
-            "prompts": ["basic", "cot", "fewshot", "rubric"],
-            "conditions": ["clean", "injection"],
-            "resources": {"mem_mb": 1000, "runtime": 60},  # uninterrupted, however loaded the machine
-        },
-    }
+    # One request at a time: each answer is in the request cache as soon as it arrives.
+    prompts = ["basic", "cot", "fewshot", "rubric"]
+    resources = {"mem_mb": 1000, "runtime": 60}  # uninterrupted, however loaded the machine
+    return stand_in_judge_entry(server, concurrency=1, max_new_tokens=48, prompts=prompts, resources=resources)
 
 
 # Judges stopped mid-call by SIGTERM: 13 samples x one prompt x (clean + injection) = 26 requests each, long enough (a
@@ -101,16 +91,23 @@ TINY_JUDGE_ENTRY = {
 }
 
 
-def endpoint_judge_entry(server: StandInServer) -> dict:
+def stand_in_judge_entry(
+    server: StandInServer, *, concurrency: int, max_new_tokens: int, prompts: list[str], resources: dict
+) -> dict:
+    """An endpoint judge (the openai backend) of `server`'s answers."""
     return {
         "backend": "openai",
         "model": "stand-in",
         "modalities": ["text"],
-        "generation": {"max_new_tokens": 32},
-        "options": {"base_url": server.base_url, "api_key_env": None, "concurrency": 2, "max_retries": 0},
+        "generation": {"max_new_tokens": max_new_tokens},
+        "options": {"base_url": server.base_url, "api_key_env": None, "concurrency": concurrency, "max_retries": 0},
         "weak": "a stand-in server: the endpoint code path only",
-        "schedule": {"prompts": ["basic"], "conditions": CONDITIONS, "resources": RESOURCES},
+        "schedule": {"prompts": prompts, "conditions": CONDITIONS, "resources": resources},
     }
+
+
+def endpoint_judge_entry(server: StandInServer) -> dict:
+    return stand_in_judge_entry(server, concurrency=2, max_new_tokens=32, prompts=["basic"], resources=RESOURCES)
 
 
 def stand_in_answer(body: dict) -> tuple[str]:
