@@ -9,8 +9,10 @@ VLLM_MERALION_VENV ?= .venv-vllm-meralion
 CORES ?= 2
 # The test suite's processes (pytest-xdist, one module per process at a time: tests/conftest.py); 0: one.
 TEST_PROCESSES ?= $(CORES)
-# The real engine's tests run beside the main suite on one process: the main suite's cores go idle whenever its SLURM
-# module waits on the cluster, which one engine process fills for longer than two would.
+# The main suite's processes: one more than the cores, since one of them spends most of its minutes waiting, on the
+# scheduling and time limits of the local SLURM cluster (tests/cluster/test_slurm.py).
+MAIN_TEST_PROCESSES ?= $(shell expr $(TEST_PROCESSES) + 1)
+# The real engine's tests run beside the main suite on one process, filling what the main suite leaves of the cores.
 ENGINE_TEST_PROCESSES ?= 1
 PYTEST_ARGS ?=
 # A folder for the test runs' JUnit XML reports (main.xml, engine.xml, meralion.xml; `python -m bench.test_durations`).
@@ -145,7 +147,7 @@ bytecode: setup
 # The main environment's tests (everything but tests/engine).
 test-main: setup tiny-models bytecode
 	$(if $(TEST_REPORTS),mkdir -p $(TEST_REPORTS))
-	$(VENV)/bin/pytest -n $(TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
+	$(VENV)/bin/pytest -n $(MAIN_TEST_PROCESSES) --dist loadfile --no-loadscope-reorder --ignore=tests/engine \
 	  $(call REPORT,main) $(PYTEST_ARGS)
 
 # The real vLLM engine's tests in the CPU twins: tests/engine, then MERaLiON-2's in its own twin. Their pytest cache is

@@ -1,5 +1,5 @@
 """Fixtures shared across test modules: tiny random-weight models built from configs (about 1 MB each); the order in
-which the suite's two processes take the modules."""
+which the suite's processes take the modules."""
 
 from pathlib import Path
 
@@ -64,10 +64,10 @@ def shared_definition(item, fixture: str) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The order in which pytest-xdist hands out the modules (the Makefile's `-n 2 --dist loadfile
+    """The order in which pytest-xdist hands out the modules (the Makefile's `-n 3 --dist loadfile
     --no-loadscope-reorder`: each module runs whole on one process, so its module fixtures are built once and the
     two SLURM tests never use the one local cluster at the same time; the first modules go one to each process):
-    1. one module for each shared workflow run, so that the two processes build different runs side by side;
+    1. one module for each shared workflow run, so that two processes build different runs side by side;
     2. the SLURM module, then the other modules that run the workflow themselves (marked `workflow`) and the other
        slow ones, meanwhile;
     3. the other modules that read a shared run, which is finished by then;
