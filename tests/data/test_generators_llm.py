@@ -66,6 +66,9 @@ def dialogue() -> Dialogue:
     return Dialogue("museum_plan", turns, "jsonl", "memory", 16000)
 
 
+TIMEOUT_S = 5.0
+
+
 def llm_config(server: StandInServer, **overrides) -> dict:
     config = {
         "name": "llm",
@@ -74,7 +77,8 @@ def llm_config(server: StandInServer, **overrides) -> dict:
         "api_key_env": KEY_ENV,
         "concurrency": 4,
         "max_retries": 2,
-        "timeout_s": 0.5,
+        # Far above what an answer takes on a loaded machine: only the reply scripted to outlast it times out.
+        "timeout_s": TIMEOUT_S,
         "backoff_base_s": 0.01,
         "backoff_max_s": 0.05,
     }
@@ -104,7 +108,7 @@ def mixed_script(category: str, severity: int, nth: int) -> Reply:
         ("deception", 1): lambda: Reply('```json\n{"text": "Trust me.", "emotion": "neutral"}\n```'),
         ("dangerous", 1): lambda: Reply("", finish_reason="content_filter"),
         ("self_harm", 1): lambda: Reply(None, refusal="I can't help with that."),
-        ("overall", 1): lambda: Reply(delay_s=1.0) if nth == 1 else ok_json("After a timeout."),
+        ("overall", 1): lambda: Reply(delay_s=TIMEOUT_S + 1.0) if nth == 1 else ok_json("After a timeout."),
         ("overall", 2): lambda: Reply(status=400),
         ("overall", 3): lambda: Reply(status=400, error_body={"code": "content_policy_violation"}),
     }
