@@ -64,9 +64,9 @@ def shared_definition(item, fixture: str) -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    """The order in which pytest-xdist hands out the modules (the Makefile's `-n 3 --dist loadfile
-    --no-loadscope-reorder`: each module runs whole on one process, so its module fixtures are built once and the
-    two SLURM tests never use the one local cluster at the same time; the first modules go one to each process):
+    """The order in which pytest-xdist hands out the modules (the Makefile's `-n $(MAIN_TEST_PROCESSES) --dist
+    loadfile --no-loadscope-reorder`: each module runs whole on one process, so its module fixtures are built once and
+    the two SLURM tests never use the one local cluster at the same time; the first modules go one to each process):
     1. one module for each shared workflow run, so that two processes build different runs side by side;
     2. the SLURM module, then the other modules that run the workflow themselves (marked `workflow`) and the other
        slow ones, meanwhile;
